@@ -1,0 +1,38 @@
+// onebit-info: what this build of onebit is and what it would do here.
+//   onebit-info                 version, CPU kernel sets, the one in force, the ONEBIT_* settings
+//   onebit-info --env-markdown  the table of docs/env.md, generated from common/params.h
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/params.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "onebit/onebit.h"
+
+int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--env-markdown") == 0) {
+    std::fputs(onebit::param::markdown_table().c_str(), stdout);
+    return 0;
+  }
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: %s [--env-markdown]\n", argv[0]);
+    return 2;
+  }
+  std::printf("onebit %d.%d.%d\n", ONEBIT_VERSION_MAJOR, ONEBIT_VERSION_MINOR, ONEBIT_VERSION_PATCH);
+  std::printf("CPU kernel sets this CPU runs:");
+  for (const auto* kernels : onebit::kernels::runnable_cpu_kernels()) std::printf(" %s", kernels->name);
+  std::printf("\n");
+  try {
+    std::printf("CPU kernels in force: %s\n", onebit::kernels::cpu_kernels().name);
+  } catch (const onebit::Error& error) {
+    std::fprintf(stderr, "onebit-info: error: %s\n", error.what());
+    return 1;
+  }
+  std::printf("Environment:\n");
+  for (const auto& d : onebit::param::descriptions()) {
+    const char* value = std::getenv(d.env);
+    if (value != nullptr) std::printf("  %s=%s\n", d.env, value);
+  }
+  return 0;
+}
