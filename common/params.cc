@@ -15,7 +15,7 @@ bool logged_by_reader(const char* env) {
   return std::string(env) != "ONEBIT_DEBUG" && std::string(env) != "ONEBIT_DEBUG_FILE";
 }
 
-[[maybe_unused]] Int parse(const char* env, const char* text, Int) {
+Int parse(const char* env, const char* text, Int) {
   errno = 0;
   char* end = nullptr;
   long long value = std::strtoll(text, &end, 0);
@@ -25,7 +25,7 @@ bool logged_by_reader(const char* env) {
 }
 Str parse(const char*, const char* text, const Str&) { return text; }
 
-[[maybe_unused]] Int default_value(const char* text, Int) { return std::strtoll(text, nullptr, 0); }
+Int default_value(const char* text, Int) { return std::strtoll(text, nullptr, 0); }
 Str default_value(const char* text, const Str&) { return text; }
 
 template <typename T>
@@ -40,7 +40,7 @@ T read(const char* env, const char* default_text) {
 template <typename T>
 const char* type_name();
 template <>
-[[maybe_unused]] const char* type_name<Int>() { return "int"; }
+const char* type_name<Int>() { return "int"; }
 template <>
 const char* type_name<Str>() { return "string"; }
 

@@ -19,7 +19,28 @@
     "by the process id, so each rank can have its own file.")                                   \
   X(Simd, Str, "SIMD", "",                                                                      \
     "CPU kernel set: `scalar`, `avx2` or `avx512`. Empty: the best one this CPU runs. Naming a " \
-    "set the CPU cannot run is an error (ONEBIT_INVALID_ARGUMENT), not a crash.")
+    "set the CPU cannot run is an error (ONEBIT_INVALID_ARGUMENT), not a crash.")              \
+  X(Rank, Int, "RANK", "-1",                                                                    \
+    "This process's rank for onebit_comm_init_env. -1: take it from the launcher (RANK, "       \
+    "OMPI_COMM_WORLD_RANK, SLURM_PROCID).")                                                     \
+  X(WorldSize, Int, "WORLD_SIZE", "-1",                                                         \
+    "Number of ranks for onebit_comm_init_env. -1: from the launcher (WORLD_SIZE, "             \
+    "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS).")                                                     \
+  X(Root, Str, "ROOT", "",                                                                      \
+    "host:port where rank 0 serves the bootstrap, for onebit_comm_init_env. Empty: "            \
+    "MASTER_ADDR and ONEBIT_ROOT_PORT.")                                                        \
+  X(RootPort, Int, "ROOT_PORT", "29511",                                                        \
+    "Bootstrap port used with MASTER_ADDR when ONEBIT_ROOT is unset. Not MASTER_PORT (29500 by " \
+    "default), which the framework's own store holds, and not torchrun's 29400.")               \
+  X(TimeoutMs, Int, "TIMEOUT_MS", "300000",                                                     \
+    "How long a rank waits for a peer (bootstrap, connections, every collective) before the "   \
+    "call fails with ONEBIT_TIMEOUT naming that peer. A peer that exits is noticed at once.")   \
+  X(SocketsPerPeer, Int, "SOCKETS_PER_PEER", "2",                                               \
+    "TCP connections between each pair of ranks (1..64); messages of 256 KiB and more are "     \
+    "striped over all of them. Every rank must use the same value.")                            \
+  X(SocketIfname, Str, "SOCKET_IFNAME", "",                                                     \
+    "Interface for data connections, as NCCL_SOCKET_IFNAME: a name prefix (`eth`), `=eth0` for " \
+    "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")
 
 namespace onebit::param {
 

@@ -41,6 +41,22 @@ typedef enum {
 
 typedef enum { ONEBIT_FLOAT32 = 0, ONEBIT_FLOAT16 = 1, ONEBIT_BFLOAT16 = 2 } onebit_dtype_t;
 
+/* SUM: the sum over ranks. AVG: the average. A compressed call returns W x its average for SUM. */
+typedef enum { ONEBIT_SUM = 0, ONEBIT_AVG = 1 } onebit_op_t;
+
+/* A communicator: W ranks joined over onebit's TCP transport. */
+typedef struct onebit_comm* onebit_comm_t;
+
+/* Counters of one communicator since it was created. Bytes count payload and message headers. */
+typedef struct {
+  uint64_t compressed_calls;      /* allreduces of tagged buffers */
+  uint64_t full_precision_calls;  /* allreduces of untagged buffers (exact ring) */
+  uint64_t bytes_sent;
+  uint64_t bytes_received;
+  uint64_t compressed_bytes_sent;      /* payload sent by compressed calls */
+  uint64_t full_precision_bytes_sent;  /* payload sent by ring calls */
+} onebit_stats_t;
+
 /* The library's version code (ONEBIT_VERSION_CODE of the build that is loaded). */
 ONEBIT_API int onebit_version(void);
 
@@ -54,6 +70,55 @@ ONEBIT_API const char* onebit_last_error(void);
 /* The CPU kernel set in use: "scalar", "avx2" or "avx512" (ONEBIT_SIMD, else the best this CPU
  * runs). Fails with ONEBIT_INVALID_ARGUMENT if ONEBIT_SIMD names a set this CPU cannot run. */
 ONEBIT_API onebit_result_t onebit_cpu_kernels(const char** name);
+
+/* Joins a job of `size` ranks as `rank`. Rank 0 serves the bootstrap at `root` ("host:port",
+ * "[v6]:port"); every rank connects there. Blocks until all ranks are connected, or fails after
+ * ONEBIT_TIMEOUT_MS naming the ranks that never came. */
+ONEBIT_API onebit_result_t onebit_comm_init(onebit_comm_t* comm, int rank, int size, const char* root);
+
+/* Per-communicator settings; a zero (or NULL) field takes its ONEBIT_* variable's value. */
+typedef struct {
+  int64_t timeout_ms;       /* ONEBIT_TIMEOUT_MS */
+  int sockets_per_peer;     /* ONEBIT_SOCKETS_PER_PEER */
+  const char* socket_ifname; /* ONEBIT_SOCKET_IFNAME */
+} onebit_config_t;
+
+/* As onebit_comm_init, with explicit settings (config may be NULL). */
+ONEBIT_API onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size, const char* root,
+                                                   const onebit_config_t* config);
+
+/* As onebit_comm_init, with rank, size and root from the environment: ONEBIT_RANK,
+ * ONEBIT_WORLD_SIZE, ONEBIT_ROOT; else the launcher's RANK / WORLD_SIZE / MASTER_ADDR (torchrun),
+ * OMPI_COMM_WORLD_RANK / _SIZE (OpenMPI), SLURM_PROCID / SLURM_NTASKS (Slurm); the port with
+ * MASTER_ADDR is ONEBIT_ROOT_PORT (29511), never MASTER_PORT. */
+ONEBIT_API onebit_result_t onebit_comm_init_env(onebit_comm_t* comm);
+
+/* Closes the connections and frees the communicator's error states. NULL is a no-op. Safe after a
+ * failed call. */
+ONEBIT_API onebit_result_t onebit_comm_destroy(onebit_comm_t comm);
+
+ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
+ONEBIT_API onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size);
+ONEBIT_API onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats);
+
+/* Tags the buffer at `ptr` (`count` elements of `dtype`) as `name`: allreduces of exactly this
+ * buffer and count run compressed, with an error-feedback state that belongs to the name. Every
+ * rank must tag the same names with the same count and dtype. Tagging a known name at a new
+ * pointer moves the tag and keeps its state (the same count and dtype are required). */
+ONEBIT_API onebit_result_t onebit_tag(const char* name, void* ptr, size_t count, onebit_dtype_t dtype);
+
+/* Removes the tag of `ptr` and frees its error state: the next tag of that name starts from zero. */
+ONEBIT_API onebit_result_t onebit_untag(void* ptr);
+
+/* Calls and payload bytes sent by the compressed allreduces of tag `name`, over all communicators. */
+ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent);
+
+/* In-place allreduce of `count` elements at `buf`. A tagged buffer (same pointer and count) runs the
+ * compressed, error-compensated algorithm; any other runs an exact full-precision ring
+ * (reduce-scatter + allgather). On failure the buffer and the error state are unchanged; after a
+ * transport failure (timeout, peer gone, mismatch) the communicator is broken: destroy it. */
+ONEBIT_API onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype,
+                                            onebit_op_t op);
 
 #ifdef __cplusplus
 } /* extern "C" */

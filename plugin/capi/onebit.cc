@@ -1,8 +1,12 @@
 // The C ABI of include/onebit/onebit.h.
 #include "onebit/onebit.h"
 
+#include <functional>
+#include <memory>
+
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
+#include "plugin/engine/communicator.h"
 
 namespace onebit {
 
@@ -38,6 +42,133 @@ onebit_result_t onebit_cpu_kernels(const char** name) {
     ONEBIT_CHECK(name != nullptr, ONEBIT_INVALID_ARGUMENT, "name is NULL");
     *name = onebit::kernels::cpu_kernels().name;
   });
+}
+
+}  // extern "C"
+
+// ---- communicators, tags, allreduce ----
+
+struct onebit_comm {
+  std::unique_ptr<onebit::Communicator> impl;
+};
+
+namespace {
+
+onebit::kernels::Dtype to_dtype(onebit_dtype_t dtype) {
+  switch (dtype) {
+    case ONEBIT_FLOAT32: return onebit::kernels::Dtype::kFloat32;
+    case ONEBIT_FLOAT16: return onebit::kernels::Dtype::kFloat16;
+    case ONEBIT_BFLOAT16: return onebit::kernels::Dtype::kBFloat16;
+  }
+  onebit::fail(ONEBIT_INVALID_ARGUMENT, "unknown dtype ", static_cast<int>(dtype),
+               " (ONEBIT_FLOAT32, ONEBIT_FLOAT16 or ONEBIT_BFLOAT16)");
+}
+
+onebit::ReduceOp to_op(onebit_op_t op) {
+  switch (op) {
+    case ONEBIT_SUM: return onebit::ReduceOp::kSum;
+    case ONEBIT_AVG: return onebit::ReduceOp::kAvg;
+  }
+  onebit::fail(ONEBIT_INVALID_ARGUMENT, "unknown op ", static_cast<int>(op), " (ONEBIT_SUM or ONEBIT_AVG)");
+}
+
+onebit::Communicator& checked(onebit_comm_t comm) {
+  ONEBIT_CHECK(comm != nullptr && comm->impl != nullptr, ONEBIT_INVALID_ARGUMENT, "comm is NULL");
+  return *comm->impl;
+}
+
+onebit_result_t make_comm(const char* entry, onebit_comm_t* comm, const std::function<onebit::CommSetup()>& setup) {
+  return onebit::abi_guard(entry, [&] {
+    ONEBIT_CHECK(comm != nullptr, ONEBIT_INVALID_ARGUMENT, "comm is NULL");
+    *comm = nullptr;
+    auto made = std::make_unique<onebit_comm>();
+    made->impl = std::make_unique<onebit::Communicator>(setup());
+    *comm = made.release();
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+onebit_result_t onebit_comm_init(onebit_comm_t* comm, int rank, int size, const char* root) {
+  return onebit_comm_init_config(comm, rank, size, root, nullptr);
+}
+
+onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size, const char* root,
+                                        const onebit_config_t* config) {
+  return make_comm("onebit_comm_init_config", comm, [&] {
+    ONEBIT_CHECK(root != nullptr || size == 1, ONEBIT_INVALID_ARGUMENT, "root is NULL");
+    onebit::CommSetup setup;
+    setup.rank = rank;
+    setup.size = size;
+    setup.root = root != nullptr ? root : "";
+    if (config != nullptr) {
+      ONEBIT_CHECK(config->timeout_ms >= 0 && config->sockets_per_peer >= 0, ONEBIT_INVALID_ARGUMENT,
+                   "config: timeout_ms ", config->timeout_ms, " and sockets_per_peer ", config->sockets_per_peer,
+                   " must not be negative");
+      setup.timeout_ms = config->timeout_ms;
+      setup.sockets_per_peer = config->sockets_per_peer;
+      setup.socket_ifname = config->socket_ifname != nullptr ? config->socket_ifname : "";
+    }
+    return setup;
+  });
+}
+
+onebit_result_t onebit_comm_init_env(onebit_comm_t* comm) {
+  return make_comm("onebit_comm_init_env", comm, [] { return onebit::CommSetup::from_environment(); });
+}
+
+onebit_result_t onebit_comm_destroy(onebit_comm_t comm) {
+  return onebit::abi_guard("onebit_comm_destroy", [&] { delete comm; });
+}
+
+onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank) {
+  return onebit::abi_guard("onebit_comm_rank", [&] {
+    ONEBIT_CHECK(rank != nullptr, ONEBIT_INVALID_ARGUMENT, "rank is NULL");
+    *rank = checked(comm).rank();
+  });
+}
+
+onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size) {
+  return onebit::abi_guard("onebit_comm_size", [&] {
+    ONEBIT_CHECK(size != nullptr, ONEBIT_INVALID_ARGUMENT, "size is NULL");
+    *size = checked(comm).size();
+  });
+}
+
+onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats) {
+  return onebit::abi_guard("onebit_comm_stats", [&] {
+    ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");
+    *stats = checked(comm).stats();
+  });
+}
+
+onebit_result_t onebit_tag(const char* name, void* ptr, size_t count, onebit_dtype_t dtype) {
+  return onebit::abi_guard("onebit_tag", [&] {
+    ONEBIT_CHECK(name != nullptr, ONEBIT_INVALID_ARGUMENT, "name is NULL");
+    onebit::TagRegistry::instance().tag(name, ptr, count, to_dtype(dtype));
+  });
+}
+
+onebit_result_t onebit_untag(void* ptr) {
+  return onebit::abi_guard("onebit_untag", [&] { onebit::TagRegistry::instance().untag(ptr); });
+}
+
+onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent) {
+  return onebit::abi_guard("onebit_tag_stats", [&] {
+    ONEBIT_CHECK(name != nullptr && calls != nullptr && bytes_sent != nullptr, ONEBIT_INVALID_ARGUMENT,
+                 "name, calls and bytes_sent must not be NULL");
+    auto tag = onebit::TagRegistry::instance().find_name(name);
+    ONEBIT_CHECK(tag != nullptr, ONEBIT_INVALID_ARGUMENT, "no tag named '", name, "'");
+    std::lock_guard<std::mutex> lock(tag->busy);
+    *calls = tag->calls;
+    *bytes_sent = tag->bytes_sent;
+  });
+}
+
+onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype, onebit_op_t op) {
+  return onebit::abi_guard("onebit_allreduce", [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });
 }
 
 }  // extern "C"

@@ -1,0 +1,44 @@
+// A zero-initialised, 64-byte aligned array: scratch and error-state storage. 64 bytes so that the
+// kernels' non-temporal stores apply to every chunk (see kernels/cpu/avx512.cc).
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <utility>
+
+namespace onebit {
+
+template <typename T>
+class AlignedBuffer {
+ public:
+  AlignedBuffer() = default;
+  explicit AlignedBuffer(std::size_t n) { resize(n); }
+  AlignedBuffer(AlignedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  AlignedBuffer& operator=(AlignedBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    return *this;
+  }
+  ~AlignedBuffer() { std::free(data_); }
+
+  // Grows (never shrinks) and zeroes the whole buffer when it grows.
+  void resize(std::size_t n) {
+    if (n <= size_ && data_ != nullptr) return;
+    std::free(data_);
+    const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64 + 64;
+    data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+    if (data_ == nullptr) throw std::bad_alloc();
+    std::memset(static_cast<void*>(data_), 0, bytes);
+    size_ = n;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  std::size_t size() const { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace onebit

@@ -1,0 +1,115 @@
+#include "plugin/engine/communicator.h"
+
+#include <cstdlib>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/params.h"
+
+namespace onebit {
+namespace {
+
+std::atomic<std::uint64_t> next_comm_id{1};
+
+// The first of these variables that is set, as an int; -1 if none.
+int first_int(std::initializer_list<const char*> names, std::string* from) {
+  for (const char* name : names) {
+    const char* text = std::getenv(name);
+    if (text == nullptr || *text == '\0') continue;
+    char* end = nullptr;
+    const long value = std::strtol(text, &end, 10);
+    ONEBIT_CHECK(*end == '\0' && value >= 0 && value < (1 << 24), ONEBIT_INVALID_ARGUMENT, name, "='", text,
+                 "' is not a rank or size");
+    *from = name;
+    return static_cast<int>(value);
+  }
+  return -1;
+}
+
+}  // namespace
+
+CommSetup CommSetup::from_environment() {
+  CommSetup setup;
+  std::string rank_from = "ONEBIT_RANK", size_from = "ONEBIT_WORLD_SIZE";
+  setup.rank = static_cast<int>(param::Rank());
+  if (setup.rank < 0) setup.rank = first_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_from);
+  setup.size = static_cast<int>(param::WorldSize());
+  if (setup.size < 0) setup.size = first_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &size_from);
+  ONEBIT_CHECK(setup.rank >= 0, ONEBIT_INVALID_ARGUMENT,
+               "no rank in the environment: set ONEBIT_RANK (or run under torchrun, mpirun or srun)");
+  ONEBIT_CHECK(setup.size >= 1, ONEBIT_INVALID_ARGUMENT,
+               "no world size in the environment: set ONEBIT_WORLD_SIZE (or run under torchrun, mpirun or srun)");
+  setup.root = param::Root();
+  if (setup.root.empty()) {
+    const char* master = std::getenv("MASTER_ADDR");
+    ONEBIT_CHECK(master != nullptr && *master != '\0', ONEBIT_INVALID_ARGUMENT,
+                 "no bootstrap address: set ONEBIT_ROOT=host:port (rank 0's host) or MASTER_ADDR");
+    const std::string host = master;
+    const std::string port = std::to_string(param::RootPort());
+    setup.root = host.find(':') != std::string::npos ? "[" + host + "]:" + port : host + ":" + port;
+  }
+  ONEBIT_LOG(INFO, "communicator from the environment: rank ", setup.rank, " (", rank_from, ") of ", setup.size,
+             " (", size_from, "), root ", setup.root);
+  return setup;
+}
+
+namespace {
+tcp::TransportOptions transport_options(const CommSetup& setup) {
+  tcp::TransportOptions options;
+  options.sockets_per_peer =
+      setup.sockets_per_peer > 0 ? setup.sockets_per_peer : static_cast<int>(param::SocketsPerPeer());
+  const std::int64_t timeout = setup.timeout_ms > 0 ? setup.timeout_ms : param::TimeoutMs();
+  ONEBIT_CHECK(timeout > 0, ONEBIT_INVALID_ARGUMENT, "ONEBIT_TIMEOUT_MS=", timeout, " must be positive");
+  options.timeout = std::chrono::milliseconds(timeout);
+  options.ifname = setup.socket_ifname.empty() ? param::SocketIfname() : setup.socket_ifname;
+  return options;
+}
+
+int checked_size(const CommSetup& s) {
+  ONEBIT_CHECK(s.size >= 1, ONEBIT_INVALID_ARGUMENT, "size ", s.size, " must be at least 1");
+  ONEBIT_CHECK(s.rank >= 0 && s.rank < s.size, ONEBIT_INVALID_ARGUMENT, "rank ", s.rank, " is out of range for size ",
+               s.size);
+  return s.size;
+}
+}  // namespace
+
+Communicator::Communicator(const CommSetup& setup)
+    : id_(next_comm_id++),
+      transport_(setup.rank, checked_size(setup),
+                 setup.size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root"), transport_options(setup)),
+      kernels_(kernels::cpu_kernels()) {}
+
+Communicator::~Communicator() { TagRegistry::instance().forget_communicator(id_); }
+
+std::string Communicator::where() const {
+  return "rank " + std::to_string(rank()) + "/" + std::to_string(size());
+}
+
+tcp::Deadline Communicator::call_deadline() const { return tcp::Clock::now() + transport_.options().timeout; }
+
+void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op) {
+  ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ", count);
+  std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
+  if (tag && count > 0) {
+    ONEBIT_CHECK(tag->count == count && tag->dtype == dtype, ONEBIT_INVALID_ARGUMENT, where(), ": buffer ", buffer,
+                 " is tagged '", tag->name, "' with ", tag->count, " elements of ", kernels::dtype_name(tag->dtype),
+                 " but the call passes ", count, " elements of ", kernels::dtype_name(dtype));
+    compressed_allreduce(*tag, buffer, count, dtype, op);
+  } else {
+    ring_allreduce(buffer, count, dtype, op);
+  }
+}
+
+onebit_stats_t Communicator::stats() const {
+  const tcp::TransportStats t = transport_.stats();
+  onebit_stats_t s{};
+  s.compressed_calls = compressed_calls_;
+  s.full_precision_calls = full_precision_calls_;
+  s.bytes_sent = t.bytes_sent;
+  s.bytes_received = t.bytes_received;
+  s.compressed_bytes_sent = compressed_bytes_;
+  s.full_precision_bytes_sent = full_precision_bytes_;
+  return s;
+}
+
+}  // namespace onebit

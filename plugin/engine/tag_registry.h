@@ -1,0 +1,76 @@
+// The process-wide tag registry: which buffers are compressed, and their error-feedback state.
+//
+// A tag is a stable name (the tensor's), not a pointer: the state survives re-tagging the name at a
+// new pointer, and is freed by untag. The state of a tag is kept per communicator (its server
+// chunk depends on the communicator's rank and size).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "plugin/engine/aligned_buffer.h"
+#include "transport/tcp/tcp_transport.h"
+#include <vector>
+
+namespace onebit {
+
+// One tag's error feedback on one communicator, in the kernels' one-pass form: worker[current]
+// holds the stored y of the last call and worker_scale its scale; the other buffer receives the
+// next call's values, and a successful call commits by flipping `current`. Likewise the server.
+struct TagState {
+  AlignedBuffer<float> worker[2];
+  AlignedBuffer<float> server[2];
+  int current = 0;
+  float worker_scale = 0.0f;
+  float server_scale = 0.0f;
+  std::uint64_t seq = 0;  // calls of this tag on this communicator; part of every message key
+
+  // Scratch, reused by every call.
+  AlignedBuffer<std::uint8_t> packed;         // this rank's bits of the whole buffer
+  AlignedBuffer<std::uint8_t> received;       // W × chunk bits, from each rank (server stage)
+  AlignedBuffer<float> scales;                // W worker scales
+  AlignedBuffer<std::uint8_t> results;        // W × (8 + chunk bits): every server's result
+  std::vector<tcp::Request> requests;         // 6·(W−1), sized once
+  std::vector<tcp::Request*> stage1, all;     // what the call waits for
+  std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
+};
+
+struct Tag {
+  std::string name;
+  std::uint64_t id = 0;  // FNV-1a of the name; never 0 (0 is the untagged stream)
+  std::size_t count = 0;
+  kernels::Dtype dtype = kernels::Dtype::kFloat32;
+  void* ptr = nullptr;
+
+  std::mutex busy;  // held for the duration of a call: one call per tag at a time
+  std::map<std::uint64_t, std::unique_ptr<TagState>> states;  // by communicator id
+  std::uint64_t calls = 0;
+  std::uint64_t bytes_sent = 0;
+};
+
+class TagRegistry {
+ public:
+  static TagRegistry& instance();
+
+  // Throws Error(ONEBIT_INVALID_ARGUMENT) naming the conflict.
+  void tag(const std::string& name, void* ptr, std::size_t count, kernels::Dtype dtype);
+  void untag(void* ptr);
+  // The tag of exactly this pointer, or null.
+  std::shared_ptr<Tag> find(const void* ptr) const;
+  std::shared_ptr<Tag> find_name(const std::string& name) const;
+  // Frees every state a communicator owns (on destroy).
+  void forget_communicator(std::uint64_t comm_id);
+
+  static std::uint64_t id_of(const std::string& name);
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::string, std::shared_ptr<Tag>> by_name_;
+  std::map<const void*, std::shared_ptr<Tag>> by_ptr_;
+};
+
+}  // namespace onebit

@@ -1,0 +1,571 @@
+// The engine through the shipped C ABI (libonebit.so), with ranks as real processes on loopback.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <sched.h>
+#include <vector>
+
+#include "onebit/onebit.h"
+#include "tests/engine/multiprocess.h"
+
+namespace onebit::testing {
+namespace {
+
+// ---- the float64 reference of algorithm.md ----
+
+// W ranks' error feedback for one tag, in float64. step() takes every rank's input of one call and
+// returns the output every rank must get. Elements whose sign is ambiguous in the reference (|y| or
+// |z| within 1e-6 of its scale), where float32 may legitimately choose the other sign, are marked
+// and excluded from later comparisons; tests check that they are rare.
+class Reference {
+ public:
+  Reference(int world, std::size_t n) : world_(world), n_(n), e_(world, std::vector<double>(n, 0.0)), ambiguous_(n, 0) {
+    chunk_ = ((n + world - 1) / world + 7) / 8 * 8;
+    for (int j = 0; j < world; ++j) s_.emplace_back(length(j), 0.0);
+  }
+  std::size_t begin(int j) const { return std::min(n_, j * chunk_); }
+  std::size_t length(int j) const { return std::min(n_, begin(j) + chunk_) - begin(j); }
+
+  std::vector<double> step(const std::vector<std::vector<float>>& x, bool sum) {
+    if (world_ == 1) return std::vector<double>(x[0].begin(), x[0].end());
+    std::vector<double> a(world_);
+    std::vector<std::vector<double>> y(world_, std::vector<double>(n_));
+    for (int r = 0; r < world_; ++r) {
+      double squares = 0;
+      for (std::size_t i = 0; i < n_; ++i) y[r][i] = x[r][i] + e_[r][i], squares += y[r][i] * y[r][i];
+      a[r] = n_ == 0 ? 0 : std::sqrt(squares / n_);
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (std::fabs(y[r][i]) <= 1e-6 * a[r]) ambiguous_[i] = 1;
+        e_[r][i] = y[r][i] - a[r] * sign(y[r][i]);
+      }
+    }
+    std::vector<double> out(n_);
+    for (int j = 0; j < world_; ++j) {
+      std::vector<double> z(length(j));
+      double squares = 0;
+      for (std::size_t k = 0; k < length(j); ++k) {
+        const std::size_t i = begin(j) + k;
+        double mean = 0;
+        for (int r = 0; r < world_; ++r) mean += a[r] * sign(y[r][i]);
+        z[k] = mean / world_ + s_[j][k];
+        squares += z[k] * z[k];
+      }
+      const double b = length(j) == 0 ? 0 : std::sqrt(squares / length(j));
+      for (std::size_t k = 0; k < length(j); ++k) {
+        const std::size_t i = begin(j) + k;
+        if (std::fabs(z[k]) <= 1e-6 * b) ambiguous_[i] = 1;
+        s_[j][k] = z[k] - b * sign(z[k]);
+        out[i] = b * sign(z[k]) * (sum ? world_ : 1);
+      }
+    }
+    return out;
+  }
+  const std::vector<char>& ambiguous() const { return ambiguous_; }
+
+ private:
+  static double sign(double v) { return v >= 0 ? 1.0 : -1.0; }
+  int world_;
+  std::size_t n_, chunk_;
+  std::vector<std::vector<double>> e_, s_;
+  std::vector<char> ambiguous_;
+};
+
+std::vector<float> input(int rank, int call, std::size_t n, unsigned salt) {
+  std::mt19937 rng(static_cast<unsigned>(rank * 7919 + call * 104729) ^ salt);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = normal(rng) + 0.1f * static_cast<float>(rank);
+  return x;
+}
+
+// Compares one rank's output with the reference; returns the number of ambiguous elements seen.
+std::size_t expect_matches(const float* out, const std::vector<double>& ref, const std::vector<char>& ambiguous,
+                           const std::string& where) {
+  std::size_t skipped = 0;
+  for (std::size_t i = 0; i < ref.size(); ++i) {
+    if (ambiguous[i]) {
+      ++skipped;
+      continue;
+    }
+    if (std::fabs(out[i] - ref[i]) > 1e-4 * std::fabs(ref[i]) + 1e-30) {
+      ADD_FAILURE() << where << ": element " << i << " is " << out[i] << ", the float64 reference says " << ref[i];
+      return skipped;
+    }
+  }
+  return skipped;
+}
+
+std::string root_at(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+// A rank's result record in shared memory, for error tests.
+struct Record {
+  int code;
+  char message[1024];
+  void set(onebit_result_t result) {
+    code = result;
+    std::snprintf(message, sizeof(message), "%s", onebit_last_error());
+  }
+};
+
+onebit_comm_t join(int rank, int world, int port) {
+  onebit_comm_t comm = nullptr;
+  if (onebit_comm_init(&comm, rank, world, root_at(port).c_str()) != ONEBIT_SUCCESS) {
+    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, onebit_last_error());
+    std::_Exit(90);
+  }
+  return comm;
+}
+
+// ---- compressed allreduce against the reference ----
+
+void run_against_reference(int world, const std::vector<std::size_t>& sizes, int calls, onebit_op_t op) {
+  std::size_t total = 0;
+  for (std::size_t n : sizes) total += n;
+  SharedMemory outputs(total * calls * world * sizeof(float));
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::size_t offset = 0;
+    for (std::size_t n : sizes) {
+      std::vector<float> buffer(n);
+      const std::string name = "m" + std::to_string(n);
+      if (onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 2;
+      for (int call = 0; call < calls; ++call) {
+        const std::vector<float> x = input(rank, call, n, static_cast<unsigned>(n));
+        std::copy(x.begin(), x.end(), buffer.begin());
+        if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) {
+          std::fprintf(stderr, "rank %d n=%zu call %d: %s\n", rank, n, call, onebit_last_error());
+          return 4;
+        }
+        std::memcpy(outputs.as<float>() + ((offset * calls + call * n) * world + rank * n), buffer.data(), n * 4);
+      }
+      if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 5;  // before the memory is freed and reused
+      offset += n;
+    }
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << " of " << world;
+
+  std::size_t offset = 0;
+  for (std::size_t n : sizes) {
+    Reference reference(world, n);
+    std::size_t ambiguous = 0;
+    for (int call = 0; call < calls; ++call) {
+      std::vector<std::vector<float>> x;
+      for (int r = 0; r < world; ++r) x.push_back(input(r, call, n, static_cast<unsigned>(n)));
+      const std::vector<double> ref = reference.step(x, op == ONEBIT_SUM);
+      const float* rank0 = outputs.as<float>() + (offset * calls + call * n) * world;
+      for (int r = 0; r < world; ++r) {
+        const float* out = rank0 + r * n;
+        ASSERT_EQ(0, std::memcmp(out, rank0, n * 4)) << "rank " << r << " disagrees with rank 0, W=" << world << " n=" << n;
+        ambiguous = expect_matches(out, ref, reference.ambiguous(), "W=" + std::to_string(world) + " n=" +
+                                                                        std::to_string(n) + " call " + std::to_string(call));
+      }
+    }
+    EXPECT_LE(ambiguous, n / 10000 + 1) << "too many sign-ambiguous elements, W=" << world << " n=" << n;
+    offset += n;
+  }
+}
+
+
+TEST(CompressedAllreduce, MatchesFloat64ReferenceOverConsecutiveCalls) {
+  for (int world : {1, 2, 3, 4, 5, 8}) {
+    const std::size_t edge = 8 * static_cast<std::size_t>(world) - 1;  // n < 8W: empty chunks
+    run_against_reference(world, {0, 1, 7, edge, 1009, 65537, 100003}, 3, ONEBIT_AVG);
+  }
+}
+
+TEST(CompressedAllreduce, MatchesReferenceAt64MiElements) {
+  run_against_reference(2, {std::size_t{64} << 20}, 3, ONEBIT_AVG);
+}
+
+TEST(CompressedAllreduce, SumIsWorldTimesAverage) {
+  const int world = 3;
+  const std::size_t n = 1001;
+  SharedMemory outputs(2 * world * n * sizeof(float));
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> avg = input(rank, 0, n, 5), sum = avg;
+    onebit_tag("avg", avg.data(), n, ONEBIT_FLOAT32);
+    onebit_tag("sum", sum.data(), n, ONEBIT_FLOAT32);
+    if (onebit_allreduce(comm, avg.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    if (onebit_allreduce(comm, sum.data(), n, ONEBIT_FLOAT32, ONEBIT_SUM) != ONEBIT_SUCCESS) return 3;
+    std::memcpy(outputs.as<float>() + rank * 2 * n, avg.data(), n * 4);
+    std::memcpy(outputs.as<float>() + rank * 2 * n + n, sum.data(), n * 4);
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+  for (int r = 0; r < world; ++r) {
+    const float* avg = outputs.as<float>() + r * 2 * n;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(avg[n + i], 3.0f * avg[i]) << "rank " << r << " i=" << i;
+  }
+}
+
+TEST(CompressedAllreduce, UntagResetsTheErrorState) {
+  const int world = 2;
+  const std::size_t n = 4099;
+  SharedMemory outputs(2 * world * n * sizeof(float));
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer = input(rank, 0, n, 9);
+    onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32);
+    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    std::memcpy(outputs.as<float>() + rank * 2 * n, buffer.data(), n * 4);
+    for (int call = 1; call < 3; ++call) {  // build up error state
+      const auto x = input(rank, call, n, 9);
+      std::copy(x.begin(), x.end(), buffer.begin());
+      if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 3;
+    }
+    if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 4;
+    if (onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 5;
+    const std::vector<float> first = input(rank, 0, n, 9);
+    std::copy(first.begin(), first.end(), buffer.begin());
+    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 6;
+    std::memcpy(outputs.as<float>() + rank * 2 * n + n, buffer.data(), n * 4);
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+  for (int r = 0; r < world; ++r) {
+    const float* run = outputs.as<float>() + r * 2 * n;
+    EXPECT_EQ(0, std::memcmp(run, run + n, n * 4)) << "rank " << r << ": after untag the first call's result differs";
+  }
+}
+
+TEST(CompressedAllreduce, ConcurrentTagsFromThreads) {
+  const int world = 3, calls = 3;
+  const std::size_t n = 50021;
+  SharedMemory outputs(2 * calls * world * n * sizeof(float));
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    int failures = 0;
+    auto worker = [&](int t) {
+      std::vector<float> buffer(n);
+      const std::string name = "thread" + std::to_string(t);
+      onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32);
+      for (int call = 0; call < calls; ++call) {
+        const std::vector<float> x = input(rank, call, n, 100 + t);
+        std::copy(x.begin(), x.end(), buffer.begin());
+        if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) ++failures;
+        std::memcpy(outputs.as<float>() + ((t * calls + call) * world + rank) * n, buffer.data(), n * 4);
+      }
+    };
+    std::thread a(worker, 0), b(worker, 1);
+    a.join();
+    b.join();
+    onebit_comm_destroy(comm);
+    return failures;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+  for (int t = 0; t < 2; ++t) {
+    Reference reference(world, n);
+    for (int call = 0; call < calls; ++call) {
+      std::vector<std::vector<float>> x;
+      for (int r = 0; r < world; ++r) x.push_back(input(r, call, n, 100 + t));
+      const auto ref = reference.step(x, false);
+      for (int r = 0; r < world; ++r) {
+        expect_matches(outputs.as<float>() + ((t * calls + call) * world + r) * n, ref, reference.ambiguous(),
+                       "thread " + std::to_string(t) + " call " + std::to_string(call));
+      }
+    }
+  }
+}
+
+TEST(CompressedAllreduce, ErrorFeedbackTracksTheTrueAverage) {
+  // Σ_t output_t − Σ_t mean_t stays bounded (it is the error states), so its size relative to
+  // Σ_t mean_t shrinks as calls accumulate. Inputs share a common signal so the sums grow.
+  const int world = 4, calls = 60;
+  const std::size_t n = 4096;
+  SharedMemory outputs(calls * n * sizeof(float));
+  const int port = free_port();
+  auto signal_input = [&](int rank, int call) {
+    std::vector<float> x = input(rank, call, n, 77);
+    for (std::size_t i = 0; i < n; ++i) x[i] = 0.2f * x[i] + std::sin(0.001f * static_cast<float>(i));
+    return x;
+  };
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer(n);
+    onebit_tag("g", buffer.data(), n, ONEBIT_FLOAT32);
+    for (int call = 0; call < calls; ++call) {
+      const auto x = signal_input(rank, call);
+      std::copy(x.begin(), x.end(), buffer.begin());
+      if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+      if (rank == 0) std::memcpy(outputs.as<float>() + call * n, buffer.data(), n * 4);
+    }
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+  std::vector<double> sum_out(n, 0), sum_true(n, 0);
+  std::vector<double> relative;
+  for (int call = 0; call < calls; ++call) {
+    for (int r = 0; r < world; ++r) {
+      const auto x = signal_input(r, call);
+      for (std::size_t i = 0; i < n; ++i) sum_true[i] += x[i] / world;
+    }
+    double diff = 0, norm = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum_out[i] += outputs.as<float>()[call * n + i];
+      diff += (sum_out[i] - sum_true[i]) * (sum_out[i] - sum_true[i]);
+      norm += sum_true[i] * sum_true[i];
+    }
+    relative.push_back(std::sqrt(diff / norm));
+  }
+  EXPECT_LT(relative[calls - 1], relative[4] / 4) << "after 5 calls " << relative[4] << ", after " << calls << " calls "
+                                                  << relative[calls - 1];
+  EXPECT_LT(relative[calls - 1], 0.05);
+}
+
+// ---- the full-precision ring ----
+
+TEST(RingAllreduce, ExactForIntegerInputs) {
+  for (int world : {2, 3, 5}) {
+    const std::vector<std::size_t> sizes = {0, 1, 7, 100003};
+    const int port = free_port();
+    auto outcomes = run_ranks(world, [&](int rank) {
+      onebit_comm_t comm = join(rank, world, port);
+      for (std::size_t n : sizes) {
+        for (onebit_op_t op : {ONEBIT_SUM, ONEBIT_AVG}) {
+          std::vector<float> buffer(n);
+          for (std::size_t i = 0; i < n; ++i) buffer[i] = static_cast<float>((i * 31 + rank * 17) % 1000) - 500.0f;
+          if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) return 2;
+          for (std::size_t i = 0; i < n; ++i) {
+            float sum = 0;
+            for (int r = 0; r < world; ++r) sum += static_cast<float>((i * 31 + r * 17) % 1000) - 500.0f;
+            const float expected = op == ONEBIT_SUM ? sum : sum / static_cast<float>(world);
+            if (buffer[i] != expected) {
+              std::fprintf(stderr, "rank %d W=%d n=%zu op=%d i=%zu: %g != %g\n", rank, world, n, int(op), i, buffer[i], expected);
+              return 3;
+            }
+          }
+          std::vector<std::uint16_t> half(n);  // fp16: small integers are exact
+          for (std::size_t i = 0; i < n; ++i) {
+            const std::uint16_t values[] = {0x3C00, 0x4000, 0x4200, 0xC000};  // 1, 2, 3, -2
+            half[i] = values[(i + rank) % 4];
+          }
+          if (onebit_allreduce(comm, half.data(), n, ONEBIT_FLOAT16, ONEBIT_SUM) != ONEBIT_SUCCESS) return 4;
+        }
+      }
+      onebit_comm_destroy(comm);
+      return 0;
+    });
+    for (int r = 0; r < world; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << " of " << world;
+  }
+}
+
+// ---- errors ----
+
+TEST(Errors, BadArgumentsAreReportedAndChangeNothing) {
+  onebit_comm_t comm = nullptr;
+  EXPECT_EQ(onebit_comm_init(nullptr, 0, 1, "127.0.0.1:1"), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_comm_init(&comm, 3, 2, "127.0.0.1:1"), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("rank 3 is out of range for size 2"), std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_comm_init(&comm, 0, 2, "no-port-here"), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("not host:port"), std::string::npos) << onebit_last_error();
+  ASSERT_EQ(onebit_comm_init(&comm, 0, 1, nullptr), ONEBIT_SUCCESS) << onebit_last_error();
+
+  std::vector<float> buffer = {1, 2, 3, 4};
+  const std::vector<float> before = buffer;
+  EXPECT_EQ(onebit_allreduce(nullptr, buffer.data(), 4, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_allreduce(comm, nullptr, 4, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, static_cast<onebit_dtype_t>(7), ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("unknown dtype 7"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, ONEBIT_FLOAT32, static_cast<onebit_op_t>(9)), ONEBIT_INVALID_ARGUMENT);
+  ASSERT_EQ(onebit_tag("t", buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 3, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("tagged 't' with 4 elements of float32 but the call passes 3"),
+            std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_tag("t", buffer.data(), 5, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_tag("other", buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_tag(nullptr, buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_untag(&buffer[1]), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("is not tagged"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(buffer, before);
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, ONEBIT_FLOAT32, ONEBIT_AVG), ONEBIT_SUCCESS);
+  EXPECT_EQ(buffer, before) << "one rank: the average is the buffer";
+  EXPECT_STREQ(onebit_last_error(), "");
+  EXPECT_EQ(onebit_untag(buffer.data()), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_comm_destroy(comm), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_comm_destroy(nullptr), ONEBIT_SUCCESS);
+}
+
+TEST(Errors, NaNInATaggedBufferFailsEveryRankAndChangesNothing) {
+  const int world = 3;
+  const std::size_t n = 2000;
+  SharedMemory shared(world * (sizeof(Record) + 2 * n * sizeof(float)));
+  auto* records = shared.as<Record>();
+  auto* outputs = reinterpret_cast<float*>(records + world);
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer = input(rank, 0, n, 3);
+    onebit_tag("p", buffer.data(), n, ONEBIT_FLOAT32);
+    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    // Call 1 with a NaN on rank 1: everyone fails, nothing changes.
+    std::vector<float> poisoned = input(rank, 1, n, 3);
+    if (rank == 1) poisoned[1234] = NAN;
+    std::copy(poisoned.begin(), poisoned.end(), buffer.begin());
+    records[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::memcmp(&buffer[i], &poisoned[i], 4) != 0) return 3;  // the buffer is untouched
+    }
+    // The same call with clean data then gives what a run without the failed call gives.
+    const auto clean = input(rank, 1, n, 3);
+    std::copy(clean.begin(), clean.end(), buffer.begin());
+    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 4;
+    std::memcpy(outputs + rank * 2 * n, buffer.data(), n * 4);
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(records[r].code, ONEBIT_NUMERIC_ERROR) << records[r].message;
+    EXPECT_NE(std::string(records[r].message).find("rank 1's input holds NaN or Inf"), std::string::npos)
+        << records[r].message;
+  }
+  Reference reference(world, n);
+  for (int call = 0; call < 2; ++call) {
+    std::vector<std::vector<float>> x;
+    for (int r = 0; r < world; ++r) x.push_back(input(r, call, n, 3));
+    const auto ref = reference.step(x, false);
+    if (call == 1) {
+      for (int r = 0; r < world; ++r) expect_matches(outputs + r * 2 * n, ref, reference.ambiguous(), "after NaN");
+    }
+  }
+}
+
+TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
+  const int world = 2;
+  SharedMemory shared(world * sizeof(Record));
+  auto* records = shared.as<Record>();
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    const std::size_t n = rank == 0 ? 1000 : 1200;
+    std::vector<float> buffer(n, 1.0f);
+    onebit_tag("m", buffer.data(), n, ONEBIT_FLOAT32);
+    records[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
+    for (float v : buffer) {
+      if (v != 1.0f) return 2;
+    }
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    const std::string message = records[r].message;
+    // The rank that sees the other's header reports a mismatch with both counts; the other may see
+    // the connection close first (remote error naming its peer).
+    if (records[r].code == ONEBIT_MISMATCH) {
+      EXPECT_NE(message.find("1000 elements"), std::string::npos) << message;
+      EXPECT_NE(message.find("1200 elements"), std::string::npos) << message;
+    } else {
+      EXPECT_EQ(records[r].code, ONEBIT_REMOTE_ERROR) << message;
+      EXPECT_NE(message.find("rank " + std::to_string(1 - r)), std::string::npos) << message;
+    }
+  }
+  EXPECT_TRUE(records[0].code == ONEBIT_MISMATCH || records[1].code == ONEBIT_MISMATCH);
+}
+
+TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
+  const int world = 3;
+  SharedMemory shared(world * sizeof(Record));
+  auto* records = shared.as<Record>();
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer(100000, 1.0f);
+    onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+    if (rank == 2) ::raise(SIGKILL);  // dies with its connections open, as a crashed trainer does
+    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL);
+  int naming_rank_2 = 0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(records[r].code, ONEBIT_REMOTE_ERROR) << records[r].message;
+    // "rank 2 closed the connection", "lost the connection to rank 2: Connection reset by peer", or
+    // the other survivor's abort naming rank 2. A survivor that had not yet entered the call can
+    // instead see the other survivor leave mid-message, and then names that one.
+    naming_rank_2 += std::string(records[r].message).find("rank 2") != std::string::npos;
+  }
+  EXPECT_GE(naming_rank_2, 1) << records[0].message << "\n" << records[1].message;
+}
+
+TEST(Errors, StalledPeerTimesOutNamingIt) {
+  const int world = 2;
+  SharedMemory shared(world * sizeof(Record) + sizeof(int));
+  auto* records = shared.as<Record>();
+  const int port = free_port();
+  int release[2];
+  ASSERT_EQ(::pipe(release), 0);
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_config_t config{1500, 0, nullptr};
+    onebit_comm_t comm = nullptr;
+    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    std::vector<float> buffer(1000, 1.0f);
+    if (rank == 1) {  // never calls: waits until rank 0 has given up
+      char byte;
+      return ::read(release[0], &byte, 1) == 1 ? 0 : 6;
+    }
+    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
+    [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
+    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+  }, std::chrono::seconds(60));
+  ::close(release[0]);
+  ::close(release[1]);
+  ASSERT_EQ(outcomes[0].exit_code, 0);
+  EXPECT_EQ(records[0].code, ONEBIT_TIMEOUT) << records[0].message;
+  EXPECT_NE(std::string(records[0].message).find("timed out after 1500 ms"), std::string::npos) << records[0].message;
+  EXPECT_NE(std::string(records[0].message).find("rank 1"), std::string::npos) << records[0].message;
+}
+
+TEST(Errors, StrangerAtTheBootstrapRootIsIgnored) {
+  const int world = 2;
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    if (rank == 1) {
+      // Before joining, speak garbage to the root, as a port scanner or a stale job would.
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<std::uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      int fd_try = fd;
+      for (int tries = 0; ::connect(fd_try, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0; ++tries) {
+        // Rank 0 is not listening yet: retry, bounded (and the test's deadline bounds it too).
+        ::close(fd_try);
+        if (tries > 1000000) return 7;
+        ::sched_yield();
+        fd_try = ::socket(AF_INET, SOCK_STREAM, 0);
+      }
+      fd = fd_try;
+      const char garbage[] = "GET / HTTP/1.0\r\n\r\n0123456789abcdefghijklmnopqrstuvwxyz";
+      [[maybe_unused]] ssize_t w = ::write(fd, garbage, sizeof(garbage));
+      ::close(fd);
+    }
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer(10, static_cast<float>(rank));
+    const bool ok = onebit_allreduce(comm, buffer.data(), 10, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
+                    buffer[0] == 1.0f;
+    onebit_comm_destroy(comm);
+    return ok ? 0 : 2;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0);
+  EXPECT_EQ(outcomes[1].exit_code, 0);
+}
+
+}  // namespace
+}  // namespace onebit::testing

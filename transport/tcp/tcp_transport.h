@@ -1,0 +1,131 @@
+// onebit's TCP transport: a full mesh of W ranks, several sockets per peer, messages striped across
+// them, non-blocking sockets driven by one progress thread (epoll) per transport.
+//
+// Its pieces have the shape of NCCL's net API, which the NCCL_NET plugin will wrap: a Listener
+// (listen → handle), connect(handle) and accept with a handshake, and isend / irecv / test on
+// requests. The mesh is built from those at construction, after a bootstrap at the root.
+//
+// Failure model: any error — a peer closing, a bad header, a mismatch, a timeout — breaks the whole
+// transport: every socket is shut down (so peers learn at once), every pending request fails with
+// the first error, and every later request fails with it too. The progress thread touches a
+// request's buffer only while the request is pending; once wait_all returns (or throws), no
+// buffer of any of its requests is touched again.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "transport/tcp/socket.h"
+#include "transport/wire.h"
+
+namespace onebit::tcp {
+
+struct TransportOptions {
+  int sockets_per_peer = 2;
+  std::chrono::milliseconds timeout{300000};
+  std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
+};
+
+// A send or a receive in flight. The caller owns it and keeps it (and its buffer) alive until
+// wait_all has returned or thrown.
+struct Request {
+  enum class State { kIdle, kPending, kDone, kFailed };
+  State state = State::kIdle;
+  bool is_send = false;
+  int peer = -1;
+  wire::MessageKey key;
+  wire::CallShape shape;
+  std::uint8_t* data = nullptr;
+  std::size_t bytes = 0;
+  std::size_t transferred = 0;
+  int pending_segments = 0;
+};
+
+struct TransportStats {
+  std::uint64_t bytes_sent = 0;      // payload and headers
+  std::uint64_t bytes_received = 0;  // payload and headers
+};
+
+class TcpTransport {
+ public:
+  // Rank `rank` of `size` joins the job whose bootstrap root listens at `root` (rank 0 serves it).
+  // Blocks until the mesh is up, or throws (timeout naming the missing ranks, bind errors, ...).
+  TcpTransport(int rank, int size, const Address& root, const TransportOptions& options);
+  ~TcpTransport();
+  TcpTransport(const TcpTransport&) = delete;
+  TcpTransport& operator=(const TcpTransport&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::uint64_t job_id() const { return job_id_; }
+  const TransportOptions& options() const { return options_; }
+
+  void isend(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
+             const void* data, std::size_t bytes);
+  void irecv(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape, void* data,
+             std::size_t bytes);
+  // True once the request has completed; throws its error if it failed.
+  bool test(Request& request);
+
+  // Waits until every request completes. Throws the first failure, or ONEBIT_TIMEOUT (naming the
+  // peer and describe(request) of one still pending) at the deadline; either breaks the transport.
+  void wait_all(const std::vector<Request*>& requests, Deadline deadline,
+                const std::function<std::string(const Request&)>& describe);
+
+  // Breaks the transport (see above). Idempotent: the first error is the one reported.
+  void fail(onebit_result_t code, const std::string& message);
+  bool failed() const;
+
+  TransportStats stats() const;
+
+ private:
+  struct Socket;
+  struct Peer;
+  struct Unexpected;
+
+  void bootstrap_and_connect(const Address& root);
+  // Fills in a request; false (request failed) when the transport is already broken.
+  bool start_locked(Request& request, bool is_send, int peer, const wire::MessageKey& key,
+                    const wire::CallShape& shape, void* data, std::size_t bytes);
+  void fail_left_peer_locked(Request& request, int peer);
+  void progress_loop();
+  void handle_readable(Socket& socket);
+  void handle_writable(Socket& socket);
+  void on_end_of_stream(Socket& socket);
+  void on_segment_header(Socket& socket, const wire::SegmentHeader& header);
+  void on_segment_done(Socket& socket);
+  void complete(Request& request);
+  void update_interest(Socket& socket);
+  void fail_locked(onebit_result_t code, const std::string& message);
+  [[noreturn]] void throw_failure_locked() const;
+  std::string peer_name(int peer) const;
+
+  const int rank_;
+  const int size_;
+  const TransportOptions options_;
+  std::uint64_t job_id_ = 0;
+
+  mutable std::mutex mutex_;
+  std::condition_variable completed_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  Fd epoll_;
+  Fd wakeup_;  // eventfd: tells the progress thread to stop
+  std::thread progress_;
+  bool stopping_ = false;
+  bool failed_ = false;
+  onebit_result_t failure_code_ = ONEBIT_SUCCESS;
+  std::string failure_message_;
+  TransportStats stats_;
+};
+
+}  // namespace onebit::tcp

@@ -1,0 +1,167 @@
+// onebit's wire format (docs/wire_format.md): fixed-size little-endian records, encoded and decoded
+// field by field so that no struct layout or host byte order leaks onto the network. Every record
+// starts with a magic and the protocol version; a decoder rejects anything else with a message
+// that says what it saw.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace onebit::wire {
+
+constexpr std::uint16_t kProtocolVersion = 1;
+constexpr std::uint32_t kHelloMagic = 0x4F424831;      // "OBH1": data-connection handshake
+constexpr std::uint32_t kBootstrapMagic = 0x4F424231;  // "OBB1": rank <-> root exchange
+constexpr std::uint32_t kMessageMagic = 0x4F424D31;    // "OBM1": a message segment
+
+// Little-endian field packing.
+class Writer {
+ public:
+  explicit Writer(std::uint8_t* out) : out_(out) {}
+  template <typename T>
+  Writer& put(T value) {
+    for (std::size_t i = 0; i < sizeof(T); ++i) out_[pos_++] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(value) >> (8 * i));
+    return *this;
+  }
+  Writer& bytes(const void* data, std::size_t n) {
+    std::memcpy(out_ + pos_, data, n);
+    pos_ += n;
+    return *this;
+  }
+  std::size_t size() const { return pos_; }
+
+ private:
+  std::uint8_t* out_;
+  std::size_t pos_ = 0;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::uint8_t* in) : in_(in) {}
+  template <typename T>
+  T get() {
+    std::uint64_t value = 0;
+    for (std::size_t i = 0; i < sizeof(T); ++i) value |= static_cast<std::uint64_t>(in_[pos_++]) << (8 * i);
+    return static_cast<T>(value);
+  }
+  void bytes(void* data, std::size_t n) {
+    std::memcpy(data, in_ + pos_, n);
+    pos_ += n;
+  }
+
+ private:
+  const std::uint8_t* in_;
+  std::size_t pos_ = 0;
+};
+
+// First record on every data connection, sent by the connecting side.
+struct Hello {
+  static constexpr std::size_t kSize = 32;
+  std::uint32_t magic = kHelloMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t socket_index = 0;      // which of the pair's sockets this is
+  std::uint16_t sockets_per_peer = 0;  // both sides must agree
+  std::uint64_t job_id = 0;            // chosen by the root at bootstrap
+  std::uint32_t from_rank = 0;
+  std::uint32_t to_rank = 0;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  // Throws Error(ONEBIT_REMOTE_ERROR) naming what is wrong: magic, version.
+  static Hello decode(const std::uint8_t* in, const std::string& from);
+};
+
+// An IPv4/IPv6 address and port in 20 bytes: family (4 or 6), port, 16 address bytes.
+struct WireAddress {
+  static constexpr std::size_t kSize = 20;
+  std::uint16_t family = 0;
+  std::uint16_t port = 0;
+  std::array<std::uint8_t, 16> ip{};
+};
+
+// Rank -> root: who I am and where my data listener is.
+struct BootstrapHello {
+  static constexpr std::size_t kSize = 40;
+  std::uint32_t magic = kBootstrapMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t reserved = 0;
+  std::uint32_t rank = 0;
+  std::uint32_t size = 0;
+  std::uint32_t sockets_per_peer = 0;
+  WireAddress listener;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  static BootstrapHello decode(const std::uint8_t* in, const std::string& from);
+};
+
+// Root -> rank, after all ranks arrived: a status, then (if 0) the job id and every listener.
+// Status != 0 is followed by a u16 length and the error text, and the root closes.
+struct BootstrapReplyHead {
+  static constexpr std::size_t kSize = 20;
+  std::uint32_t magic = kBootstrapMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t status = 0;  // an onebit_result_t
+  std::uint64_t job_id = 0;
+  std::uint32_t size = 0;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  static BootstrapReplyHead decode(const std::uint8_t* in, const std::string& from);
+};
+
+// What a message is, within one collective call.
+enum class Kind : std::uint8_t {
+  kWorkerBits = 1,    // compressed stage 1: chunk `part` of a rank's sign bits, to rank `part`
+  kWorkerScale = 2,   // compressed stage 1: a rank's worker scale (and whether it is finite)
+  kServerResult = 3,  // compressed stage 2: server `part`'s scale and sign bits, to every rank
+  kRingReduce = 4,    // ring reduce-scatter step `part`
+  kRingGather = 5,    // ring allgather step `part`
+  kAbort = 6,         // the sender failed: the payload is its error text; it closes next
+};
+const char* kind_name(Kind kind);
+
+// Identifies a message: the call's stream (the tag's id; 0 for untagged calls), the call's
+// sequence number in that stream, the kind and the part. One message per key and direction.
+struct MessageKey {
+  std::uint64_t stream = 0;
+  std::uint64_t seq = 0;
+  Kind kind = Kind::kWorkerBits;
+  std::uint16_t part = 0;
+  bool operator<(const MessageKey& o) const {
+    if (stream != o.stream) return stream < o.stream;
+    if (seq != o.seq) return seq < o.seq;
+    if (kind != o.kind) return kind < o.kind;
+    return part < o.part;
+  }
+  bool operator==(const MessageKey& o) const {
+    return stream == o.stream && seq == o.seq && kind == o.kind && part == o.part;
+  }
+};
+
+// What both sides must agree on for a key: the whole call's element count, dtype and op.
+struct CallShape {
+  std::uint64_t count = 0;
+  std::uint8_t dtype = 0;
+  std::uint8_t op = 0;
+  bool operator==(const CallShape& o) const { return count == o.count && dtype == o.dtype && op == o.op; }
+};
+
+// The header of one segment of a message (a message is striped over the pair's sockets).
+struct SegmentHeader {
+  static constexpr std::size_t kSize = 64;
+  MessageKey key;
+  CallShape shape;
+  std::uint64_t total_bytes = 0;  // the whole message
+  std::uint64_t offset = 0;       // of this segment in the message
+  std::uint32_t segment_bytes = 0;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  static SegmentHeader decode(const std::uint8_t* in, const std::string& from);
+};
+
+WireAddress to_wire(const ::sockaddr_storage& address);
+void from_wire(const WireAddress& wire, ::sockaddr_storage* address, unsigned* length);
+
+}  // namespace onebit::wire
