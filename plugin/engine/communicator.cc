@@ -90,7 +90,7 @@ tcp::Deadline Communicator::call_deadline() const { return tcp::Clock::now() + t
 void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op) {
   ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ", count);
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
-  if (tag && count > 0) {
+  if (tag) {
     ONEBIT_CHECK(tag->count == count && tag->dtype == dtype, ONEBIT_INVALID_ARGUMENT, where(), ": buffer ", buffer,
                  " is tagged '", tag->name, "' with ", tag->count, " elements of ", kernels::dtype_name(tag->dtype),
                  " but the call passes ", count, " elements of ", kernels::dtype_name(dtype));

@@ -18,9 +18,8 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
   if (world == 1) return;  // sum and average over one rank are the buffer itself
   const std::uint64_t seq = ring_seq_++;
 
-  float* acc = nullptr;
   ring_accumulator_.resize(n);
-  acc = ring_accumulator_.data();
+  float* acc = ring_accumulator_.data();
   switch (dtype) {
     case kernels::Dtype::kFloat32: std::memcpy(acc, buffer, n * sizeof(float)); break;
     case kernels::Dtype::kFloat16:

@@ -54,12 +54,10 @@ struct RankOutcome {
   int exit_code = -1;  // the body's return value, or 128 + signal
 };
 
-// Runs body(rank) in `world` child processes; returns each one's outcome. `started(pids)` runs in the
-// parent once all children exist (to signal one of them, say). Children still running at the
-// deadline are killed and reported as 128 + SIGKILL.
+// Runs body(rank) in `world` child processes; returns each one's outcome. Children still running at
+// the deadline are killed and reported as 128 + SIGKILL.
 inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int)>& body,
-                                          std::chrono::seconds deadline = std::chrono::seconds(120),
-                                          const std::function<void(const std::vector<pid_t>&)>& started = {}) {
+                                          std::chrono::seconds deadline = std::chrono::seconds(120)) {
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = ::fork();
@@ -76,7 +74,6 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int
     }
     pids.push_back(pid);
   }
-  if (started) started(pids);
   std::vector<RankOutcome> outcomes(world);
   // Wait on pidfds with poll: no sleeping, and a hard deadline after which the rest are killed.
   std::vector<pollfd> fds(world);
