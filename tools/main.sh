@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# onebit's main job on one machine. For now: the CPU kernel benchmark (each kernel's memory rate
-# against memcpy, measured side by side); the Ethernet allreduce benchmark replaces it when it lands.
+# onebit's main job on one machine: the allreduce benchmark on emulated commodity Ethernet.
+# 4 ranks, each in its own network namespace, linked through a bridge at 1 Gbit/s and then
+# 10 Gbit/s (tc tbf); onebit's compressed allreduce, its full-precision ring and Gloo's allreduce,
+# side by side, every result checked. Prints nccl-tests-style tables and writes
+# build/bench/allreduce.png. Needs root (namespaces); extra arguments go to onebit-bench.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 tools/build.sh release
-build/release/tools/onebit-info
-build/release/tools/onebit-kernel-bench --benchmark_min_time=0.5 "$@"
+mkdir -p build/bench
+results=build/bench/results.jsonl
+rm -f "$results"
+tools/ethernet/onebit-ethernet --ranks 4 --link 1gbit --link 10gbit --json "$results" -- \
+  -b 1M -e 256M -f 4 -n 3 -w 1 -c 1 "$@"
+/usr/bin/python3 tools/ethernet/plot_bench.py "$results" build/bench/allreduce.png

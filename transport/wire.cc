@@ -36,6 +36,7 @@ const char* kind_name(Kind kind) {
     case Kind::kRingReduce: return "ring reduce-scatter";
     case Kind::kRingGather: return "ring allgather";
     case Kind::kAbort: return "abort";
+    case Kind::kServerScale: return "server scale";
   }
   return "unknown";
 }
@@ -118,7 +119,7 @@ SegmentHeader SegmentHeader::decode(const std::uint8_t* in, const std::string& f
   check_magic(magic, kMessageMagic, version, "message header", from);
   SegmentHeader h;
   const auto kind = r.get<std::uint8_t>();
-  ONEBIT_CHECK(kind >= 1 && kind <= 6, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ", int(kind));
+  ONEBIT_CHECK(kind >= 1 && kind <= 7, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ", int(kind));
   h.key.kind = static_cast<Kind>(kind);
   h.shape.dtype = r.get<std::uint8_t>();
   h.shape.op = r.get<std::uint8_t>();

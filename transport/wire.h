@@ -113,12 +113,13 @@ struct BootstrapReplyHead {
 
 // What a message is, within one collective call.
 enum class Kind : std::uint8_t {
-  kWorkerBits = 1,    // compressed stage 1: chunk `part` of a rank's sign bits, to rank `part`
-  kWorkerScale = 2,   // compressed stage 1: a rank's worker scale (and whether it is finite)
-  kServerResult = 3,  // compressed stage 2: server `part`'s scale and sign bits, to every rank
+  kWorkerBits = 1,    // compressed stage 1: block `part` of the sender's bits of the receiver's chunk
+  kWorkerScale = 2,   // compressed stage 1: the sender's worker scale (NaN if its input was not finite)
+  kServerResult = 3,  // compressed stage 2: block `part` of the sending server's result bits
   kRingReduce = 4,    // ring reduce-scatter step `part`
   kRingGather = 5,    // ring allgather step `part`
   kAbort = 6,         // the sender failed: the payload is its error text; it closes next
+  kServerScale = 7,   // compressed stage 2: the sending server's scale and first non-finite rank
 };
 const char* kind_name(Kind kind);
 

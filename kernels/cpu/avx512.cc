@@ -19,6 +19,9 @@ constexpr std::size_t kLanes = 16;
 // next reader is the next call, long after it left the cache, and a plain store would first read
 // each line for ownership — 16 bytes of traffic per element instead of 12.
 constexpr std::size_t kStreamBytes = std::size_t{1} << 20;
+// Results written into the caller's buffer stream from 2 MiB: below that they may well be read
+// again from cache by the optimizer step that follows.
+constexpr std::size_t kUnpackStreamBytes = std::size_t{2} << 20;
 
 template <Dtype D>
 inline __m512 load16(const void* x, std::size_t i) {
@@ -76,6 +79,21 @@ class SquareSum {
   double total_ = 0.0;
 };
 
+// Where a large output may use non-temporal stores, and the head (elements done by the oracle
+// first) that aligns it: 64-byte stores need `out + head` 64-byte aligned, and a head of 8 elements
+// (one bits byte) fixes an offset of 8·element_size bytes.
+struct StreamPlan {
+  bool stream;
+  std::size_t head;
+};
+inline StreamPlan plan_stream(const void* out, std::size_t n, std::size_t element_size, std::size_t min_bytes) {
+  const std::size_t offset = reinterpret_cast<std::uintptr_t>(out) % 64;
+  if (n * element_size < min_bytes) return {false, 0};
+  if (offset == 0) return {true, 0};
+  if (offset == 64 - 8 * element_size) return {true, 8};
+  return {false, 0};
+}
+
 // [begin, end) with end − begin a multiple of kLanes.
 template <Dtype D, bool kWrite, bool kStream>
 double worker_steps(const void* x, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
@@ -111,9 +129,9 @@ double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev
                    std::uint8_t* bits, std::size_t n) {
   // Streaming stores need 64-byte aligned addresses; a head of 8 elements (one bits byte) fixes a
   // 32-byte offset, which is what chunks of a 64-byte aligned buffer have.
-  const std::size_t offset = reinterpret_cast<std::uintptr_t>(e_next) % 64;
-  const bool stream = n * sizeof(float) >= kStreamBytes && offset % 32 == 0;
-  const std::size_t head = stream && offset != 0 ? 8 : 0;
+  const StreamPlan plan = plan_stream(e_next, n, sizeof(float), kStreamBytes);
+  const bool stream = plan.stream;
+  const std::size_t head = plan.head;
   const std::size_t body_end = head + (n - head) / kLanes * kLanes;
   double sum = scalar_worker_range(x, dtype, e_prev, a_prev, e_next, bits, 0, head);
   if (stream) {
@@ -131,13 +149,13 @@ double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, 
          scalar_norm_range(x, dtype, e_prev, a_prev, body_end, n);
 }
 
-double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+template <bool kStream>
+double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                    float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t begin, std::size_t end) {
   const __m512 inv_ranks = _mm512_set1_ps(1.0f / static_cast<float>(ranks));
   const __m512 b = _mm512_set1_ps(b_prev);
-  const std::size_t body_end = n / kLanes * kLanes;
   SquareSum squares;
-  for (std::size_t i = 0; i < body_end; i += kLanes) {
+  for (std::size_t i = begin; i < end; i += kLanes) {
     __m512 sum = _mm512_setzero_ps();
     for (int r = 0; r < ranks; ++r) {
       const __m512 plus = _mm512_set1_ps(scales[r]);
@@ -145,22 +163,40 @@ double server_pass(const std::uint8_t* const* bits, const float* scales, int ran
       sum = _mm512_add_ps(sum, _mm512_mask_blend_ps(load_mask(bits[r], i), minus, plus));
     }
     const __m512 z = _mm512_add_ps(_mm512_mul_ps(sum, inv_ranks), true_error(_mm512_loadu_ps(s_prev + i), b));
-    _mm512_storeu_ps(s_next + i, z);
+    if constexpr (kStream) _mm512_stream_ps(s_next + i, z);
+    else _mm512_storeu_ps(s_next + i, z);
     store_bits(bits_out, i, non_negative(z));
     squares.add(z);
   }
-  return squares.total() +
-         scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end, n);
+  return squares.total();
 }
 
-void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n) {
-  const std::size_t body_end = n / kLanes * kLanes;
+double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+  // The server error is next read by the next call, like the worker's: stream it when large.
+  const StreamPlan plan = plan_stream(s_next, n, sizeof(float), kStreamBytes);
+  const std::size_t head = plan.head;
+  const std::size_t body_end = head + (n - head) / kLanes * kLanes;
+  double sum = scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, 0, head);
+  if (plan.stream) {
+    sum += server_steps<true>(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, head, body_end);
+    _mm_sfence();
+  } else {
+    sum += server_steps<false>(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, head, body_end);
+  }
+  return sum + scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end, n);
+}
+
+template <bool kStream>
+void unpack_steps(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t begin, std::size_t end) {
   if (dtype == Dtype::kFloat32) {
     const __m512 plus = _mm512_set1_ps(scale);
     const __m512 minus = _mm512_set1_ps(-scale);
     auto* out32 = static_cast<float*>(out);
-    for (std::size_t i = 0; i < body_end; i += kLanes) {
-      _mm512_storeu_ps(out32 + i, _mm512_mask_blend_ps(load_mask(bits, i), minus, plus));
+    for (std::size_t i = begin; i < end; i += kLanes) {
+      const __m512 value = _mm512_mask_blend_ps(load_mask(bits, i), minus, plus);
+      if constexpr (kStream) _mm512_stream_ps(out32 + i, value);
+      else _mm512_storeu_ps(out32 + i, value);
     }
   } else {
     // Two values occur; convert each once with the scalar conversion, then select 16-bit patterns.
@@ -168,9 +204,32 @@ void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::
     const __m256i plus = _mm256_set1_epi16(static_cast<short>(half ? float_to_half(scale) : float_to_bfloat16(scale)));
     const __m256i minus = _mm256_set1_epi16(static_cast<short>(half ? float_to_half(-scale) : float_to_bfloat16(-scale)));
     auto* out16 = static_cast<std::uint16_t*>(out);
-    for (std::size_t i = 0; i < body_end; i += kLanes) {
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + i), _mm256_mask_blend_epi16(load_mask(bits, i), minus, plus));
+    for (std::size_t i = begin; i < end; i += kLanes) {
+      const __m256i value = _mm256_mask_blend_epi16(load_mask(bits, i), minus, plus);
+      if constexpr (kStream) _mm256_stream_si256(reinterpret_cast<__m256i*>(out16 + i), value);
+      else _mm256_storeu_si256(reinterpret_cast<__m256i*>(out16 + i), value);
     }
+  }
+}
+
+void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n) {
+  // Large results go out with non-temporal stores: they are far larger than the cache, and a plain
+  // store would read every line first. 16-bit results store 32 bytes per step (32-byte alignment).
+  const std::size_t element = dtype_size(dtype);
+  StreamPlan plan = plan_stream(out, n, element, kUnpackStreamBytes);
+  if (element == 2) {
+    const std::size_t offset = reinterpret_cast<std::uintptr_t>(out) % 32;
+    plan = n * 2 >= kUnpackStreamBytes && (offset == 0 || offset == 16) ? StreamPlan{true, offset ? 8u : 0u}
+                                                                          : StreamPlan{false, 0};
+  }
+  const std::size_t head = plan.head;
+  const std::size_t body_end = head + (n - head) / kLanes * kLanes;
+  scalar_unpack_range(bits, scale, out, dtype, 0, head);
+  if (plan.stream) {
+    unpack_steps<true>(bits, scale, out, dtype, head, body_end);
+    _mm_sfence();
+  } else {
+    unpack_steps<false>(bits, scale, out, dtype, head, body_end);
   }
   scalar_unpack_range(bits, scale, out, dtype, body_end, n);
 }

@@ -100,6 +100,11 @@ void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dty
   }
 }
 
+StageTimes Communicator::compressed_stage_times() const {
+  std::lock_guard<std::mutex> lock(stage_mutex_);
+  return stage_times_;
+}
+
 onebit_stats_t Communicator::stats() const {
   const tcp::TransportStats t = transport_.stats();
   onebit_stats_t s{};

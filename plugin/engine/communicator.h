@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "onebit/onebit.h"
@@ -21,6 +22,17 @@
 namespace onebit {
 
 enum class ReduceOp : std::uint8_t { kSum = 0, kAvg = 1 };
+
+// Where the compressed allreduces of a communicator spent their time on this rank, in seconds,
+// summed over calls: the profile behind docs/benchmarks.md's per-stage breakdown.
+struct StageTimes {
+  double worker = 0;        // worker pass over all chunks (sends queued as chunks are packed)
+  double wait_inputs = 0;   // waiting for every rank's bits and scale
+  double server = 0;        // server pass over this rank's chunk
+  double wait_results = 0;  // waiting for every server's result (and this rank's sends)
+  double unpack = 0;        // writing the result into the caller's buffer
+  std::uint64_t calls = 0;
+};
 
 // Where a communicator comes from: explicit values, or the environment (docs/usage.md).
 struct CommSetup {
@@ -50,6 +62,7 @@ class Communicator {
   void ring_allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
   onebit_stats_t stats() const;
+  StageTimes compressed_stage_times() const;
 
  private:
   tcp::Deadline call_deadline() const;
@@ -63,7 +76,10 @@ class Communicator {
   std::uint64_t ring_seq_ = 0;
   AlignedBuffer<float> ring_accumulator_;
   AlignedBuffer<float> ring_staging_;
+  std::vector<tcp::Request> ring_sends_, ring_recvs_;
 
+  mutable std::mutex stage_mutex_;
+  StageTimes stage_times_;
   std::atomic<std::uint64_t> compressed_calls_{0};
   std::atomic<std::uint64_t> full_precision_calls_{0};
   std::atomic<std::uint64_t> compressed_bytes_{0};

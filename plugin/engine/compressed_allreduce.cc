@@ -1,16 +1,20 @@
 // The compressed allreduce of algorithm.md over the TCP transport.
 //
-//   1. worker stage: chunk by chunk (own chunk last), one fused kernel pass computes y = x + e, its
-//      sign bits and Σy²; chunk j's bits go to rank j as soon as they are packed, so packing
-//      overlaps the wire. Then the worker scale a_r = ||y|| / sqrt(n) goes to every rank.
+//   1. worker stage: chunk by chunk (own chunk last), block by block, one fused kernel pass computes
+//      y = x + e, its sign bits and Σy²; each block's bits go to the chunk's server as soon as they
+//      are packed, so packing overlaps the wire. Then the worker scale a_r = ||y|| / sqrt(n) goes
+//      to every rank (signs do not depend on it, which is what lets the bits leave early).
 //   2. server stage (rank j, chunk j), once every rank's bits and scale are in: z = mean of the
-//      signed scales + s; its bits and scale b_j go to every rank.
+//      signed scales + s, block by block, each block's bits sent to every rank as it is done; then
+//      the scale b_j.
 //   3. every rank checks every scale, then unpacks into the caller's buffer and commits the new
 //      error state by flipping buffers.
 // Nothing touches the caller's buffer or the committed state before step 3's checks pass. A
 // non-finite worker scale (NaN/Inf in some rank's input) travels through the protocol as a flag, so
 // every rank fails the same call with the same error, and the communicator stays usable.
+#include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -24,8 +28,17 @@ static_assert(std::endian::native == std::endian::little, "payload floats travel
 
 namespace {
 
-// Server results are [float scale][int32 first rank with non-finite input, or -1][bits].
+// A server's result is held as [float scale][int32 first rank with non-finite input, or -1][bits];
+// the head travels as one message, the bits as blocks.
 constexpr std::size_t kResultHead = 8;
+
+// Bits travel in blocks of this many elements (128 KiB of bits): small enough that the wire starts
+// soon after a pass starts, large enough that per-message costs vanish. A multiple of 8.
+constexpr std::size_t kBlockElements = std::size_t{1} << 20;
+
+// Blocks of a chunk of `length` elements; an empty chunk still has one (empty) block, so every
+// rank posts and sends the same messages whatever the sizes.
+std::size_t blocks_of(std::size_t length) { return std::max<std::size_t>(1, (length + kBlockElements - 1) / kBlockElements); }
 
 }  // namespace
 
@@ -62,17 +75,29 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     st.received.resize(world * chunk_bytes);
     st.scales.resize(world);
     st.results.resize(world * result_stride);
-    st.requests.resize(6 * (world - 1));
-    st.stage1.reserve(2 * (world - 1));
-    st.all.reserve(6 * (world - 1));
+    // Per peer: worker blocks of my chunk in, its scale in, its server blocks and scale in; my
+    // worker blocks of its chunk out, my scale out, my server blocks and scale out.
+    std::size_t requests = 0;
+    for (int p = 0; p < world; ++p) {
+      if (p != me) requests += blocks_of(length(me)) + blocks_of(length(p)) + blocks_of(length(p)) + blocks_of(length(me)) + 4;
+    }
+    st.requests.resize(requests);
+    st.stage1.reserve(requests);
+    st.all.reserve(requests);
     st.chunk_bits.resize(world);
+    st.block_bits.resize(world);
   }
   const std::uint64_t seq = st.seq;
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
   auto key = [&](wire::Kind kind, int part) { return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)}; };
   auto describe = [&](const tcp::Request& r) {
-    return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " of chunk " +
+    return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " block " +
            std::to_string(r.key.part);
+  };
+  // Block b of chunk j: elements [begin(j) + b·B, ...), bits at byte (begin(j) + b·B) / 8.
+  auto block_begin = [&](int j, std::size_t b) { return std::min(begin(j) + length(j), begin(j) + b * kBlockElements); };
+  auto block_length = [&](int j, std::size_t b) {
+    return std::min(begin(j) + length(j), block_begin(j, b) + kBlockElements) - block_begin(j, b);
   };
 
   std::size_t next_request = 0;
@@ -94,14 +119,26 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
 
   float worker_scale = 0.0f;
   float server_scale = NAN;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point marks[6];  // start, worker done, inputs in, server done, results in, unpacked
+  marks[0] = Clock::now();
   try {
     // Receives first, so messages land in place instead of in the transport's unexpected store.
     for (int p = 0; p < world; ++p) {
       if (p == me) continue;
-      post_recv(p, wire::Kind::kWorkerBits, me, st.received.data() + p * chunk_bytes, kernels::packed_bytes(length(me)), true);
-      post_recv(p, wire::Kind::kWorkerScale, me, &st.scales.data()[p], sizeof(float), true);
-      post_recv(p, wire::Kind::kServerResult, p, st.results.data() + p * result_stride,
-                kResultHead + kernels::packed_bytes(length(p)), false);
+      for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
+        post_recv(p, wire::Kind::kWorkerBits, static_cast<int>(b),
+                  st.received.data() + p * chunk_bytes + (block_begin(me, b) - begin(me)) / 8,
+                  kernels::packed_bytes(block_length(me, b)), true);
+      }
+      post_recv(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[p], sizeof(float), true);
+      std::uint8_t* result = st.results.data() + p * result_stride;
+      for (std::size_t b = 0; b < blocks_of(length(p)); ++b) {
+        post_recv(p, wire::Kind::kServerResult, static_cast<int>(b),
+                  result + kResultHead + (block_begin(p, b) - begin(p)) / 8, kernels::packed_bytes(block_length(p, b)),
+                  false);
+      }
+      post_recv(p, wire::Kind::kServerScale, 0, result, kResultHead, false);
     }
 
     // 1. Worker stage.
@@ -110,39 +147,60 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     double sum_squares = 0.0;
     for (int k = 1; k <= world; ++k) {
       const int j = (me + k) % world;
-      const std::size_t b = begin(j);
-      sum_squares += kernels_.worker_pass(x + b * element, dtype, e_prev + b, st.worker_scale, e_next + b,
-                                          st.packed.data() + b / 8, length(j));
-      if (j != me) post_send(j, wire::Kind::kWorkerBits, j, st.packed.data() + b / 8, kernels::packed_bytes(length(j)));
+      for (std::size_t b = 0; b < blocks_of(length(j)); ++b) {
+        const std::size_t first = block_begin(j, b);
+        sum_squares += kernels_.worker_pass(x + first * element, dtype, e_prev + first, st.worker_scale, e_next + first,
+                                            st.packed.data() + first / 8, block_length(j, b));
+        if (j != me) {
+          post_send(j, wire::Kind::kWorkerBits, static_cast<int>(b), st.packed.data() + first / 8,
+                    kernels::packed_bytes(block_length(j, b)));
+        }
+      }
     }
+    marks[1] = Clock::now();
     worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n) : NAN;
     st.scales.data()[me] = worker_scale;
     for (int p = 0; p < world; ++p) {
-      if (p != me) post_send(p, wire::Kind::kWorkerScale, p, &st.scales.data()[me], sizeof(float));
+      if (p != me) post_send(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[me], sizeof(float));
     }
 
     // 2. Server stage.
     transport_.wait_all(st.stage1, call_deadline(), describe);
+    marks[2] = Clock::now();
     std::int32_t first_bad = -1;
     for (int p = 0; p < world && first_bad < 0; ++p) {
       if (!std::isfinite(st.scales.data()[p])) first_bad = p;
     }
     std::uint8_t* my_result = st.results.data() + me * result_stride;
-    if (first_bad < 0) {
-      for (int p = 0; p < world; ++p) {
-        st.chunk_bits[p] = p == me ? st.packed.data() + begin(me) / 8 : st.received.data() + p * chunk_bytes;
-      }
-      const double server_squares =
-          kernels_.server_pass(st.chunk_bits.data(), st.scales.data(), world, st.server[st.current].data(),
-                               st.server_scale, st.server[1 - st.current].data(), my_result + kResultHead, length(me));
-      server_scale = kernels::scale_from_sum_squares(server_squares, length(me));
+    for (int p = 0; p < world; ++p) {
+      st.chunk_bits[p] = p == me ? st.packed.data() + begin(me) / 8 : st.received.data() + p * chunk_bytes;
     }
+    double server_squares = 0.0;
+    const float* s_prev = st.server[st.current].data();
+    float* s_next = st.server[1 - st.current].data();
+    for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
+      const std::size_t offset = block_begin(me, b) - begin(me);
+      std::uint8_t* out_bits = my_result + kResultHead + offset / 8;
+      // With a non-finite worker scale the bits are meaningless; they are still sent (every rank
+      // posted for them) and the scale message below carries the verdict.
+      if (first_bad < 0) {
+        for (int p = 0; p < world; ++p) st.block_bits[p] = st.chunk_bits[p] + offset / 8;
+        server_squares += kernels_.server_pass(st.block_bits.data(), st.scales.data(), world, s_prev + offset,
+                                               st.server_scale, s_next + offset, out_bits, block_length(me, b));
+      }
+      for (int p = 0; p < world; ++p) {
+        if (p != me) post_send(p, wire::Kind::kServerResult, static_cast<int>(b), out_bits, kernels::packed_bytes(block_length(me, b)));
+      }
+    }
+    if (first_bad < 0) server_scale = kernels::scale_from_sum_squares(server_squares, length(me));
+    marks[3] = Clock::now();
     std::memcpy(my_result, &server_scale, 4);
     std::memcpy(my_result + 4, &first_bad, 4);
     for (int p = 0; p < world; ++p) {
-      if (p != me) post_send(p, wire::Kind::kServerResult, me, my_result, kResultHead + kernels::packed_bytes(length(me)));
+      if (p != me) post_send(p, wire::Kind::kServerScale, 0, my_result, kResultHead);
     }
     transport_.wait_all(st.all, call_deadline(), describe);
+    marks[4] = Clock::now();
   } catch (const Error& error) {
     fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", n, " ", kernels::dtype_name(dtype), ", call ",
          seq, ") failed; buffer and error state unchanged: ", error.what());
@@ -170,6 +228,17 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     std::memcpy(&scale, st.results.data() + j * result_stride, 4);
     kernels_.unpack(st.results.data() + j * result_stride + kResultHead, scale * factor, x + begin(j) * element, dtype,
                     length(j));
+  }
+  marks[5] = Clock::now();
+  {
+    auto seconds = [&](int a, int b) { return std::chrono::duration<double>(marks[b] - marks[a]).count(); };
+    std::lock_guard<std::mutex> lock(stage_mutex_);
+    stage_times_.worker += seconds(0, 1);
+    stage_times_.wait_inputs += seconds(1, 2);
+    stage_times_.server += seconds(2, 3);
+    stage_times_.wait_results += seconds(3, 4);
+    stage_times_.unpack += seconds(4, 5);
+    ++stage_times_.calls;
   }
   st.current = 1 - st.current;
   st.worker_scale = worker_scale;

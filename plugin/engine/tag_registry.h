@@ -34,9 +34,10 @@ struct TagState {
   AlignedBuffer<std::uint8_t> received;       // W × chunk bits, from each rank (server stage)
   AlignedBuffer<float> scales;                // W worker scales
   AlignedBuffer<std::uint8_t> results;        // W × (8 + chunk bits): every server's result
-  std::vector<tcp::Request> requests;         // 6·(W−1), sized once
+  std::vector<tcp::Request> requests;         // every message of a call, sized once
   std::vector<tcp::Request*> stage1, all;     // what the call waits for
   std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
+  std::vector<const std::uint8_t*> block_bits;  // the same, at one block
 };
 
 struct Tag {

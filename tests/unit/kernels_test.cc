@@ -139,7 +139,7 @@ TEST_P(KernelSetTest, ServerPassMatchesScalar) {
   for (int ranks : {1, 2, 3, 4, 7, 8, 16}) {
     for (std::size_t n : kLengths) {
       if (n > 300000 && ranks > 4) continue;  // keep the test quick; the kernel does not care
-      for (std::size_t offset : {0, 1}) {
+      for (std::size_t offset : {0, 1, 8}) {  // 0 and 8: the streaming path, with and without a head
         const std::string where = "W=" + std::to_string(ranks) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
         std::vector<std::vector<std::uint8_t>> rank_bits(ranks, std::vector<std::uint8_t>(packed_bytes(n)));
         std::vector<const std::uint8_t*> bits;
@@ -181,6 +181,22 @@ TEST_P(KernelSetTest, UnpackMatchesScalar) {
         oracle.unpack(bits.data(), scale, out_oracle.data() + 4, dtype, n);
         simd.unpack(bits.data(), scale, out_simd.data() + 4, dtype, n);
         ASSERT_EQ(out_oracle, out_simd) << where;
+      }
+    }
+  }
+  // Large outputs at 64-byte-aligned offsets take the non-temporal path (with an 8-element head
+  // at offset 8); offset 1 does not. Both must equal the oracle.
+  for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16}) {
+    for (std::size_t n : {std::size_t{1000003}, std::size_t{4000037}}) {
+      for (std::size_t offset : {0, 1, 8, 16}) {
+        std::vector<std::uint8_t> bits(packed_bytes(n));
+        for (auto& byte : bits) byte = static_cast<std::uint8_t>(rng());
+        const std::size_t element = dtype_size(dtype);
+        Aligned<std::uint8_t> out_simd(n * element + 64, offset * element), out_oracle(n * element + 64, 0);
+        simd.unpack(bits.data(), 0.75f, out_simd.data(), dtype, n);
+        oracle.unpack(bits.data(), 0.75f, out_oracle.data(), dtype, n);
+        ASSERT_EQ(0, std::memcmp(out_simd.data(), out_oracle.data(), n * element))
+            << dtype_name(dtype) << " n=" << n << " offset=" << offset;
       }
     }
   }

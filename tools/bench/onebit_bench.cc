@@ -1,0 +1,395 @@
+// onebit-bench: allreduce bandwidth of onebit's compressed collective, onebit's full-precision ring
+// and Gloo's allreduce, side by side (same ranks, same link, sizes interleaved), printed in
+// nccl-tests' columns plus onebit's own. See docs/benchmarks.md.
+//
+//   onebit-bench --ranks 4 -b 1M -e 256M -f 4 -c 1            # 4 local ranks on loopback
+//   RANK=.. WORLD_SIZE=.. ONEBIT_ROOT=.. onebit-bench --gloo-store DIR --host ADDR ...   # one rank
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "plugin/engine/aligned_buffer.h"
+#include "plugin/engine/communicator.h"
+#include "tools/bench/bench_options.h"
+#include "tools/bench/gloo_baseline.h"
+#include "transport/tcp/socket.h"
+
+namespace onebit::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Deterministic inputs any rank can regenerate: uniform in [-1, 1) plus a per-rank offset.
+float input_value(int rank, std::uint64_t i) {
+  std::uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull ^ (static_cast<std::uint64_t>(rank) << 56);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f + 0.05f * static_cast<float>(rank);
+}
+// Integer-valued inputs whose sums are exact in fp32.
+float integer_value(int rank, std::uint64_t i) { return static_cast<float>((i * 31 + rank * 17) % 1000) - 500.0f; }
+
+struct Row {
+  std::string algo;
+  std::uint64_t bytes = 0;
+  const char* redop = "avg";
+  double time_us = 0;
+  double algbw = 0, busbw = 0;  // GB/s, GB = 1e9
+  double wrong = -1;            // -1: not checked
+  double wire_bytes = 0;        // per rank per call
+  double ratio = 0;             // fp32 ring bytes / wire bytes
+  double relerr = NAN;          // vs the exact average, compressed with -c 1
+  double wire_us = NAN, memory_us = NAN;  // lower bounds (compressed)
+  StageTimes stages;                       // per call, rank 0 (compressed)
+};
+
+class Bench {
+ public:
+  Bench(const BenchOptions& options, Communicator& comm, GlooAllreduce* gloo)
+      : o_(options), comm_(comm), gloo_(gloo), world_(comm.size()), rank_(comm.rank()) {
+    std::uint64_t largest = 0;
+    for (std::uint64_t b : o_.sizes()) largest = std::max(largest, b);
+    buffer_.resize(largest / 4);
+    memcpy_rate_ = measure_memcpy();
+  }
+
+  int run() {
+    header();
+    double wrong_total = 0;
+    std::vector<Row> rows;
+    for (std::uint64_t bytes : o_.sizes()) {
+      for (const std::string& algo : o_.algos) {
+        Row row = run_one(algo, bytes);
+        if (row.wrong > 0) wrong_total += row.wrong;
+        print(row);
+        rows.push_back(row);
+      }
+    }
+    footer(rows);
+    return wrong_total > 0 ? 1 : 0;
+  }
+
+ private:
+  float reduce_sum(float value) {
+    comm_.ring_allreduce(&value, 1, kernels::Dtype::kFloat32, ReduceOp::kSum);
+    return value;
+  }
+  void barrier() { reduce_sum(0.0f); }
+
+  // Every rank copies 64 MiB five times, all at once; the bytes of all ranks over the slowest
+  // rank's time is what the machine's memory gives all ranks together — the denominator of the
+  // memory-time bound (they share its cores).
+  double measure_memcpy() {
+    const std::size_t bytes = std::size_t{64} << 20;
+    const int copies = 5;
+    AlignedBuffer<std::uint8_t> a(bytes), b(bytes);
+    std::memset(a.data(), 1, bytes);
+    std::memcpy(b.data(), a.data(), bytes);  // fault every page in first
+    barrier();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < copies; ++i) {
+      std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), bytes);
+    }
+    std::vector<float> seconds(world_, 0.0f);
+    seconds[rank_] = static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count());
+    comm_.ring_allreduce(seconds.data(), world_, kernels::Dtype::kFloat32, ReduceOp::kSum);
+    const float slowest = *std::max_element(seconds.begin(), seconds.end());
+    return 2.0 * bytes * copies * world_ / slowest;
+  }
+
+  void fill(std::size_t n, bool integers) {
+    float* x = buffer_.data();
+    for (std::size_t i = 0; i < n; ++i) x[i] = integers ? integer_value(rank_, i) : input_value(rank_, i);
+  }
+
+  // One call of the algorithm on the first n floats of the buffer; `tag` set for compressed.
+  void call(const std::string& algo, std::size_t n) {
+    if (algo == "compressed") comm_.allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+    else if (algo == "ring") comm_.ring_allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+    else gloo_->sum(buffer_.data(), n);
+  }
+
+  Row run_one(const std::string& algo, std::uint64_t bytes) {
+    const std::size_t n = bytes / 4;
+    Row row;
+    row.algo = algo;
+    row.bytes = bytes;
+    row.redop = algo == "gloo" ? "sum" : "avg";
+    const std::string tag = "bench/" + std::to_string(bytes);
+    if (algo == "compressed") TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
+    fill(n, false);
+    for (int i = 0; i < o_.warmup; ++i) call(algo, n);
+    barrier();
+    const onebit_stats_t before = comm_.stats();
+    const StageTimes stages_before = comm_.compressed_stage_times();
+    const auto t0 = Clock::now();
+    for (int i = 0; i < o_.iters; ++i) call(algo, n);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / o_.iters;
+    const onebit_stats_t after = comm_.stats();
+    const StageTimes stages_after = comm_.compressed_stage_times();
+    row.stages.worker = (stages_after.worker - stages_before.worker) / o_.iters;
+    row.stages.wait_inputs = (stages_after.wait_inputs - stages_before.wait_inputs) / o_.iters;
+    row.stages.server = (stages_after.server - stages_before.server) / o_.iters;
+    row.stages.wait_results = (stages_after.wait_results - stages_before.wait_results) / o_.iters;
+    row.stages.unpack = (stages_after.unpack - stages_before.unpack) / o_.iters;
+    if (algo == "compressed") TagRegistry::instance().untag(buffer_.data());
+    // The stats calls' own barrier traffic is outside [before, after].
+    const double ring_bytes = world_ > 1 ? 2.0 * (world_ - 1) / world_ * bytes : 0.0;
+    row.wire_bytes = algo == "gloo" ? ring_bytes : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters;
+    row.wire_bytes = reduce_sum(static_cast<float>(row.wire_bytes)) / world_;
+    row.ratio = row.wire_bytes > 0 ? ring_bytes / row.wire_bytes : 0;
+    row.time_us = reduce_sum(static_cast<float>(seconds)) / world_ * 1e6;
+    row.algbw = bytes / (row.time_us * 1e-6) / 1e9;
+    row.busbw = row.algbw * (world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
+    if (algo == "compressed") {
+      if (o_.link_bits_per_second > 0) row.wire_us = row.wire_bytes / (o_.link_bits_per_second / 8) * 1e6;
+      // Bytes the kernels must touch on each rank: worker pass (read x, e; write e; bits), server
+      // pass over its chunk (W chunks of bits in; read, write s; bits out), unpack (bits in, x out).
+      const double chunk = std::ceil(static_cast<double>(n) / world_ / 8) * 8;
+      const double per_rank = 12.125 * n + (world_ * chunk / 8 + 8 * chunk + chunk / 8) + (n / 8.0 + 4.0 * n);
+      row.memory_us = per_rank * world_ / memcpy_rate_ * 1e6;
+    }
+    if (o_.check) check(row, n);
+    return row;
+  }
+
+  void check(Row& row, std::size_t n) {
+    const bool compressed = row.algo == "compressed";
+    float wrong = 0;
+    if (!compressed) {
+      fill(n, true);
+      call(row.algo, n);
+      for (std::size_t i = 0; i < n; ++i) {
+        float sum = 0;
+        for (int r = 0; r < world_; ++r) sum += integer_value(r, i);
+        const float expected = row.algo == "gloo" ? sum : sum / static_cast<float>(world_);
+        if (buffer_.data()[i] != expected) ++wrong;
+      }
+      row.wrong = reduce_sum(wrong);
+      return;
+    }
+    // A fresh tag (zero error state): the result of one call is the float64 reference below. Each
+    // rank checks the chunk it serves; the worker scales are shared first.
+    const std::string tag = "bench-check/" + std::to_string(row.bytes);
+    fill(n, false);
+    double squares = 0;
+    for (std::size_t i = 0; i < n; ++i) squares += static_cast<double>(buffer_.data()[i]) * buffer_.data()[i];
+    std::vector<float> scales(world_, 0.0f);
+    scales[rank_] = static_cast<float>(std::sqrt(squares / n));
+    comm_.ring_allreduce(scales.data(), world_, kernels::Dtype::kFloat32, ReduceOp::kSum);
+    TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
+    call("compressed", n);
+    TagRegistry::instance().untag(buffer_.data());
+    const std::size_t chunk = ((n + world_ - 1) / world_ + 7) / 8 * 8;
+    const std::size_t begin = std::min(n, rank_ * chunk), end = std::min(n, begin + chunk);
+    std::vector<double> z(end - begin), mean(end - begin);
+    double z_squares = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      double signed_sum = 0, value_sum = 0;
+      for (int r = 0; r < world_; ++r) {
+        const float x = input_value(r, i);
+        signed_sum += x >= 0 ? scales[r] : -scales[r];
+        value_sum += x;
+      }
+      z[i - begin] = signed_sum / world_;
+      mean[i - begin] = value_sum / world_;
+      z_squares += z[i - begin] * z[i - begin];
+    }
+    const double b = end > begin ? std::sqrt(z_squares / (end - begin)) : 0;
+    double error_squares = 0, mean_squares = 0;
+    for (std::size_t i = begin; i < end; ++i) {
+      const double zi = z[i - begin];
+      const double reference = zi >= 0 ? b : -b;
+      const double out = buffer_.data()[i];
+      if (std::fabs(zi) > 1e-6 * b && std::fabs(out - reference) > 1e-5 * std::fabs(reference)) ++wrong;
+      error_squares += (out - mean[i - begin]) * (out - mean[i - begin]);
+      mean_squares += mean[i - begin] * mean[i - begin];
+    }
+    row.wrong = reduce_sum(wrong);
+    const double err = reduce_sum(static_cast<float>(error_squares));
+    const double norm = reduce_sum(static_cast<float>(mean_squares));
+    row.relerr = norm > 0 ? std::sqrt(err / norm) : 0;
+  }
+
+  void header() {
+    if (rank_ != 0) return;
+    std::printf("# onebit-bench: %d ranks, link %s, memcpy %.1f GB/s (all ranks together, measured now)\n", world_,
+                o_.link_name.empty() ? "(not emulated)" : o_.link_name.c_str(), memcpy_rate_ / 1e9);
+    std::printf("# in-place allreduce of float32; GB = 1e9; busbw = algbw * 2(n-1)/n of the uncompressed size\n");
+    std::printf("# wire: bytes each rank sends per call (onebit: measured, headers included; gloo: ring payload)\n");
+    std::printf("# ratio: fp32 ring bytes / wire; relerr: |out - exact average| / |exact average| (compressed, -c 1)\n");
+    std::printf("# bound: max(wire time at the link rate, kernel memory time at the measured memcpy rate)\n#\n");
+    std::printf("#  %-10s %12s %11s %6s %5s %4s %11s %7s %7s %6s %12s %7s %7s %10s %6s\n", "algo", "size", "count", "type",
+                "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "wire/rank", "ratio", "relerr", "bound(us)", "t/bnd");
+    std::fflush(stdout);
+    if (!o_.json_path.empty()) json_.open(o_.json_path, std::ios::app);
+    if (!o_.csv_path.empty()) {
+      csv_.open(o_.csv_path, std::ios::app);
+      csv_ << "link,ranks,algo,size,count,type,redop,time_us,algbw,busbw,wrong,wire_bytes,ratio,relerr,wire_us,memory_us\n";
+    }
+  }
+
+  void print(const Row& r) {
+    if (rank_ != 0) return;
+    const double bound = std::isnan(r.wire_us) ? r.memory_us : std::max(r.wire_us, r.memory_us);
+    char wrong[16], relerr[16], bound_text[16], ratio_to_bound[16];
+    std::snprintf(wrong, sizeof(wrong), r.wrong < 0 ? "N/A" : "%.0f", r.wrong);
+    std::snprintf(relerr, sizeof(relerr), std::isnan(r.relerr) ? "-" : "%.3f", r.relerr);
+    std::snprintf(bound_text, sizeof(bound_text), std::isnan(bound) ? "-" : "%.0f", bound);
+    std::snprintf(ratio_to_bound, sizeof(ratio_to_bound), std::isnan(bound) ? "-" : "%.2f", r.time_us / bound);
+    std::printf("   %-10s %12llu %11llu %6s %5s %4d %11.1f %7.3f %7.3f %6s %12.0f %6.1fx %7s %10s %6s\n", r.algo.c_str(),
+                static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.bytes / 4), "float", r.redop, -1,
+                r.time_us, r.algbw, r.busbw, wrong, r.wire_bytes, r.ratio, relerr, bound_text, ratio_to_bound);
+    if (r.algo == "compressed") {
+      std::printf("#  %-10s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
+                  " | unpack %.0f\n", "", r.stages.worker * 1e6, r.stages.wait_inputs * 1e6, r.stages.server * 1e6,
+                  r.stages.wait_results * 1e6, r.stages.unpack * 1e6);
+    }
+    std::fflush(stdout);
+    auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
+    if (json_.is_open()) {
+      json_ << "{\"link\":\"" << o_.link_name << "\",\"link_bits_per_second\":" << o_.link_bits_per_second
+            << ",\"ranks\":" << world_ << ",\"algo\":\"" << r.algo << "\",\"size\":" << r.bytes << ",\"count\":" << r.bytes / 4
+            << ",\"redop\":\"" << r.redop << "\",\"time_us\":" << r.time_us << ",\"algbw\":" << r.algbw
+            << ",\"busbw\":" << r.busbw << ",\"wrong\":" << num(r.wrong < 0 ? NAN : r.wrong) << ",\"wire_bytes\":" << r.wire_bytes
+            << ",\"ratio\":" << r.ratio << ",\"relerr\":" << num(r.relerr) << ",\"wire_us\":" << num(r.wire_us)
+            << ",\"memory_us\":" << num(r.memory_us) << ",\"memcpy_bytes_per_second\":" << memcpy_rate_
+            << ",\"stages_us\":{\"worker\":" << r.stages.worker * 1e6 << ",\"wait_inputs\":" << r.stages.wait_inputs * 1e6
+            << ",\"server\":" << r.stages.server * 1e6 << ",\"wait_results\":" << r.stages.wait_results * 1e6
+            << ",\"unpack\":" << r.stages.unpack * 1e6 << "}}\n";
+      json_.flush();
+    }
+    if (csv_.is_open()) {
+      csv_ << o_.link_name << "," << world_ << "," << r.algo << "," << r.bytes << "," << r.bytes / 4 << ",float," << r.redop
+           << "," << r.time_us << "," << r.algbw << "," << r.busbw << "," << r.wrong << "," << r.wire_bytes << "," << r.ratio
+           << "," << num(r.relerr) << "," << num(r.wire_us) << "," << num(r.memory_us) << "\n";
+    }
+  }
+
+  void footer(const std::vector<Row>& rows) {
+    if (rank_ != 0) return;
+    for (const std::string& algo : o_.algos) {
+      double sum = 0;
+      int count = 0;
+      for (const Row& r : rows) {
+        if (r.algo == algo) sum += r.busbw, ++count;
+      }
+      std::printf("# Avg bus bandwidth (%s): %.3f GB/s\n", algo.c_str(), count ? sum / count : 0.0);
+    }
+    const std::uint64_t largest = rows.empty() ? 0 : rows.back().bytes;
+    auto time_of = [&](const std::string& algo) -> double {
+      for (const Row& r : rows) {
+        if (r.algo == algo && r.bytes == largest) return r.time_us;
+      }
+      return NAN;
+    };
+    const double compressed = time_of("compressed"), ring = time_of("ring"), gloo = time_of("gloo");
+    std::printf("# At %llu bytes:", static_cast<unsigned long long>(largest));
+    if (!std::isnan(compressed) && !std::isnan(gloo)) std::printf(" compressed is %.2fx faster than gloo;", gloo / compressed);
+    if (!std::isnan(compressed) && !std::isnan(ring)) std::printf(" compressed is %.2fx faster than ring;", ring / compressed);
+    if (!std::isnan(ring) && !std::isnan(gloo)) std::printf(" ring time / gloo time = %.3f", ring / gloo);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+
+  const BenchOptions& o_;
+  Communicator& comm_;
+  GlooAllreduce* gloo_;
+  const int world_;
+  const int rank_;
+  AlignedBuffer<float> buffer_;
+  double memcpy_rate_ = 0;
+  std::ofstream json_, csv_;
+};
+
+bool wants_gloo(const BenchOptions& o) {
+  for (const auto& a : o.algos) {
+    if (a == "gloo") return true;
+  }
+  return false;
+}
+
+int run_rank(const BenchOptions& options, const CommSetup& setup, const std::string& gloo_store) {
+  Communicator comm(setup);
+  std::unique_ptr<GlooAllreduce> gloo;
+  if (wants_gloo(options)) gloo = std::make_unique<GlooAllreduce>(setup.rank, setup.size, gloo_store, options.host);
+  return Bench(options, comm, gloo.get()).run();
+}
+
+int free_loopback_port() {
+  tcp::Address any = tcp::parse_host_port("127.0.0.1:0", "loopback");
+  tcp::Fd fd = tcp::listen_on(any, 1);
+  return tcp::local_address(fd.get()).port();
+}
+
+// --ranks N: fork N ranks on loopback, each its own process, as a launcher would.
+int spawn_local(const BenchOptions& options) {
+  char store_template[] = "/tmp/onebit-bench-gloo-XXXXXX";
+  ONEBIT_CHECK(::mkdtemp(store_template) != nullptr, ONEBIT_SYSTEM_ERROR, "mkdtemp: ", std::strerror(errno));
+  const std::string store = store_template;
+  const std::string root = "127.0.0.1:" + std::to_string(free_loopback_port());
+  std::vector<pid_t> children;
+  for (int r = 0; r < options.ranks; ++r) {
+    const pid_t pid = ::fork();
+    ONEBIT_CHECK(pid >= 0, ONEBIT_SYSTEM_ERROR, "fork: ", std::strerror(errno));
+    if (pid == 0) {
+      int code = 1;
+      try {
+        CommSetup setup;
+        setup.rank = r;
+        setup.size = options.ranks;
+        setup.root = root;
+        code = run_rank(options, setup, store);
+      } catch (const std::exception& error) {
+        std::fprintf(stderr, "onebit-bench: rank %d: %s\n", r, error.what());
+        code = 2;
+      }
+      std::fflush(stdout);
+      ::_exit(code);
+    }
+    children.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t pid : children) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    worst = std::max(worst, code);
+  }
+  std::string command = "rm -rf '" + store + "'";
+  [[maybe_unused]] int rc = std::system(command.c_str());
+  return worst;
+}
+
+}  // namespace
+}  // namespace onebit::bench
+
+int main(int argc, char** argv) {
+  using namespace onebit::bench;
+  try {
+    const BenchOptions options = parse_options(std::vector<std::string>(argv + 1, argv + argc));
+    if (options.help) {
+      std::fputs(usage(), stdout);
+      return 0;
+    }
+    if (options.ranks > 0) return spawn_local(options);
+    ONEBIT_CHECK(!wants_gloo(options) || !options.gloo_store.empty(), ONEBIT_INVALID_ARGUMENT,
+                 "--algo gloo in launcher mode needs --gloo-store DIR (a directory every rank sees)");
+    return run_rank(options, onebit::CommSetup::from_environment(), options.gloo_store);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "onebit-bench: error: %s\n", error.what());
+    return 2;
+  }
+}
