@@ -272,9 +272,11 @@ class Bench {
       json_.flush();
     }
     if (csv_.is_open()) {
+      auto cell = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };  // empty: not measured
       csv_ << o_.link_name << "," << world_ << "," << r.algo << "," << r.bytes << "," << r.bytes / 4 << ",float," << r.redop
-           << "," << r.time_us << "," << r.algbw << "," << r.busbw << "," << r.wrong << "," << r.wire_bytes << "," << r.ratio
-           << "," << num(r.relerr) << "," << num(r.wire_us) << "," << num(r.memory_us) << "\n";
+           << "," << r.time_us << "," << r.algbw << "," << r.busbw << "," << cell(r.wrong < 0 ? NAN : r.wrong) << ","
+           << r.wire_bytes << "," << r.ratio << "," << cell(r.relerr) << "," << cell(r.wire_us) << "," << cell(r.memory_us)
+           << "\n";
     }
   }
 
