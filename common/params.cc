@@ -33,7 +33,10 @@ T read(const char* env, const char* default_text) {
   const char* text = std::getenv(env);
   if (text == nullptr) return default_value(default_text, T{});
   T value = parse(env, text, T{});
-  if (logged_by_reader(env)) ONEBIT_LOG(INFO, env, "=", text, " (set by the environment)");
+  if (logged_by_reader(env)) {
+    const bool secret = std::string(env) == "ONEBIT_AUTH_KEY";
+    ONEBIT_LOG(INFO, env, "=", secret ? "(set; not shown)" : text, " (set by the environment)");
+  }
   return value;
 }
 

@@ -40,7 +40,11 @@
     "striped over all of them. Every rank must use the same value.")                            \
   X(SocketIfname, Str, "SOCKET_IFNAME", "",                                                     \
     "Interface for data connections, as NCCL_SOCKET_IFNAME: a name prefix (`eth`), `=eth0` for " \
-    "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")
+    "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")        \
+  X(AuthKey, Str, "AUTH_KEY", "",                                                               \
+    "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
+    "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \
+    "to join the job. Every rank must have the same value. Never logged.")
 
 namespace onebit::param {
 

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ make python3 binutils      # build, and the test scripts
   libgtest-dev libbenchmark-dev                    # tests and benchmarks
+  clang libclang-rt-14-dev                         # libFuzzer targets (the fuzz preset)
   libgloo-dev                                      # Gloo: the benchmark's external anchor, the Gloo front door
   iproute2                                         # network namespaces and tc for the Ethernet emulation
   python3-matplotlib                               # the benchmark's plot (Debian's /usr/bin/python3)

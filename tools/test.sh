@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
-# The whole test suite, from a fresh Debian 12 machine: installs what is missing, builds, runs ctest.
+# The whole test suite, from a fresh Debian 12 machine: installs what is missing, then builds and
+# runs ctest in each preset — release (everything), asan (everything under AddressSanitizer +
+# UndefinedBehaviorSanitizer), tsan (the multi-threaded and multi-process engine tests and the soak
+# under ThreadSanitizer) and fuzz (each libFuzzer target for 30 s, clang), each in its own build
+# tree. Name presets to run fewer: tools/test.sh release
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-tools/build.sh release
-ctest --preset release -j "$(nproc)"
+presets=("$@")
+[ ${#presets[@]} -gt 0 ] || presets=(release asan tsan fuzz)
+for preset in "${presets[@]}"; do
+  echo "=== tests: $preset ==="
+  tools/build.sh "$preset"
+  ctest --preset "$preset" -j "$(nproc)"
+done

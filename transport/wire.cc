@@ -44,8 +44,13 @@ const char* kind_name(Kind kind) {
 std::array<std::uint8_t, Hello::kSize> Hello::encode() const {
   std::array<std::uint8_t, kSize> out{};
   Writer(out.data()).put(magic).put(version).put(socket_index).put(sockets_per_peer).put(std::uint16_t{0})
-      .put(job_id).put(from_rank).put(to_rank).put(std::uint32_t{0});
+      .put(job_id).put(from_rank).put(to_rank).put(std::uint32_t{0}).put(mac);
   return out;
+}
+
+std::uint64_t Hello::compute_mac(const SipKey& key) const {
+  const auto bytes = encode();
+  return siphash24(key, bytes.data(), kSize - 8);
 }
 
 Hello Hello::decode(const std::uint8_t* in, const std::string& from) {
@@ -60,6 +65,8 @@ Hello Hello::decode(const std::uint8_t* in, const std::string& from) {
   h.job_id = r.get<std::uint64_t>();
   h.from_rank = r.get<std::uint32_t>();
   h.to_rank = r.get<std::uint32_t>();
+  r.get<std::uint32_t>();
+  h.mac = r.get<std::uint64_t>();
   return h;
 }
 
@@ -68,7 +75,13 @@ std::array<std::uint8_t, BootstrapHello::kSize> BootstrapHello::encode() const {
   Writer w(out.data());
   w.put(magic).put(version).put(reserved).put(rank).put(size).put(sockets_per_peer);
   put_address(w, listener);
+  w.put(mac);
   return out;
+}
+
+std::uint64_t BootstrapHello::compute_mac(const SipKey& key) const {
+  const auto bytes = encode();
+  return siphash24(key, bytes.data(), kSize - 8);
 }
 
 BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string& from) {
@@ -82,12 +95,13 @@ BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string&
   h.size = r.get<std::uint32_t>();
   h.sockets_per_peer = r.get<std::uint32_t>();
   h.listener = get_address(r);
+  h.mac = r.get<std::uint64_t>();
   return h;
 }
 
 std::array<std::uint8_t, BootstrapReplyHead::kSize> BootstrapReplyHead::encode() const {
   std::array<std::uint8_t, kSize> out{};
-  Writer(out.data()).put(magic).put(version).put(status).put(job_id).put(size);
+  Writer(out.data()).put(magic).put(version).put(status).put(job_id).put(size).put(secret[0]).put(secret[1]);
   return out;
 }
 
@@ -100,6 +114,8 @@ BootstrapReplyHead BootstrapReplyHead::decode(const std::uint8_t* in, const std:
   h.status = r.get<std::uint16_t>();
   h.job_id = r.get<std::uint64_t>();
   h.size = r.get<std::uint32_t>();
+  h.secret[0] = r.get<std::uint64_t>();
+  h.secret[1] = r.get<std::uint64_t>();
   return h;
 }
 

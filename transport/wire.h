@@ -11,6 +11,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/siphash.h"
+
 namespace onebit::wire {
 
 constexpr std::uint16_t kProtocolVersion = 1;
@@ -58,9 +60,11 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// First record on every data connection, sent by the connecting side.
+// First record on every data connection, sent by the connecting side. `mac` is SipHash-2-4 of the
+// record's other 32 bytes under the job's data key (see bootstrap.h): it proves the sender went
+// through this job's bootstrap.
 struct Hello {
-  static constexpr std::size_t kSize = 32;
+  static constexpr std::size_t kSize = 40;
   std::uint32_t magic = kHelloMagic;
   std::uint16_t version = kProtocolVersion;
   std::uint16_t socket_index = 0;      // which of the pair's sockets this is
@@ -68,10 +72,13 @@ struct Hello {
   std::uint64_t job_id = 0;            // chosen by the root at bootstrap
   std::uint32_t from_rank = 0;
   std::uint32_t to_rank = 0;
+  std::uint64_t mac = 0;
 
   std::array<std::uint8_t, kSize> encode() const;
   // Throws Error(ONEBIT_REMOTE_ERROR) naming what is wrong: magic, version.
   static Hello decode(const std::uint8_t* in, const std::string& from);
+  // The MAC of this record's fields (all but `mac`) under `key`.
+  std::uint64_t compute_mac(const SipKey& key) const;
 };
 
 // An IPv4/IPv6 address and port in 20 bytes: family (4 or 6), port, 16 address bytes.
@@ -82,9 +89,10 @@ struct WireAddress {
   std::array<std::uint8_t, 16> ip{};
 };
 
-// Rank -> root: who I am and where my data listener is.
+// Rank -> root: who I am and where my data listener is. `mac`: SipHash-2-4 of the other 40 bytes
+// under the ONEBIT_AUTH_KEY key, 0 when there is none.
 struct BootstrapHello {
-  static constexpr std::size_t kSize = 40;
+  static constexpr std::size_t kSize = 48;
   std::uint32_t magic = kBootstrapMagic;
   std::uint16_t version = kProtocolVersion;
   std::uint16_t reserved = 0;
@@ -92,20 +100,24 @@ struct BootstrapHello {
   std::uint32_t size = 0;
   std::uint32_t sockets_per_peer = 0;
   WireAddress listener;
+  std::uint64_t mac = 0;
 
   std::array<std::uint8_t, kSize> encode() const;
   static BootstrapHello decode(const std::uint8_t* in, const std::string& from);
+  std::uint64_t compute_mac(const SipKey& key) const;
 };
 
-// Root -> rank, after all ranks arrived: a status, then (if 0) the job id and every listener.
+// Root -> rank, after all ranks arrived: a status, then (if 0) the job id, the job secret, every
+// listener, and a MAC of all of it under the ONEBIT_AUTH_KEY key (0 when there is none).
 // Status != 0 is followed by a u16 length and the error text, and the root closes.
 struct BootstrapReplyHead {
-  static constexpr std::size_t kSize = 20;
+  static constexpr std::size_t kSize = 36;
   std::uint32_t magic = kBootstrapMagic;
   std::uint16_t version = kProtocolVersion;
   std::uint16_t status = 0;  // an onebit_result_t
   std::uint64_t job_id = 0;
   std::uint32_t size = 0;
+  std::uint64_t secret[2] = {0, 0};  // the job secret: keys data-connection MACs
 
   std::array<std::uint8_t, kSize> encode() const;
   static BootstrapReplyHead decode(const std::uint8_t* in, const std::string& from);

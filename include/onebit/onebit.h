@@ -36,13 +36,22 @@ typedef enum {
   ONEBIT_REMOTE_ERROR = 4,     /* a peer closed the connection or reported a failure */
   ONEBIT_MISMATCH = 5,         /* ranks disagree: tag, element count, dtype, op or call order */
   ONEBIT_NUMERIC_ERROR = 6,    /* a scale came out NaN or Inf: the input holds NaN/Inf */
-  ONEBIT_INTERNAL_ERROR = 7    /* a bug in onebit; please report it with the log */
+  ONEBIT_INTERNAL_ERROR = 7,   /* a bug in onebit; please report it with the log */
+  ONEBIT_RESULT_ENUM_MAX_ = 0x7fffffff
 } onebit_result_t;
 
-typedef enum { ONEBIT_FLOAT32 = 0, ONEBIT_FLOAT16 = 1, ONEBIT_BFLOAT16 = 2 } onebit_dtype_t;
+/* The *_ENUM_MAX_ members keep each enum int-sized and make every int a valid value of it in C++,
+ * so a library compiled as C++ can check a caller's out-of-range value instead of meeting
+ * undefined behaviour. They are not values to pass. */
+typedef enum {
+  ONEBIT_FLOAT32 = 0,
+  ONEBIT_FLOAT16 = 1,
+  ONEBIT_BFLOAT16 = 2,
+  ONEBIT_DTYPE_ENUM_MAX_ = 0x7fffffff
+} onebit_dtype_t;
 
 /* SUM: the sum over ranks. AVG: the average. A compressed call returns W x its average for SUM. */
-typedef enum { ONEBIT_SUM = 0, ONEBIT_AVG = 1 } onebit_op_t;
+typedef enum { ONEBIT_SUM = 0, ONEBIT_AVG = 1, ONEBIT_OP_ENUM_MAX_ = 0x7fffffff } onebit_op_t;
 
 /* A communicator: W ranks joined over onebit's TCP transport. */
 typedef struct onebit_comm* onebit_comm_t;
@@ -81,6 +90,7 @@ typedef struct {
   int64_t timeout_ms;       /* ONEBIT_TIMEOUT_MS */
   int sockets_per_peer;     /* ONEBIT_SOCKETS_PER_PEER */
   const char* socket_ifname; /* ONEBIT_SOCKET_IFNAME */
+  const char* auth_key;      /* ONEBIT_AUTH_KEY: a secret every rank shares (never logged) */
 } onebit_config_t;
 
 /* As onebit_comm_init, with explicit settings (config may be NULL). */

@@ -1,5 +1,7 @@
 // Runtime choice of the CPU kernel set: CPUID (through the compiler's cpu_supports, which also
 // checks that the OS saves the wide registers), overridable with ONEBIT_SIMD.
+#include <cpuid.h>
+
 #include <string>
 #include <vector>
 
@@ -34,9 +36,16 @@ struct KernelSet {
   const CpuKernels& (*table)();
 };
 
+// F16C from CPUID leaf 1 (ECX bit 29): not every compiler's cpu_supports knows it. It uses the
+// AVX registers, whose OS support cpu_supports("avx2") has already checked.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
+
 bool cpu_has_avx2() {
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
 }
 
 bool cpu_has_avx512() {

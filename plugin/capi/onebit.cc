@@ -31,6 +31,7 @@ const char* onebit_result_string(onebit_result_t result) {
     case ONEBIT_MISMATCH: return "ONEBIT_MISMATCH";
     case ONEBIT_NUMERIC_ERROR: return "ONEBIT_NUMERIC_ERROR";
     case ONEBIT_INTERNAL_ERROR: return "ONEBIT_INTERNAL_ERROR";
+    default: break;
   }
   return "ONEBIT_UNKNOWN_RESULT";
 }
@@ -59,6 +60,7 @@ onebit::kernels::Dtype to_dtype(onebit_dtype_t dtype) {
     case ONEBIT_FLOAT32: return onebit::kernels::Dtype::kFloat32;
     case ONEBIT_FLOAT16: return onebit::kernels::Dtype::kFloat16;
     case ONEBIT_BFLOAT16: return onebit::kernels::Dtype::kBFloat16;
+    default: break;
   }
   onebit::fail(ONEBIT_INVALID_ARGUMENT, "unknown dtype ", static_cast<int>(dtype),
                " (ONEBIT_FLOAT32, ONEBIT_FLOAT16 or ONEBIT_BFLOAT16)");
@@ -68,6 +70,7 @@ onebit::ReduceOp to_op(onebit_op_t op) {
   switch (op) {
     case ONEBIT_SUM: return onebit::ReduceOp::kSum;
     case ONEBIT_AVG: return onebit::ReduceOp::kAvg;
+    default: break;
   }
   onebit::fail(ONEBIT_INVALID_ARGUMENT, "unknown op ", static_cast<int>(op), " (ONEBIT_SUM or ONEBIT_AVG)");
 }
@@ -110,6 +113,7 @@ onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size,
       setup.timeout_ms = config->timeout_ms;
       setup.sockets_per_peer = config->sockets_per_peer;
       setup.socket_ifname = config->socket_ifname != nullptr ? config->socket_ifname : "";
+      setup.auth_key = config->auth_key != nullptr ? config->auth_key : "";
     }
     return setup;
   });

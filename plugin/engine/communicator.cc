@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "common/siphash.h"
 
 namespace onebit {
 namespace {
@@ -62,6 +63,8 @@ tcp::TransportOptions transport_options(const CommSetup& setup) {
   ONEBIT_CHECK(timeout > 0, ONEBIT_INVALID_ARGUMENT, "ONEBIT_TIMEOUT_MS=", timeout, " must be positive");
   options.timeout = std::chrono::milliseconds(timeout);
   options.ifname = setup.socket_ifname.empty() ? param::SocketIfname() : setup.socket_ifname;
+  const std::string& auth_key = setup.auth_key.empty() ? param::AuthKey() : setup.auth_key;
+  if (!auth_key.empty()) options.auth_key = sip_key_from_text(auth_key);
   return options;
 }
 

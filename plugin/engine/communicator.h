@@ -43,6 +43,7 @@ struct CommSetup {
   std::int64_t timeout_ms = 0;
   int sockets_per_peer = 0;
   std::string socket_ifname;
+  std::string auth_key;
   static CommSetup from_environment();
 };
 

@@ -25,7 +25,9 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
   ring_accumulator_.resize(n);
   float* acc = ring_accumulator_.data();
   switch (dtype) {
-    case kernels::Dtype::kFloat32: std::memcpy(acc, buffer, n * sizeof(float)); break;
+    case kernels::Dtype::kFloat32:
+      if (n > 0) std::memcpy(acc, buffer, n * sizeof(float));  // buffer may be NULL when n is 0
+      break;
     case kernels::Dtype::kFloat16:
       for (std::size_t i = 0; i < n; ++i) acc[i] = kernels::half_to_float(static_cast<const std::uint16_t*>(buffer)[i]);
       break;
@@ -120,7 +122,9 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
     for (std::size_t i = 0; i < n; ++i) acc[i] /= w;
   }
   switch (dtype) {
-    case kernels::Dtype::kFloat32: std::memcpy(buffer, acc, n * sizeof(float)); break;
+    case kernels::Dtype::kFloat32:
+      if (n > 0) std::memcpy(buffer, acc, n * sizeof(float));
+      break;
     case kernels::Dtype::kFloat16:
       for (std::size_t i = 0; i < n; ++i) static_cast<std::uint16_t*>(buffer)[i] = kernels::float_to_half(acc[i]);
       break;

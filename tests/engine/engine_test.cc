@@ -7,72 +7,16 @@
 #include <string>
 #include <thread>
 #include <sched.h>
+#include <cstdlib>
 #include <vector>
 
 #include "onebit/onebit.h"
-#include "tests/engine/multiprocess.h"
+#include "tests/support/float32_oracle.h"
+#include "tests/support/float64_reference.h"
+#include "tests/support/multiprocess.h"
 
 namespace onebit::testing {
 namespace {
-
-// ---- the float64 reference of algorithm.md ----
-
-// W ranks' error feedback for one tag, in float64. step() takes every rank's input of one call and
-// returns the output every rank must get. Elements whose sign is ambiguous in the reference (|y| or
-// |z| within 1e-6 of its scale), where float32 may legitimately choose the other sign, are marked
-// and excluded from later comparisons; tests check that they are rare.
-class Reference {
- public:
-  Reference(int world, std::size_t n) : world_(world), n_(n), e_(world, std::vector<double>(n, 0.0)), ambiguous_(n, 0) {
-    chunk_ = ((n + world - 1) / world + 7) / 8 * 8;
-    for (int j = 0; j < world; ++j) s_.emplace_back(length(j), 0.0);
-  }
-  std::size_t begin(int j) const { return std::min(n_, j * chunk_); }
-  std::size_t length(int j) const { return std::min(n_, begin(j) + chunk_) - begin(j); }
-
-  std::vector<double> step(const std::vector<std::vector<float>>& x, bool sum) {
-    if (world_ == 1) return std::vector<double>(x[0].begin(), x[0].end());
-    std::vector<double> a(world_);
-    std::vector<std::vector<double>> y(world_, std::vector<double>(n_));
-    for (int r = 0; r < world_; ++r) {
-      double squares = 0;
-      for (std::size_t i = 0; i < n_; ++i) y[r][i] = x[r][i] + e_[r][i], squares += y[r][i] * y[r][i];
-      a[r] = n_ == 0 ? 0 : std::sqrt(squares / n_);
-      for (std::size_t i = 0; i < n_; ++i) {
-        if (std::fabs(y[r][i]) <= 1e-6 * a[r]) ambiguous_[i] = 1;
-        e_[r][i] = y[r][i] - a[r] * sign(y[r][i]);
-      }
-    }
-    std::vector<double> out(n_);
-    for (int j = 0; j < world_; ++j) {
-      std::vector<double> z(length(j));
-      double squares = 0;
-      for (std::size_t k = 0; k < length(j); ++k) {
-        const std::size_t i = begin(j) + k;
-        double mean = 0;
-        for (int r = 0; r < world_; ++r) mean += a[r] * sign(y[r][i]);
-        z[k] = mean / world_ + s_[j][k];
-        squares += z[k] * z[k];
-      }
-      const double b = length(j) == 0 ? 0 : std::sqrt(squares / length(j));
-      for (std::size_t k = 0; k < length(j); ++k) {
-        const std::size_t i = begin(j) + k;
-        if (std::fabs(z[k]) <= 1e-6 * b) ambiguous_[i] = 1;
-        s_[j][k] = z[k] - b * sign(z[k]);
-        out[i] = b * sign(z[k]) * (sum ? world_ : 1);
-      }
-    }
-    return out;
-  }
-  const std::vector<char>& ambiguous() const { return ambiguous_; }
-
- private:
-  static double sign(double v) { return v >= 0 ? 1.0 : -1.0; }
-  int world_;
-  std::size_t n_, chunk_;
-  std::vector<std::vector<double>> e_, s_;
-  std::vector<char> ambiguous_;
-};
 
 std::vector<float> input(int rank, int call, std::size_t n, unsigned salt) {
   std::mt19937 rng(static_cast<unsigned>(rank * 7919 + call * 104729) ^ salt);
@@ -141,7 +85,7 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
           std::fprintf(stderr, "rank %d n=%zu call %d: %s\n", rank, n, call, onebit_last_error());
           return 4;
         }
-        std::memcpy(outputs.as<float>() + ((offset * calls + call * n) * world + rank * n), buffer.data(), n * 4);
+        std::copy(buffer.begin(), buffer.end(), outputs.as<float>() + ((offset * calls + call * n) * world + rank * n));
       }
       if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 5;  // before the memory is freed and reused
       offset += n;
@@ -154,11 +98,16 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
   std::size_t offset = 0;
   for (std::size_t n : sizes) {
     Reference reference(world, n);
+    Float32Oracle oracle(world, n);
     std::size_t ambiguous = 0;
     for (int call = 0; call < calls; ++call) {
       std::vector<std::vector<float>> x;
       for (int r = 0; r < world; ++r) x.push_back(input(r, call, n, static_cast<unsigned>(n)));
       const std::vector<double> ref = reference.step(x, op == ONEBIT_SUM);
+      // Bit for bit against the fp32 computation of the same algorithm (tests/support/float32_oracle.h).
+      const std::vector<float> exact = oracle.step(x, op == ONEBIT_SUM);
+      ASSERT_EQ(0, n == 0 ? 0 : std::memcmp(outputs.as<float>() + (offset * calls + call * n) * world, exact.data(), n * 4))
+          << "W=" << world << " n=" << n << " call " << call << " differs from the fp32 oracle";
       const float* rank0 = outputs.as<float>() + (offset * calls + call * n) * world;
       for (int r = 0; r < world; ++r) {
         const float* out = rank0 + r * n;
@@ -512,7 +461,7 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   int release[2];
   ASSERT_EQ(::pipe(release), 0);
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_config_t config{1500, 0, nullptr};
+    onebit_config_t config{1500, 0, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
     if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
     std::vector<float> buffer(1000, 1.0f);
@@ -532,28 +481,109 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   EXPECT_NE(std::string(records[0].message).find("rank 1"), std::string::npos) << records[0].message;
 }
 
-TEST(Errors, StrangerAtTheBootstrapRootIsIgnored) {
+TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
+  // SIGSTOP, as a hung process or a debugger would: its sockets stay open, so only the timeout can
+  // tell. Survivors fail within ONEBIT_TIMEOUT_MS naming it (or the other survivor's abort does).
+  const int world = 3;
+  SharedMemory shared(world * sizeof(Record) + sizeof(pid_t));
+  auto* records = shared.as<Record>();
+  auto* stopped_pid = reinterpret_cast<pid_t*>(records + world);
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_config_t config{1500, 0, nullptr, nullptr};
+    onebit_comm_t comm = nullptr;
+    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    std::vector<float> buffer(100000, 1.0f);
+    onebit_tag("s", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+    if (rank == 2) {
+      *stopped_pid = ::getpid();
+      ::raise(SIGSTOP);
+      return 0;
+    }
+    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+    for (float v : buffer) {
+      if (v != 1.0f) return 3;  // untouched
+    }
+    const bool destroyed = onebit_comm_destroy(comm) == ONEBIT_SUCCESS;
+    if (rank == 0) ::kill(*stopped_pid, SIGKILL);  // the stopped rank has served its purpose
+    return destroyed ? 0 : 5;
+  }, std::chrono::seconds(60));
+  EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL);
+  int naming_rank_2 = 0;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_TRUE(records[r].code == ONEBIT_TIMEOUT || records[r].code == ONEBIT_REMOTE_ERROR) << records[r].message;
+    naming_rank_2 += std::string(records[r].message).find("rank 2") != std::string::npos;
+  }
+  EXPECT_GE(naming_rank_2, 1) << records[0].message << "\n" << records[1].message;
+}
+
+TEST(Errors, ConnectionCutMidCallFailsBothSides) {
+  // The kernel aborts every TCP connection of rank 1 (ss -K: an RST to the peer) while rank 0 waits
+  // inside an allreduce. Both sides fail at once, naming each other; nothing hangs.
+  if (std::system("ss -V >/dev/null 2>&1") != 0) GTEST_SKIP() << "ss (iproute2) is not installed";
+  const int world = 2;
+  SharedMemory shared(world * sizeof(Record));
+  auto* records = shared.as<Record>();
+  int entering[2];
+  ASSERT_EQ(::pipe(entering), 0);
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_config_t config{20000, 0, nullptr, nullptr};
+    onebit_comm_t comm = nullptr;
+    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    std::vector<float> buffer(1 << 20, 1.0f);
+    onebit_tag("c", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+    if (rank == 0) {
+      [[maybe_unused]] ssize_t w = ::write(entering[1], "x", 1);
+    } else {
+      char byte;
+      if (::read(entering[0], &byte, 1) != 1) return 6;
+      // Abort every TCP socket this process holds, by its local port.
+      for (int fd = 3; fd < 1024; ++fd) {
+        sockaddr_in local{};
+        socklen_t length = sizeof(local);
+        int type = 0;
+        socklen_t type_length = sizeof(type);
+        if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) continue;
+        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) continue;
+        const std::string command = "ss -K -t state established sport = :" + std::to_string(ntohs(local.sin_port)) +
+                                    " >/dev/null 2>&1";
+        if (std::system(command.c_str()) != 0) return 7;
+      }
+    }
+    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+  }, std::chrono::seconds(60));
+  ::close(entering[0]);
+  ::close(entering[1]);
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(records[r].code, ONEBIT_REMOTE_ERROR) << records[r].message;
+    EXPECT_NE(std::string(records[r].message).find("rank " + std::to_string(1 - r)), std::string::npos)
+        << records[r].message;
+  }
+}
+
+// Before rank 1 joins, a stranger speaks `bytes` to the bootstrap root (rank 0, possibly not
+// listening yet: retried, bounded). The job must go on: both ranks' allreduce succeeds.
+void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes) {
   const int world = 2;
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     if (rank == 1) {
-      // Before joining, speak garbage to the root, as a port scanner or a stale job would.
-      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       sockaddr_in address{};
       address.sin_family = AF_INET;
       address.sin_port = htons(static_cast<std::uint16_t>(port));
       address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      int fd_try = fd;
-      for (int tries = 0; ::connect(fd_try, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0; ++tries) {
-        // Rank 0 is not listening yet: retry, bounded (and the test's deadline bounds it too).
-        ::close(fd_try);
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      for (int tries = 0; ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0; ++tries) {
+        ::close(fd);
         if (tries > 1000000) return 7;
         ::sched_yield();
-        fd_try = ::socket(AF_INET, SOCK_STREAM, 0);
+        fd = ::socket(AF_INET, SOCK_STREAM, 0);
       }
-      fd = fd_try;
-      const char garbage[] = "GET / HTTP/1.0\r\n\r\n0123456789abcdefghijklmnopqrstuvwxyz";
-      [[maybe_unused]] ssize_t w = ::write(fd, garbage, sizeof(garbage));
+      [[maybe_unused]] ssize_t w = ::write(fd, bytes.data(), bytes.size());
       ::close(fd);
     }
     onebit_comm_t comm = join(rank, world, port);
@@ -565,6 +595,59 @@ TEST(Errors, StrangerAtTheBootstrapRootIsIgnored) {
   });
   EXPECT_EQ(outcomes[0].exit_code, 0);
   EXPECT_EQ(outcomes[1].exit_code, 0);
+}
+
+TEST(Errors, StrangerAtTheBootstrapRootIsIgnored) {
+  // As a port scanner or an HTTP client would.
+  const std::string garbage = "GET / HTTP/1.0\r\n\r\n0123456789abcdefghijklmnopqrstuvwxyz";
+  expect_job_survives_stranger_at_root(std::vector<std::uint8_t>(garbage.begin(), garbage.end()));
+}
+
+TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
+  // Same key: the job runs.
+  {
+    const int port = free_port();
+    auto outcomes = run_ranks(2, [&](int rank) {
+      onebit_config_t config{5000, 0, nullptr, "launcher-secret"};
+      onebit_comm_t comm = nullptr;
+      if (onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 2;
+      std::vector<float> buffer(8, 1.0f);
+      const bool ok = onebit_allreduce(comm, buffer.data(), 8, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
+                      buffer[0] == 2.0f;
+      onebit_comm_destroy(comm);
+      return ok ? 0 : 3;
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0);
+    EXPECT_EQ(outcomes[1].exit_code, 0);
+  }
+  // Rank 1 has another key: the root ignores it; rank 0 fails at the timeout naming rank 1, and rank
+  // 1's message says what to check.
+  const int port = free_port();
+  SharedMemory shared(2 * sizeof(Record));
+  auto* records = shared.as<Record>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    onebit_config_t config{1500, 0, nullptr, rank == 0 ? "launcher-secret" : "another-secret"};
+    onebit_comm_t comm = nullptr;
+    records[rank].set(onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config));
+    return comm == nullptr ? 0 : 4;
+  });
+  ASSERT_EQ(outcomes[0].exit_code, 0);
+  ASSERT_EQ(outcomes[1].exit_code, 0);
+  EXPECT_EQ(records[0].code, ONEBIT_TIMEOUT) << records[0].message;
+  EXPECT_NE(std::string(records[0].message).find("rank(s) 1 of 2 never reached the root"), std::string::npos)
+      << records[0].message;
+  // The root closes an unproven connection at once, so rank 1 learns without waiting.
+  EXPECT_EQ(records[1].code, ONEBIT_REMOTE_ERROR) << records[1].message;
+  EXPECT_NE(std::string(records[1].message).find("ONEBIT_AUTH_KEY is set"), std::string::npos) << records[1].message;
+}
+
+TEST(Access, OldProtocolPeerAtTheRootIsIgnored) {
+  // A well-formed bootstrap hello of protocol version 0 that claims rank 1, before the real rank 1.
+  std::vector<std::uint8_t> hello(48, 0);
+  hello[0] = 0x31, hello[1] = 0x42, hello[2] = 0x42, hello[3] = 0x4F;  // "OBB1"; version 0
+  hello[8] = 1;   // rank 1
+  hello[12] = 2;  // of 2
+  expect_job_survives_stranger_at_root(hello);
 }
 
 }  // namespace

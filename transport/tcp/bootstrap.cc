@@ -11,6 +11,8 @@
 namespace onebit::tcp {
 namespace {
 
+// How much longer than the root a rank waits for the root's answer.
+constexpr auto kReplyGrace = std::chrono::seconds(2);
 // A stranger gets this long to say who it is before the root moves on.
 constexpr auto kHelloGrace = std::chrono::seconds(5);
 
@@ -31,7 +33,16 @@ void send_error(int fd, onebit_result_t code, const std::string& message, Deadli
 
 }  // namespace
 
-void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline) {
+SipKey data_key_of(std::uint64_t job_id, const std::uint64_t secret[2], const std::optional<SipKey>& auth) {
+  if (!auth) return {secret[0], secret[1]};
+  std::uint8_t material[25];
+  wire::Writer(material).put(secret[0]).put(secret[1]).put(job_id).put(std::uint8_t{0});
+  const std::uint64_t k0 = siphash24(*auth, material, sizeof(material));
+  material[24] = 1;
+  return {k0, siphash24(*auth, material, sizeof(material))};
+}
+
+void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const std::optional<SipKey>& auth) {
   struct Arrival {
     Fd fd;
     wire::BootstrapHello hello;
@@ -69,6 +80,12 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline) 
       ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", who, ": ", error.what());
       continue;
     }
+    if (auth && !mac_equal(hello.mac, hello.compute_mac(*auth))) {
+      // A stranger, or a rank with another ONEBIT_AUTH_KEY: it proves nothing, so it decides nothing.
+      ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", who, " that claims rank ", hello.rank,
+                 " but fails the ONEBIT_AUTH_KEY check (a stranger, or a rank with a different key)");
+      continue;
+    }
     if (hello.size != static_cast<std::uint32_t>(size)) {
       Arrival odd{std::move(fd), hello};
       const std::string message = "world size mismatch: rank " + std::to_string(hello.rank) + " says " +
@@ -99,16 +116,21 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline) 
   }
 
   std::random_device entropy;
+  auto random64 = [&] { return (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy(); };
   wire::BootstrapReplyHead head;
-  head.job_id = (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+  head.job_id = random64();
   head.size = static_cast<std::uint32_t>(size);
-  std::vector<std::uint8_t> reply(wire::BootstrapReplyHead::kSize + size * wire::WireAddress::kSize);
+  head.secret[0] = random64();
+  head.secret[1] = random64();
+  const std::size_t table_end = wire::BootstrapReplyHead::kSize + size * wire::WireAddress::kSize;
+  std::vector<std::uint8_t> reply(table_end + 8);
   const auto head_bytes = head.encode();
   std::copy(head_bytes.begin(), head_bytes.end(), reply.begin());
   wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize);
   for (const Arrival& a : arrived) {
     w.put(a.hello.listener.family).put(a.hello.listener.port).bytes(a.hello.listener.ip.data(), 16);
   }
+  w.put(auth ? siphash24(*auth, reply.data(), table_end) : std::uint64_t{0});
   for (int r = 0; r < size; ++r) {
     try {
       write_all(arrived[r].fd.get(), reply.data(), reply.size(), deadline, "rank " + std::to_string(r));
@@ -119,7 +141,8 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline) 
 }
 
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, const Address& root,
-                                   const std::string& ifname, Deadline deadline, Fd* data_listener) {
+                                   const std::string& ifname, Deadline deadline, const std::optional<SipKey>& auth,
+                                   Fd* data_listener) {
   Fd fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
   Address local = ifname.empty() ? local_address(fd.get()) : interface_address(ifname);
   local.set_port(0);
@@ -131,41 +154,61 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, con
   hello.size = static_cast<std::uint32_t>(size);
   hello.sockets_per_peer = static_cast<std::uint32_t>(sockets_per_peer);
   hello.listener = wire::to_wire(bound.storage);
+  if (auth) hello.mac = hello.compute_mac(*auth);
   const auto hello_bytes = hello.encode();
   write_all(fd.get(), hello_bytes.data(), hello_bytes.size(), deadline, "the bootstrap root");
-
-  std::uint8_t head_bytes[wire::BootstrapReplyHead::kSize];
   try {
-    read_all(fd.get(), head_bytes, sizeof(head_bytes), deadline, "the bootstrap root");
+    // The root answers at its own deadline at the latest (with the error naming the missing
+    // ranks); a little grace lets that answer arrive rather than this rank's own timeout.
+    return read_root_reply(fd.get(), size, deadline + kReplyGrace, auth);
   } catch (const Error& error) {
-    fail(error.code(), "bootstrap: no answer from the root at ", root.to_string(), ": ", error.what());
+    if (error.code() != ONEBIT_TIMEOUT && error.code() != ONEBIT_REMOTE_ERROR) throw;
+    fail(error.code(), "bootstrap: no answer from the root at ", root.to_string(), ": ", error.what(),
+         auth ? " (ONEBIT_AUTH_KEY is set: the root ignores ranks whose key differs from its own)" : "");
   }
-  const auto head = wire::BootstrapReplyHead::decode(head_bytes, "the bootstrap root");
+}
+
+BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const std::optional<SipKey>& auth) {
+  const std::string root = "the bootstrap root";
+  std::vector<std::uint8_t> reply(wire::BootstrapReplyHead::kSize);
+  read_all(fd, reply.data(), reply.size(), deadline, root);
+  const auto head = wire::BootstrapReplyHead::decode(reply.data(), root);
   if (head.status != ONEBIT_SUCCESS) {
     std::uint8_t length[2];
-    read_all(fd.get(), length, 2, deadline, "the bootstrap root");
+    read_all(fd, length, 2, deadline, root);
     std::string text(length[0] | (length[1] << 8), '\0');
-    read_all(fd.get(), text.data(), text.size(), deadline, "the bootstrap root");
-    fail(static_cast<onebit_result_t>(head.status), "bootstrap failed: ", text);
+    read_all(fd, text.data(), text.size(), deadline, root);
+    const bool known = head.status >= ONEBIT_INVALID_ARGUMENT && head.status <= ONEBIT_INTERNAL_ERROR;
+    fail(known ? static_cast<onebit_result_t>(head.status) : ONEBIT_REMOTE_ERROR, "bootstrap failed: ", text);
   }
   ONEBIT_CHECK(head.size == static_cast<std::uint32_t>(size), ONEBIT_MISMATCH, "bootstrap: the root has ",
                head.size, " ranks, this rank was told ", size);
-  std::vector<std::uint8_t> table(size * wire::WireAddress::kSize);
-  read_all(fd.get(), table.data(), table.size(), deadline, "the bootstrap root");
+  const std::size_t table_end = reply.size() + size * wire::WireAddress::kSize;
+  reply.resize(table_end + 8);
+  read_all(fd, reply.data() + wire::BootstrapReplyHead::kSize, reply.size() - wire::BootstrapReplyHead::kSize, deadline,
+           root);
+  wire::Reader r(reply.data() + wire::BootstrapReplyHead::kSize);
   BootstrapResult result;
   result.job_id = head.job_id;
-  wire::Reader r(table.data());
   for (int i = 0; i < size; ++i) {
     wire::WireAddress a;
     a.family = r.get<std::uint16_t>();
     a.port = r.get<std::uint16_t>();
     r.bytes(a.ip.data(), 16);
+    ONEBIT_CHECK(a.family == 4 || a.family == 6, ONEBIT_REMOTE_ERROR, "bootstrap: the root sent rank ", i,
+                 "'s address with family ", a.family);
     Address address;
     unsigned length = 0;
     wire::from_wire(a, &address.storage, &length);
     address.length = length;
     result.listeners.push_back(address);
   }
+  const std::uint64_t mac = r.get<std::uint64_t>();
+  if (auth) {
+    ONEBIT_CHECK(mac_equal(mac, siphash24(*auth, reply.data(), table_end)), ONEBIT_REMOTE_ERROR,
+                 "bootstrap: the root's reply fails the ONEBIT_AUTH_KEY check (rank 0 has a different key, or none)");
+  }
+  result.data_key = data_key_of(head.job_id, head.secret, auth);
   return result;
 }
 

@@ -22,6 +22,8 @@ constexpr std::size_t kStripeMinBytes = 256 * 1024;
 constexpr std::size_t kSegmentAlign = 4096;
 // A stranger on the data listener gets this long to send its handshake.
 constexpr auto kHelloGrace = std::chrono::seconds(5);
+// Largest message held before its receive is posted (see on_segment_header).
+constexpr std::uint64_t kMaxUnexpectedBytes = std::uint64_t{256} << 20;
 // The progress thread moves at most this much per socket before looking at the others.
 constexpr std::size_t kMaxBytesPerTurn = 4 << 20;
 
@@ -126,19 +128,20 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
     Address bind_address = root;
     Fd listener = listen_on(bind_address, 1024);
     root_service = std::thread([listener = std::move(listener), this, sockets, deadline]() mutable {
-      serve_root(std::move(listener), size_, sockets, deadline);
+      serve_root(std::move(listener), size_, sockets, deadline, options_.auth_key);
     });
   }
   BootstrapResult table;
   Fd data_listener;
   try {
-    table = exchange_with_root(rank_, size_, sockets, root, options_.ifname, deadline, &data_listener);
+    table = exchange_with_root(rank_, size_, sockets, root, options_.ifname, deadline, options_.auth_key, &data_listener);
   } catch (...) {
     if (root_service.joinable()) root_service.join();
     throw;
   }
   if (root_service.joinable()) root_service.join();
   job_id_ = table.job_id;
+  data_key_ = table.data_key;
   ONEBIT_LOG(INFO, "rank ", rank_, "/", size_, ": job ", std::hex, job_id_, std::dec, ", data listener ",
              local_address(data_listener.get()).to_string());
 
@@ -167,6 +170,7 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
       hello.job_id = job_id_;
       hello.from_rank = static_cast<std::uint32_t>(rank_);
       hello.to_rank = static_cast<std::uint32_t>(peer);
+      hello.mac = hello.compute_mac(data_key_);
       const auto bytes = hello.encode();
       write_all(fd.get(), bytes.data(), bytes.size(), deadline, peer_name(peer));
       add_socket(peer, s, std::move(fd));
@@ -192,6 +196,9 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
       std::uint8_t bytes[wire::Hello::kSize];
       read_all(fd.get(), bytes, sizeof(bytes), std::min(deadline, Clock::now() + kHelloGrace), who);
       const wire::Hello hello = wire::Hello::decode(bytes, who);
+      // Membership first: nothing a connection says counts before it proves it.
+      ONEBIT_CHECK(mac_equal(hello.mac, hello.compute_mac(data_key_)), ONEBIT_REMOTE_ERROR, who,
+                   " fails the job's handshake MAC (not of this job, or a different ONEBIT_AUTH_KEY)");
       ONEBIT_CHECK(hello.job_id == job_id_, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
                    hello.job_id, ", this job is ", job_id_, ")");
       ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank_), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
@@ -437,6 +444,12 @@ void TcpTransport::progress_loop() {
         if (!failed_ && !socket->closed && (events[i].events & EPOLLOUT)) handle_writable(*socket);
       } catch (const Error& error) {
         fail_locked(error.code(), "rank " + std::to_string(rank_) + ": " + error.what());
+      } catch (const std::bad_alloc&) {
+        fail_locked(ONEBIT_SYSTEM_ERROR, "rank " + std::to_string(rank_) + ": out of memory receiving from rank " +
+                                             std::to_string(socket->peer));
+      } catch (const std::exception& error) {
+        // Nothing may escape the progress thread: that would terminate the training process.
+        fail_locked(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(rank_) + ": internal error: " + error.what());
       }
     }
   }
@@ -519,6 +532,12 @@ void TcpTransport::on_segment_header(Socket& socket, const wire::SegmentHeader& 
     }
     socket.target = request.data + header.offset;
   } else {
+    // A message that arrives before its receive is posted is held here. The protocol's messages
+    // are blocks and segments of a few MiB at most; a header announcing more is a broken or hostile
+    // peer, and must not make this process allocate what it says.
+    ONEBIT_CHECK(header.total_bytes <= kMaxUnexpectedBytes, ONEBIT_REMOTE_ERROR, "rank ", socket.peer,
+                 " announced an unsolicited ", wire::kind_name(header.key.kind), " message of ", header.total_bytes,
+                 " bytes (at most ", kMaxUnexpectedBytes, " are accepted before the receive is posted)");
     Unexpected& early = peer.unexpected[header.key];
     if (early.data.empty() && early.received == 0) {
       early.shape = header.shape;

@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +35,7 @@ struct TransportOptions {
   int sockets_per_peer = 2;
   std::chrono::milliseconds timeout{300000};
   std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
+  std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
 };
 
 // A send or a receive in flight. The caller owns it and keeps it (and its buffer) alive until
@@ -114,6 +116,7 @@ class TcpTransport {
   const int size_;
   const TransportOptions options_;
   std::uint64_t job_id_ = 0;
+  SipKey data_key_{};  // proves data connections belong to the job
 
   mutable std::mutex mutex_;
   std::condition_variable completed_;
