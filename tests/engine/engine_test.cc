@@ -481,6 +481,58 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   EXPECT_NE(std::string(records[0].message).find("rank 1"), std::string::npos) << records[0].message;
 }
 
+TEST(Errors, RankKilledAtRandomPointsOfCollectives) {
+  // Rank 2 dies with SIGKILL once it has sent a random number of bytes — anywhere inside one of a
+  // run of compressed calls, mid-message included. The survivors' failing call returns an error
+  // naming rank 2 (directly, or through the other survivor's abort), leaves their buffer exactly as
+  // it was, and their communicators are destroyed cleanly.
+  const int world = 3;
+  const std::size_t n = 1 << 18;
+  std::mt19937 rng(2026);
+  for (int trial = 0; trial < 5; ++trial) {
+    const std::uint64_t threshold = rng() % (30 * 50000);
+    SharedMemory shared(world * sizeof(Record));
+    auto* records = shared.as<Record>();
+    const int port = free_port();
+    auto outcomes = run_ranks(world, [&](int rank) {
+      onebit_comm_t comm = join(rank, world, port);
+      std::vector<float> buffer(n);
+      onebit_tag("k", buffer.data(), n, ONEBIT_FLOAT32);
+      std::thread watcher;
+      if (rank == 2) {
+        watcher = std::thread([&] {
+          onebit_stats_t stats{};
+          do {
+            onebit_comm_stats(comm, &stats);
+            std::this_thread::yield();
+          } while (stats.bytes_sent < threshold);
+          ::raise(SIGKILL);
+        });
+      }
+      for (int call = 0; call < 1000; ++call) {
+        const std::vector<float> x = input(rank, call, n, 11);
+        std::copy(x.begin(), x.end(), buffer.begin());
+        const onebit_result_t result = onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG);
+        if (result != ONEBIT_SUCCESS) {
+          records[rank].set(result);
+          if (std::memcmp(buffer.data(), x.data(), n * sizeof(float)) != 0) return 3;  // must be untouched
+          break;
+        }
+      }
+      if (watcher.joinable()) watcher.join();  // rank 2 never gets here
+      return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+    }, std::chrono::seconds(120));
+    EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL) << "trial " << trial;
+    int naming_rank_2 = 0;
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(outcomes[r].exit_code, 0) << "trial " << trial << " rank " << r;
+      EXPECT_EQ(records[r].code, ONEBIT_REMOTE_ERROR) << records[r].message;
+      naming_rank_2 += std::string(records[r].message).find("rank 2") != std::string::npos;
+    }
+    EXPECT_GE(naming_rank_2, 1) << "trial " << trial << ": " << records[0].message << "\n" << records[1].message;
+  }
+}
+
 TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
   // SIGSTOP, as a hung process or a debugger would: its sockets stay open, so only the timeout can
   // tell. Survivors fail within ONEBIT_TIMEOUT_MS naming it (or the other survivor's abort does).
