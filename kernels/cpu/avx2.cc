@@ -15,8 +15,10 @@ namespace {
 
 constexpr std::size_t kLanes = 8;
 
-// See avx512.cc: non-temporal stores for large error buffers (32-byte aligned ones here).
+// See avx512.cc: non-temporal stores for large error buffers (32-byte aligned ones here) and for
+// large results.
 constexpr std::size_t kStreamBytes = std::size_t{1} << 20;
+constexpr std::size_t kUnpackStreamBytes = std::size_t{2} << 20;
 
 template <Dtype D>
 inline __m256 load8(const void* x, std::size_t i) {
@@ -127,13 +129,13 @@ double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, 
          scalar_norm_range(x, dtype, e_prev, a_prev, body_end, n);
 }
 
-double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+template <bool kStream>
+double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                    float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t end) {
   const __m256 inv_ranks = _mm256_set1_ps(1.0f / static_cast<float>(ranks));
   const __m256 b = _mm256_set1_ps(b_prev);
-  const std::size_t body_end = n / kLanes * kLanes;
   SquareSum squares;
-  for (std::size_t i = 0; i < body_end; i += kLanes) {
+  for (std::size_t i = 0; i < end; i += kLanes) {
     __m256 sum = _mm256_setzero_ps();
     for (int r = 0; r < ranks; ++r) {
       const __m256 plus = _mm256_set1_ps(scales[r]);
@@ -141,22 +143,39 @@ double server_pass(const std::uint8_t* const* bits, const float* scales, int ran
       sum = _mm256_add_ps(sum, _mm256_blendv_ps(minus, plus, lanes_of(bits[r][i / 8])));
     }
     const __m256 z = _mm256_add_ps(_mm256_mul_ps(sum, inv_ranks), true_error(_mm256_loadu_ps(s_prev + i), b));
-    _mm256_storeu_ps(s_next + i, z);
+    if constexpr (kStream) _mm256_stream_ps(s_next + i, z);
+    else _mm256_storeu_ps(s_next + i, z);
     bits_out[i / 8] = sign_byte(z);
     squares.add(z);
   }
-  return squares.total() +
-         scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end, n);
+  return squares.total();
 }
 
-void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n) {
+double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+  // The server error is next read by the next call: stream it when large (see kStreamBytes).
   const std::size_t body_end = n / kLanes * kLanes;
+  const bool stream = n * sizeof(float) >= kStreamBytes && reinterpret_cast<std::uintptr_t>(s_next) % 32 == 0;
+  double sum;
+  if (stream) {
+    sum = server_steps<true>(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end);
+    _mm_sfence();
+  } else {
+    sum = server_steps<false>(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end);
+  }
+  return sum + scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, body_end, n);
+}
+
+template <bool kStream>
+void unpack_steps(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t end) {
   if (dtype == Dtype::kFloat32) {
     const __m256 plus = _mm256_set1_ps(scale);
     const __m256 minus = _mm256_set1_ps(-scale);
     auto* out32 = static_cast<float*>(out);
-    for (std::size_t i = 0; i < body_end; i += kLanes) {
-      _mm256_storeu_ps(out32 + i, _mm256_blendv_ps(minus, plus, lanes_of(bits[i / 8])));
+    for (std::size_t i = 0; i < end; i += kLanes) {
+      const __m256 value = _mm256_blendv_ps(minus, plus, lanes_of(bits[i / 8]));
+      if constexpr (kStream) _mm256_stream_ps(out32 + i, value);
+      else _mm256_storeu_ps(out32 + i, value);
     }
   } else {
     // Two values occur; convert each once with the scalar conversion, then select 16-bit patterns.
@@ -164,9 +183,25 @@ void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::
     const __m128i plus = _mm_set1_epi16(static_cast<short>(half ? float_to_half(scale) : float_to_bfloat16(scale)));
     const __m128i minus = _mm_set1_epi16(static_cast<short>(half ? float_to_half(-scale) : float_to_bfloat16(-scale)));
     auto* out16 = static_cast<std::uint16_t*>(out);
-    for (std::size_t i = 0; i < body_end; i += kLanes) {
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(out16 + i), _mm_blendv_epi8(minus, plus, halfword_lanes_of(bits[i / 8])));
+    for (std::size_t i = 0; i < end; i += kLanes) {
+      const __m128i value = _mm_blendv_epi8(minus, plus, halfword_lanes_of(bits[i / 8]));
+      if constexpr (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(out16 + i), value);
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(out16 + i), value);
     }
+  }
+}
+
+void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n) {
+  // Large results stream (see avx512.cc); a step stores 32 (fp32) or 16 (16-bit) bytes, which must
+  // be aligned to their size — chunks of an aligned buffer are.
+  const std::size_t element = dtype_size(dtype);
+  const std::size_t body_end = n / kLanes * kLanes;
+  const bool stream = n * element >= kUnpackStreamBytes && reinterpret_cast<std::uintptr_t>(out) % (kLanes * element) == 0;
+  if (stream) {
+    unpack_steps<true>(bits, scale, out, dtype, body_end);
+    _mm_sfence();
+  } else {
+    unpack_steps<false>(bits, scale, out, dtype, body_end);
   }
   scalar_unpack_range(bits, scale, out, dtype, body_end, n);
 }
