@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "transport/tcp/bootstrap.h"
+#include "transport/tcp/connection.h"
 
 namespace onebit::tcp {
 namespace {
@@ -20,8 +21,6 @@ namespace {
 // sockets, in segments aligned to a page.
 constexpr std::size_t kStripeMinBytes = 256 * 1024;
 constexpr std::size_t kSegmentAlign = 4096;
-// A stranger on the data listener gets this long to send its handshake.
-constexpr auto kHelloGrace = std::chrono::seconds(5);
 // Largest message held before its receive is posted (see on_segment_header).
 constexpr std::uint64_t kMaxUnexpectedBytes = std::uint64_t{256} << 20;
 // The progress thread moves at most this much per socket before looking at the others.
@@ -142,8 +141,9 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
   if (root_service.joinable()) root_service.join();
   job_id_ = table.job_id;
   data_key_ = table.data_key;
+  Listener listener(std::move(data_listener));
   ONEBIT_LOG(INFO, "rank ", rank_, "/", size_, ": job ", std::hex, job_id_, std::dec, ", data listener ",
-             local_address(data_listener.get()).to_string());
+             listener.handle().to_string());
 
   auto add_socket = [&](int peer, int index, Fd fd) {
     if (!peers_[peer]) {
@@ -163,23 +163,31 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
   // rank can first connect and then accept without waiting on anyone.
   for (int peer = 0; peer < rank_; ++peer) {
     for (int s = 0; s < sockets; ++s) {
-      Fd fd = connect_to(table.listeners[peer], deadline, peer_name(peer));
       wire::Hello hello;
       hello.socket_index = static_cast<std::uint16_t>(s);
       hello.sockets_per_peer = static_cast<std::uint16_t>(sockets);
       hello.job_id = job_id_;
       hello.from_rank = static_cast<std::uint32_t>(rank_);
       hello.to_rank = static_cast<std::uint32_t>(peer);
-      hello.mac = hello.compute_mac(data_key_);
-      const auto bytes = hello.encode();
-      write_all(fd.get(), bytes.data(), bytes.size(), deadline, peer_name(peer));
-      add_socket(peer, s, std::move(fd));
+      add_socket(peer, s, connect(table.listeners[peer], hello, data_key_, deadline, peer_name(peer)));
     }
   }
-  int expected = (size_ - 1 - rank_) * sockets;
-  while (expected > 0) {
-    Fd fd = accept_until(data_listener.get(), deadline);
-    if (!fd) {
+  auto check = [&](const wire::Hello& hello, const std::string& who) {
+    ONEBIT_CHECK(hello.job_id == job_id_, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
+                 hello.job_id, ", this job is ", job_id_, ")");
+    ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank_), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
+                 hello.to_rank);
+    ONEBIT_CHECK(hello.from_rank > static_cast<std::uint32_t>(rank_) && hello.from_rank < static_cast<std::uint32_t>(size_),
+                 ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
+    ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
+                 " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
+    const int peer = static_cast<int>(hello.from_rank);
+    ONEBIT_CHECK(!peers_[peer] || !peers_[peer]->sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, who,
+                 " duplicates socket ", hello.socket_index, " of rank ", peer);
+  };
+  for (int expected = (size_ - 1 - rank_) * sockets; expected > 0; --expected) {
+    auto accepted = listener.accept(deadline, data_key_, check, peer_name(rank_));
+    if (!accepted) {
       std::string missing;
       for (int peer = rank_ + 1; peer < size_; ++peer) {
         int have = 0;
@@ -189,33 +197,9 @@ void TcpTransport::bootstrap_and_connect(const Address& root) {
         if (have < sockets) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
       }
       ::onebit::fail(ONEBIT_TIMEOUT, "rank ", rank_, ": timed out after ", options_.timeout.count(),
-           " ms waiting for connections from rank(s) ", missing);
+                     " ms waiting for connections from rank(s) ", missing);
     }
-    const std::string who = "connection from " + peer_address(fd.get()).to_string();
-    try {
-      std::uint8_t bytes[wire::Hello::kSize];
-      read_all(fd.get(), bytes, sizeof(bytes), std::min(deadline, Clock::now() + kHelloGrace), who);
-      const wire::Hello hello = wire::Hello::decode(bytes, who);
-      // Membership first: nothing a connection says counts before it proves it.
-      ONEBIT_CHECK(mac_equal(hello.mac, hello.compute_mac(data_key_)), ONEBIT_REMOTE_ERROR, who,
-                   " fails the job's handshake MAC (not of this job, or a different ONEBIT_AUTH_KEY)");
-      ONEBIT_CHECK(hello.job_id == job_id_, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
-                   hello.job_id, ", this job is ", job_id_, ")");
-      ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank_), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
-                   hello.to_rank);
-      ONEBIT_CHECK(hello.from_rank > static_cast<std::uint32_t>(rank_) && hello.from_rank < static_cast<std::uint32_t>(size_),
-                   ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
-      ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
-                   " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
-      const int peer = static_cast<int>(hello.from_rank);
-      ONEBIT_CHECK(!peers_[peer] || !peers_[peer]->sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, who,
-                   " duplicates socket ", hello.socket_index, " of rank ", peer);
-      add_socket(peer, hello.socket_index, std::move(fd));
-      --expected;
-    } catch (const Error& error) {
-      // A stranger, a scanner or a stale process: close it and go on; the job is not its business.
-      ONEBIT_LOG(WARN, "rank ", rank_, ": rejected a ", error.what());
-    }
+    add_socket(static_cast<int>(accepted->hello.from_rank), accepted->hello.socket_index, std::move(accepted->fd));
   }
 }
 
@@ -259,6 +243,10 @@ void TcpTransport::isend(Request& request, int peer, const wire::MessageKey& key
     segment_bytes = ((bytes + sockets - 1) / sockets + kSegmentAlign - 1) / kSegmentAlign * kSegmentAlign;
     segments = static_cast<int>((bytes + segment_bytes - 1) / segment_bytes);
   }
+  // A segment's length travels as 32 bits. The engine's messages are a few MiB; this guards the
+  // transport's other users.
+  ONEBIT_CHECK(segment_bytes <= UINT32_MAX, ONEBIT_INVALID_ARGUMENT, "rank ", rank_, ": a message of ", bytes,
+               " bytes to rank ", peer, " exceeds 4 GiB per socket (", sockets, " sockets)");
   const int first_socket = segments == 1 ? static_cast<int>((key.part + key.seq + static_cast<int>(key.kind)) % sockets) : 0;
   request.pending_segments = segments;
   for (int s = 0; s < segments; ++s) {

@@ -1,0 +1,47 @@
+#include "transport/tcp/connection.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace onebit::tcp {
+namespace {
+// A stranger on a listener gets this long to send its hello.
+constexpr auto kHelloGrace = std::chrono::seconds(5);
+}  // namespace
+
+Listener Listener::listen(const Address& where) { return Listener(listen_on(where, 1024)); }
+
+std::optional<Listener::Accepted> Listener::accept(
+    Deadline deadline, const SipKey& key, const std::function<void(const wire::Hello&, const std::string& who)>& check,
+    const std::string& who_accepts) {
+  for (;;) {
+    Fd fd = accept_until(fd_.get(), deadline);
+    if (!fd) return std::nullopt;
+    const std::string who = "connection from " + peer_address(fd.get()).to_string();
+    try {
+      std::uint8_t bytes[wire::Hello::kSize];
+      read_all(fd.get(), bytes, sizeof(bytes), std::min(deadline, Clock::now() + kHelloGrace), who);
+      const wire::Hello hello = wire::Hello::decode(bytes, who);
+      // Membership first: nothing a connection says counts before it proves it.
+      ONEBIT_CHECK(mac_equal(hello.mac, hello.compute_mac(key)), ONEBIT_REMOTE_ERROR, who,
+                   " fails the job's handshake MAC (not of this job, or a different ONEBIT_AUTH_KEY)");
+      check(hello, who);
+      return Accepted{std::move(fd), hello};
+    } catch (const Error& error) {
+      // A stranger, a scanner or a stale process: close it and go on; the job is not its business.
+      ONEBIT_LOG(WARN, who_accepts, ": rejected a ", error.what());
+    }
+  }
+}
+
+Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name) {
+  Fd fd = connect_to(handle, deadline, peer_name);
+  hello.mac = hello.compute_mac(key);
+  const auto bytes = hello.encode();
+  write_all(fd.get(), bytes.data(), bytes.size(), deadline, peer_name);
+  return fd;
+}
+
+}  // namespace onebit::tcp
