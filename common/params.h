@@ -41,6 +41,9 @@
   X(SocketIfname, Str, "SOCKET_IFNAME", "",                                                     \
     "Interface for data connections, as NCCL_SOCKET_IFNAME: a name prefix (`eth`), `=eth0` for " \
     "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")        \
+  X(Enable, Int, "ENABLE", "1",                                                                 \
+    "0: the LD_PRELOAD front doors forward every call to the real implementation, tagged or "   \
+    "not — onebit stays loaded but does nothing.")                                              \
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
     "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
     "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \

@@ -10,6 +10,7 @@ packages=(
   libgloo-dev                                      # Gloo: the benchmark's external anchor, the Gloo front door
   iproute2                                         # network namespaces and tc for the Ethernet emulation
   python3-matplotlib                               # the benchmark's plot (Debian's /usr/bin/python3)
+  python3-torch python3-numpy                      # the PyTorch front door's end-to-end test
 )
 
 missing=()
