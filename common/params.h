@@ -44,6 +44,9 @@
   X(Enable, Int, "ENABLE", "1",                                                                 \
     "0: the LD_PRELOAD front doors forward every call to the real implementation, tagged or "   \
     "not — onebit stays loaded but does nothing.")                                              \
+  X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
+    "Overrides the optimizer shims' freeze_step (python/onebit/optim.py): the first step of the " \
+    "compression stage, so an existing script is tuned without edits. -1: the script's value.")  \
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
     "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
     "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \

@@ -130,6 +130,25 @@ ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, u
 ONEBIT_API onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype,
                                             onebit_op_t op);
 
+/* ---- 1-bit Adam's optimizer arithmetic over flat fp32 arrays (the shims' shared core) ----
+ * Step t (0-based) < freeze_step: warmup, full-precision Adam on the gradient averaged over ranks
+ * (onebit_adam_warmup_step). From freeze_step on: onebit_adam_momentum_step with the local
+ * gradient, then the caller allreduces the momentum (tagged: compressed) and averages it, then
+ * onebit_adam_apply_step with the frozen variance. No bias correction; decoupled weight decay. */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t freeze_step;
+} onebit_adam_config_t;
+
+/* 1 if step t is in the compression stage, 0 if in warmup; -1 (and last error) for a bad config. */
+ONEBIT_API int onebit_adam_compressing(const onebit_adam_config_t* config, int64_t step);
+ONEBIT_API onebit_result_t onebit_adam_warmup_step(const onebit_adam_config_t* config, float* params, float* m,
+                                                   float* v, const float* grad, size_t count);
+ONEBIT_API onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, float* m, const float* grad,
+                                                     size_t count);
+ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, const float* m,
+                                                  const float* v, size_t count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/engine/communicator.h"
+#include "plugin/optim/onebit_adam.h"
 
 namespace onebit {
 
@@ -64,6 +65,22 @@ onebit::kernels::Dtype to_dtype(onebit_dtype_t dtype) {
   }
   onebit::fail(ONEBIT_INVALID_ARGUMENT, "unknown dtype ", static_cast<int>(dtype),
                " (ONEBIT_FLOAT32, ONEBIT_FLOAT16 or ONEBIT_BFLOAT16)");
+}
+
+onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  ONEBIT_CHECK(c->lr >= 0 && c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0 &&
+                   c->weight_decay >= 0 && c->freeze_step >= 0,
+               ONEBIT_INVALID_ARGUMENT, "adam config out of range: lr ", c->lr, ", betas (", c->beta1, ", ", c->beta2,
+               "), eps ", c->eps, ", weight_decay ", c->weight_decay, ", freeze_step ", c->freeze_step,
+               " (need lr, wd >= 0; 0 <= beta < 1; eps > 0; freeze_step >= 0)");
+  return onebit::optim::AdamConfig{c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->freeze_step};
+}
+
+void check_arrays(std::size_t count, std::initializer_list<const void*> arrays) {
+  for (const void* a : arrays) {
+    ONEBIT_CHECK(a != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "an array is NULL with count ", count);
+  }
 }
 
 onebit::ReduceOp to_op(onebit_op_t op) {
@@ -173,6 +190,41 @@ onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* by
 
 onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype, onebit_op_t op) {
   return onebit::abi_guard("onebit_allreduce", [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });
+}
+
+int onebit_adam_compressing(const onebit_adam_config_t* config, int64_t step) {
+  int answer = -1;
+  const onebit_result_t result = onebit::abi_guard("onebit_adam_compressing", [&] {
+    answer = onebit::optim::compressing(to_adam(config), step) ? 1 : 0;
+  });
+  return result == ONEBIT_SUCCESS ? answer : -1;
+}
+
+onebit_result_t onebit_adam_warmup_step(const onebit_adam_config_t* config, float* params, float* m, float* v,
+                                        const float* grad, size_t count) {
+  return onebit::abi_guard("onebit_adam_warmup_step", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {params, m, v, grad});
+    onebit::optim::warmup_step(c, params, m, v, grad, count);
+  });
+}
+
+onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, float* m, const float* grad,
+                                          size_t count) {
+  return onebit::abi_guard("onebit_adam_momentum_step", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {m, grad});
+    onebit::optim::momentum_step(c, m, grad, count);
+  });
+}
+
+onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, const float* m,
+                                       const float* v, size_t count) {
+  return onebit::abi_guard("onebit_adam_apply_step", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {params, m, v});
+    onebit::optim::apply_step(c, params, m, v, count);
+  });
 }
 
 }  // extern "C"

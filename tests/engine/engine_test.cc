@@ -314,6 +314,19 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
 
 // ---- errors ----
 
+TEST(Errors, AdamConfigOutOfRangeIsRefused) {
+  onebit_adam_config_t config{0.01f, 1.5f, 0.999f, 1e-8f, 0.0f, 10};  // beta1 >= 1
+  EXPECT_EQ(onebit_adam_compressing(&config, 0), -1);
+  EXPECT_NE(std::string(onebit_last_error()).find("betas (1.5"), std::string::npos) << onebit_last_error();
+  float p = 1, m = 0, v = 0, g = 1;
+  EXPECT_EQ(onebit_adam_warmup_step(&config, &p, &m, &v, &g, 1), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(p, 1.0f);
+  config.beta1 = 0.9f;
+  EXPECT_EQ(onebit_adam_warmup_step(&config, nullptr, &m, &v, &g, 1), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_adam_compressing(&config, 10), 1);
+  EXPECT_EQ(onebit_adam_compressing(nullptr, 10), -1);
+}
+
 TEST(Errors, BadArgumentsAreReportedAndChangeNothing) {
   onebit_comm_t comm = nullptr;
   EXPECT_EQ(onebit_comm_init(nullptr, 0, 1, "127.0.0.1:1"), ONEBIT_INVALID_ARGUMENT);

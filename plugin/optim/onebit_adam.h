@@ -1,0 +1,35 @@
+// The phase logic and arithmetic of the 1-bit Adam optimizer (algorithm.md, "1-bit Adam
+// optimizer"), over flat fp32 arrays: the one implementation behind the C ABI's onebit_adam_* calls,
+// which the PyTorch shim (python/onebit/optim.py) and C++ trainers both use. The collective between
+// the two halves of a compression-stage step is the caller's (a tagged allreduce of the momentum).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace onebit::optim {
+
+struct AdamConfig {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.0f;
+  std::int64_t freeze_step = 0;  // steps t < freeze_step are warmup (full-precision Adam)
+};
+
+// Step t (0-based) is in the compression stage: the variance is frozen and the momentum is
+// allreduced compressed.
+bool compressing(const AdamConfig& config, std::int64_t step);
+
+// Warmup, with g the gradient averaged over ranks: m ← β1·m + (1−β1)·g; v ← β2·v + (1−β2)·g²;
+// p ← p − lr·(m / (sqrt(v) + eps) + wd·p).
+void warmup_step(const AdamConfig& config, float* p, float* m, float* v, const float* g, std::size_t n);
+
+// Compression stage, before the allreduce: m ← β1·m + (1−β1)·g with the local gradient.
+void momentum_step(const AdamConfig& config, float* m, const float* g, std::size_t n);
+
+// Compression stage, after the allreduce averaged m: p ← p − lr·(m / (sqrt(v) + eps) + wd·p).
+void apply_step(const AdamConfig& config, float* p, const float* m, const float* v, std::size_t n);
+
+}  // namespace onebit::optim
