@@ -123,6 +123,17 @@ ONEBIT_API onebit_result_t onebit_untag(void* ptr);
 /* Calls and payload bytes sent by the compressed allreduces of tag `name`, over all communicators. */
 ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent);
 
+/* Checkpoints of error feedback. A tag's state on this rank is its worker error (the tag's count
+ * floats) and its server error (the floats of this rank's chunk, which depend on the world size).
+ * Save writes the true errors (zeros before the first call); the tag must have been used on at most
+ * one communicator. Load, before the tag's first call in a new job, makes that call continue exactly
+ * where the saved job stopped — bit for bit — provided the world size and rank are the same (a
+ * different server length is refused at that call). Every rank saves and loads its own state. */
+ONEBIT_API onebit_result_t onebit_tag_state_size(const char* name, size_t* worker_count, size_t* server_count);
+ONEBIT_API onebit_result_t onebit_tag_state_save(const char* name, float* worker, float* server);
+ONEBIT_API onebit_result_t onebit_tag_state_load(const char* name, const float* worker, size_t worker_count,
+                                                 const float* server, size_t server_count);
+
 /* In-place allreduce of `count` elements at `buf`. A tagged buffer (same pointer and count) runs the
  * compressed, error-compensated algorithm; any other runs an exact full-precision ring
  * (reduce-scatter + allgather). On failure the buffer and the error state are unchanged; after a

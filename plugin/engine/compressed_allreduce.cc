@@ -86,6 +86,17 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     st.all.reserve(requests);
     st.chunk_bits.resize(world);
     st.block_bits.resize(world);
+    if (tag.restored) {
+      // The true errors of a checkpoint, stored with scale 0: stored − 0·sign(stored) is stored,
+      // exactly, so the next call continues bit for bit.
+      ONEBIT_CHECK(tag.restored_worker.size() == n && tag.restored_server.size() == length(me), ONEBIT_INVALID_ARGUMENT,
+                   where(), ": tag '", tag.name, "': the restored state has ", tag.restored_worker.size(), " + ",
+                   tag.restored_server.size(), " floats; this job needs ", n, " + ", length(me),
+                   " (was it saved with another world size or rank?)");
+      std::copy(tag.restored_worker.begin(), tag.restored_worker.end(), st.worker[0].data());
+      std::copy(tag.restored_server.begin(), tag.restored_server.end(), st.server[0].data());
+      tag.restored = false;
+    }
   }
   const std::uint64_t seq = st.seq;
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};

@@ -51,6 +51,9 @@ struct Tag {
   std::map<std::uint64_t, std::unique_ptr<TagState>> states;  // by communicator id
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
+  // A state restored from a checkpoint, applied by the tag's first call on a communicator.
+  std::vector<float> restored_worker, restored_server;
+  bool restored = false;
 };
 
 class TagRegistry {

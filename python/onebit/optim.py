@@ -6,7 +6,9 @@ flattened, tagged buffer: one dist.all_reduce per step, taken by libonebit-prelo
 the frozen variance. The arithmetic is onebit's C core (onebit_adam_*), shared with C++ trainers.
 
 First version: all parameters share the first param group's hyper-parameters; float32 CPU tensors;
-no DDP comm hook and no checkpoint of the error-feedback state yet.
+no DDP comm hook yet. state_dict() holds step, m, v and this rank's error-feedback state (onebit's
+anchors keep none): save one per rank, load each into the same rank of a job of the same size, and
+training continues bit for bit.
 """
 import ctypes
 import os
@@ -101,6 +103,37 @@ class OnebitAdam(torch.optim.Optimizer):
                                                               _ptr(self._v), n))
         self._step += 1
         return loss
+
+    def state_dict(self):
+        state = super().state_dict()
+        worker, server = self._error_state()
+        state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
+                           "worker_error": worker, "server_error": server,
+                           "world_size": self._world, "rank": dist.get_rank(self._group)}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("onebit")
+        if saved["world_size"] != self._world or saved["rank"] != dist.get_rank(self._group):
+            raise ValueError(f"OnebitAdam.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
+                             f"loading into rank {dist.get_rank(self._group)} of {self._world}: each rank loads its own")
+        super().load_state_dict(state_dict)
+        self._step = saved["step"]
+        self._m.copy_(saved["m"])
+        self._v.copy_(saved["v"])
+        worker, server = saved["worker_error"].contiguous(), saved["server_error"].contiguous()
+        _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
+                                                         ctypes.c_size_t(worker.numel()), _ptr(server),
+                                                         ctypes.c_size_t(server.numel())))
+
+    def _error_state(self):
+        workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
+        name = self._name.encode()
+        _check(self._lib, self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)))
+        worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
+        _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
+        return worker, server
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""

@@ -314,6 +314,23 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
 
 // ---- errors ----
 
+TEST(Errors, TagStateCheckpointCallsCheckTheirArguments) {
+  std::vector<float> buffer(64, 1.0f), worker(64), server(64);
+  std::size_t workers = 0, servers = 0;
+  EXPECT_EQ(onebit_tag_state_size("nope", &workers, &servers), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("no tag named 'nope'"), std::string::npos);
+  ASSERT_EQ(onebit_tag("ckpt", buffer.data(), 64, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_tag_state_size("ckpt", &workers, &servers), ONEBIT_SUCCESS);
+  EXPECT_EQ(workers, 64u);
+  EXPECT_EQ(servers, 0u);  // before the first call
+  EXPECT_EQ(onebit_tag_state_save("ckpt", worker.data(), server.data()), ONEBIT_SUCCESS);
+  EXPECT_EQ(worker, std::vector<float>(64, 0.0f));
+  EXPECT_EQ(onebit_tag_state_load("ckpt", worker.data(), 63, server.data(), 0), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("has 64 elements; the saved worker error has 63"), std::string::npos);
+  EXPECT_EQ(onebit_tag_state_load("ckpt", worker.data(), 64, server.data(), 0), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_untag(buffer.data()), ONEBIT_SUCCESS);
+}
+
 TEST(Errors, AdamConfigOutOfRangeIsRefused) {
   onebit_adam_config_t config{0.01f, 1.5f, 0.999f, 1e-8f, 0.0f, 10};  // beta1 >= 1
   EXPECT_EQ(onebit_adam_compressing(&config, 0), -1);
