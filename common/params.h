@@ -44,8 +44,12 @@
   X(Enable, Int, "ENABLE", "1",                                                                 \
     "0: the LD_PRELOAD front doors forward every call to the real implementation, tagged or "   \
     "not — onebit stays loaded but does nothing.")                                              \
+  X(Transport, Str, "TRANSPORT", "gloo",                                                        \
+    "Transport of the calls the Gloo front door compresses. `gloo`: the intercepted "           \
+    "gloo::Context's own pairs, nothing to configure. `tcp`: onebit's TCP mesh (several "        \
+    "sockets per peer, striping), bootstrapped over the gloo context on the first tagged call.") \
   X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
-    "Overrides the optimizer shims' freeze_step (python/onebit/optim.py): the first step of the " \
+    "Overrides the optimizer shims' freeze_step (onebit.OnebitAdam, onebit::OnebitAdam): the first step of the " \
     "compression stage, so an existing script is tuned without edits. -1: the script's value.")  \
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
     "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \

@@ -151,6 +151,10 @@ typedef struct {
   int64_t freeze_step;
 } onebit_adam_config_t;
 
+/* The freeze step to use: ONEBIT_FREEZE_STEP when it is set (>= 0), else `requested`. Every shim
+ * asks here, so the variable tunes an existing script, Python or C++, without edits. */
+ONEBIT_API int64_t onebit_adam_freeze_step(int64_t requested);
+
 /* 1 if step t is in the compression stage, 0 if in warmup; -1 (and last error) for a bad config. */
 ONEBIT_API int onebit_adam_compressing(const onebit_adam_config_t* config, int64_t step);
 ONEBIT_API onebit_result_t onebit_adam_warmup_step(const onebit_adam_config_t* config, float* params, float* m,

@@ -258,6 +258,12 @@ onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, on
   return onebit::abi_guard("onebit_allreduce", [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });
 }
 
+int64_t onebit_adam_freeze_step(int64_t requested) {
+  std::int64_t answer = requested;
+  onebit::abi_guard("onebit_adam_freeze_step", [&] { answer = onebit::optim::freeze_step(requested); });
+  return answer;
+}
+
 int onebit_adam_compressing(const onebit_adam_config_t* config, int64_t step) {
   int answer = -1;
   const onebit_result_t result = onebit::abi_guard("onebit_adam_compressing", [&] {

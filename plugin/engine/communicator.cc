@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "common/siphash.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace onebit {
 namespace {
@@ -78,9 +79,13 @@ int checked_size(const CommSetup& s) {
 
 Communicator::Communicator(const CommSetup& setup)
     : id_(next_comm_id++),
-      transport_(setup.rank, checked_size(setup),
-                 setup.size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root"), transport_options(setup)),
+      transport_(std::make_unique<tcp::TcpTransport>(
+          setup.rank, checked_size(setup), setup.size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root"),
+          transport_options(setup))),
       kernels_(kernels::cpu_kernels()) {}
+
+Communicator::Communicator(std::unique_ptr<Transport> transport)
+    : id_(next_comm_id++), transport_(std::move(transport)), kernels_(kernels::cpu_kernels()) {}
 
 Communicator::~Communicator() { TagRegistry::instance().forget_communicator(id_); }
 
@@ -88,7 +93,7 @@ std::string Communicator::where() const {
   return "rank " + std::to_string(rank()) + "/" + std::to_string(size());
 }
 
-tcp::Deadline Communicator::call_deadline() const { return tcp::Clock::now() + transport_.options().timeout; }
+Deadline Communicator::call_deadline() const { return Clock::now() + transport_->timeout(); }
 
 void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op) {
   ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ", count);
@@ -109,7 +114,7 @@ StageTimes Communicator::compressed_stage_times() const {
 }
 
 onebit_stats_t Communicator::stats() const {
-  const tcp::TransportStats t = transport_.stats();
+  const TransportStats t = transport_->stats();
   onebit_stats_t s{};
   s.compressed_calls = compressed_calls_;
   s.full_precision_calls = full_precision_calls_;

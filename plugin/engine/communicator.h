@@ -1,5 +1,6 @@
-// A communicator: W ranks over onebit's TCP transport, and the two allreduces the engine offers —
-// compressed (tagged buffers, algorithm.md) and an exact full-precision ring (everything else).
+// A communicator: W ranks over a transport (onebit's TCP mesh, or a framework's gloo context), and
+// the two allreduces the engine offers — compressed (tagged buffers, algorithm.md) and an exact
+// full-precision ring (everything else).
 //
 // Threading: calls on different tags may run concurrently from different threads; calls on one tag
 // are serialised (a second concurrent call on the same tag is an error, not a wait, since it would
@@ -17,7 +18,7 @@
 #include "onebit/onebit.h"
 #include "plugin/engine/aligned_buffer.h"
 #include "plugin/engine/tag_registry.h"
-#include "transport/tcp/tcp_transport.h"
+#include "transport/transport.h"
 
 namespace onebit {
 
@@ -49,35 +50,40 @@ struct CommSetup {
 
 class Communicator {
  public:
+  // Over onebit's TCP transport, bootstrapped as `setup` says.
   explicit Communicator(const CommSetup& setup);
+  // Over a transport made elsewhere (the Gloo front door's, over a framework's gloo context).
+  explicit Communicator(std::unique_ptr<Transport> transport);
   ~Communicator();
 
-  int rank() const { return transport_.rank(); }
-  int size() const { return transport_.size(); }
+  int rank() const { return transport_->rank(); }
+  int size() const { return transport_->size(); }
 
   // In-place allreduce. Tagged (same pointer and count) → compressed; otherwise → ring.
   void allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
   // The two algorithms, callable directly (the benchmark compares them).
-  void compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
+  // `channel`: see Transport::isend (the framework's tag of an intercepted call; 0 otherwise).
+  void compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
+                            std::uint32_t channel = 0);
   void ring_allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
   onebit_stats_t stats() const;
   StageTimes compressed_stage_times() const;
 
  private:
-  tcp::Deadline call_deadline() const;
+  Deadline call_deadline() const;
   std::string where() const;  // "rank 2/4"
 
   const std::uint64_t id_;  // process-unique: keys this communicator's tag states
-  tcp::TcpTransport transport_;
+  std::unique_ptr<Transport> transport_;
   const kernels::CpuKernels& kernels_;
 
   std::mutex ring_mutex_;  // untagged calls run one at a time
   std::uint64_t ring_seq_ = 0;
   AlignedBuffer<float> ring_accumulator_;
   AlignedBuffer<float> ring_staging_;
-  std::vector<tcp::Request> ring_sends_, ring_recvs_;
+  std::vector<Request> ring_sends_, ring_recvs_;
 
   mutable std::mutex stage_mutex_;
   StageTimes stage_times_;

@@ -1,4 +1,4 @@
-// The compressed allreduce of algorithm.md over the TCP transport.
+// The compressed allreduce of algorithm.md over a transport (transport/transport.h).
 //
 //   1. worker stage: chunk by chunk (own chunk last), block by block, one fused kernel pass computes
 //      y = x + e, its sign bits and Σy²; each block's bits go to the chunk's server as soon as they
@@ -42,7 +42,8 @@ std::size_t blocks_of(std::size_t length) { return std::max<std::size_t>(1, (len
 
 }  // namespace
 
-void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op) {
+void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
+                                        std::uint32_t channel) {
   std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
   ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                "' is already in an allreduce on another thread; calls on one tag must not overlap");
@@ -101,7 +102,7 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   const std::uint64_t seq = st.seq;
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
   auto key = [&](wire::Kind kind, int part) { return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)}; };
-  auto describe = [&](const tcp::Request& r) {
+  auto describe = [&](const Request& r) {
     return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " block " +
            std::to_string(r.key.part);
   };
@@ -116,14 +117,14 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   st.all.clear();
   std::uint64_t sent = 0;
   auto post_recv = [&](int peer, wire::Kind kind, int part, void* data, std::size_t bytes, bool stage1) {
-    tcp::Request& r = st.requests[next_request++];
-    transport_.irecv(r, peer, key(kind, part), shape, data, bytes);
+    Request& r = st.requests[next_request++];
+    transport_->irecv(r, peer, channel, key(kind, part), shape, data, bytes);
     if (stage1) st.stage1.push_back(&r);
     st.all.push_back(&r);
   };
   auto post_send = [&](int peer, wire::Kind kind, int part, const void* data, std::size_t bytes) {
-    tcp::Request& r = st.requests[next_request++];
-    transport_.isend(r, peer, key(kind, part), shape, data, bytes);
+    Request& r = st.requests[next_request++];
+    transport_->isend(r, peer, channel, key(kind, part), shape, data, bytes);
     st.all.push_back(&r);
     sent += bytes;
   };
@@ -176,7 +177,7 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     }
 
     // 2. Server stage.
-    transport_.wait_all(st.stage1, call_deadline(), describe);
+    transport_->wait_all(st.stage1, call_deadline(), describe);
     marks[2] = Clock::now();
     std::int32_t first_bad = -1;
     for (int p = 0; p < world && first_bad < 0; ++p) {
@@ -210,7 +211,7 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     for (int p = 0; p < world; ++p) {
       if (p != me) post_send(p, wire::Kind::kServerScale, 0, my_result, kResultHead);
     }
-    transport_.wait_all(st.all, call_deadline(), describe);
+    transport_->wait_all(st.all, call_deadline(), describe);
     marks[4] = Clock::now();
   } catch (const Error& error) {
     fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", n, " ", kernels::dtype_name(dtype), ", call ",

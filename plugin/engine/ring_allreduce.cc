@@ -60,7 +60,7 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
   const int right = (me + 1) % world;
   const int left = (me + world - 1) % world;
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
-  auto describe = [&](const tcp::Request& r) {
+  auto describe = [&](const Request& r) {
     return "untagged allreduce call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " step " +
            std::to_string(r.key.part / segments) + " segment " + std::to_string(r.key.part % segments);
   };
@@ -75,13 +75,13 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
   auto post_recvs = [&](int t) {
     for (int p = 0; p < segments; ++p) {
       float* into = t < world - 1 ? staging(t, p) : acc + seg_begin(recv_chunk(t), p);
-      transport_.irecv(ring_recvs_[t * segments + p], left, key(t, p), shape, into,
+      transport_->irecv(ring_recvs_[t * segments + p], left, 0, key(t, p), shape, into,
                        seg_length(recv_chunk(t), p) * sizeof(float));
     }
   };
   auto post_send = [&](int t, int p) {
     const int j = send_chunk(t);
-    transport_.isend(ring_sends_[t * segments + p], right, key(t, p), shape, acc + seg_begin(j, p),
+    transport_->isend(ring_sends_[t * segments + p], right, 0, key(t, p), shape, acc + seg_begin(j, p),
                      seg_length(j, p) * sizeof(float));
     sent += seg_length(j, p) * sizeof(float);
   };
@@ -89,14 +89,14 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
   try {
     post_recvs(0);
     for (int p = 0; p < segments; ++p) post_send(0, p);
-    std::vector<tcp::Request*> one(1);
+    std::vector<Request*> one(1);
     for (int t = 0; t < steps; ++t) {
       // Step t+1's receives are posted before step t's are consumed, so they land in place. Its
       // staging half is free: step t−1's adds are done.
       if (t + 1 < steps) post_recvs(t + 1);
       for (int p = 0; p < segments; ++p) {
         one[0] = &ring_recvs_[t * segments + p];
-        transport_.wait_all(one, call_deadline(), describe);
+        transport_->wait_all(one, call_deadline(), describe);
         if (t < world - 1) {
           float* target = acc + seg_begin(recv_chunk(t), p);
           const float* incoming = staging(t, p);
@@ -106,9 +106,9 @@ void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dt
         if (t + 1 < steps) post_send(t + 1, p);  // what just arrived is what goes on next
       }
     }
-    std::vector<tcp::Request*> sends;
-    for (tcp::Request& r : ring_sends_) sends.push_back(&r);
-    transport_.wait_all(sends, call_deadline(), describe);
+    std::vector<Request*> sends;
+    for (Request& r : ring_sends_) sends.push_back(&r);
+    transport_->wait_all(sends, call_deadline(), describe);
   } catch (const Error& error) {
     full_precision_bytes_ += sent;
     fail(error.code(), where(), ": untagged allreduce (", n, " ", kernels::dtype_name(dtype), ", call ", seq,

@@ -10,11 +10,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/engine/aligned_buffer.h"
-#include "transport/tcp/tcp_transport.h"
-#include <vector>
+#include "transport/transport.h"
 
 namespace onebit {
 
@@ -34,8 +34,8 @@ struct TagState {
   AlignedBuffer<std::uint8_t> received;       // W × chunk bits, from each rank (server stage)
   AlignedBuffer<float> scales;                // W worker scales
   AlignedBuffer<std::uint8_t> results;        // W × (8 + chunk bits): every server's result
-  std::vector<tcp::Request> requests;         // every message of a call, sized once
-  std::vector<tcp::Request*> stage1, all;     // what the call waits for
+  std::vector<Request> requests;         // every message of a call, sized once
+  std::vector<Request*> stage1, all;     // what the call waits for
   std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
   std::vector<const std::uint8_t*> block_bits;  // the same, at one block
 };

@@ -18,6 +18,9 @@ struct AdamConfig {
   std::int64_t freeze_step = 0;  // steps t < freeze_step are warmup (full-precision Adam)
 };
 
+// ONEBIT_FREEZE_STEP if set (>= 0), else `requested`.
+std::int64_t freeze_step(std::int64_t requested);
+
 // Step t (0-based) is in the compression stage: the variance is frozen and the momentum is
 // allreduced compressed.
 bool compressing(const AdamConfig& config, std::int64_t step);

@@ -1,18 +1,23 @@
 // The Gloo front door. Loaded with LD_PRELOAD, this library defines gloo::allreduce — the one
 // function every dense CPU allreduce of PyTorch's gloo backend goes through — ahead of libgloo's.
-// A call on a tagged fp32 buffer, in place, with a sum, runs onebit's compressed allreduce; every
-// other call goes to libgloo's own gloo::allreduce untouched (found with dlsym(RTLD_NEXT)).
+// A call on a tagged fp32 or fp16 buffer, in place, with a sum, runs onebit's compressed allreduce;
+// every other call goes to libgloo's own gloo::allreduce untouched (found with dlsym(RTLD_NEXT)).
 //
-// The compressed call uses onebit's TCP transport, one communicator per gloo::Context, created on
-// the context's first tagged call: rank 0 picks a port, the address travels over the context itself
-// (a gloo broadcast under the intercepted call's own tag), every rank joins. (Issue 5 asks for the
-// context's own pairs by default; that transport is not written yet — docs/design.md.)
+// Each gloo::Context gets one onebit communicator, made on the context's first tagged call. Its
+// transport (ONEBIT_TRANSPORT):
+//   gloo  the context's own pairs (transport/gloo), under onebit's slot prefix and the call's tag;
+//   tcp   onebit's TCP mesh: rank 0 picks a port, the address travels over the context itself (a
+//         gloo broadcast under the intercepted call's own tag), every rank joins.
+//
+// Every rank must decide alike, or the job hangs: the decision depends only on the tag (name,
+// element count, dtype) and the call's shape, which every rank of a correct program shares.
 #include <dlfcn.h>
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 
+#include <atomic>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -24,6 +29,7 @@
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/engine/communicator.h"
+#include "transport/gloo/gloo_transport.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::preload {
@@ -55,9 +61,24 @@ bool is_float_sum(const ReduceFunction& reduce) {
   return c[0] == 1.75f && c[1] == 2.0f;
 }
 
+// Whether a reduce function adds halfs (gloo::float16, IEEE binary16 bits).
+bool is_half_sum(const ReduceFunction& reduce) {
+  if (!reduce) return false;
+  const std::uint16_t a[2] = {0x3e00, 0xc000}, b[2] = {0x3400, 0x4400};  // 1.5, −2; 0.25, 4
+  std::uint16_t c[2] = {0, 0};
+  reduce(c, a, b, 2);
+  return c[0] == 0x3f00 && c[1] == 0x4000;  // 1.75, 2
+}
+
 struct Front {
   std::mutex mutex;
-  std::map<const gloo::Context*, std::unique_ptr<Communicator>> communicators;
+  struct Entry {
+    std::weak_ptr<gloo::Context> context;  // expired: the framework destroyed it (and maybe reused the address)
+    std::unique_ptr<Communicator> communicator;
+  };
+  std::map<const gloo::Context*, Entry> communicators;
+  std::atomic<std::uint64_t> forwarded_calls{0};
+  std::atomic<std::uint64_t> forwarded_bytes{0};
 };
 
 Front& front() {
@@ -65,15 +86,8 @@ Front& front() {
   return *instance;
 }
 
-// This context's communicator, joined on first use. Every rank makes the same tagged calls in the
-// same order, so every rank gets here on the same call.
-Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
-                               std::chrono::milliseconds timeout) {
-  Front& f = front();
-  std::lock_guard<std::mutex> lock(f.mutex);
-  auto found = f.communicators.find(context.get());
-  if (found != f.communicators.end()) return *found->second;
-
+std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
+                                            std::chrono::milliseconds timeout) {
   char root[256] = {0};
   if (!param::Root().empty()) {
     std::snprintf(root, sizeof(root), "%s", param::Root().c_str());
@@ -102,28 +116,81 @@ Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, st
   setup.root = root;
   setup.timeout_ms = timeout.count();
   ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", setup.rank, " of ", setup.size,
-             "): joining onebit at ", setup.root);
-  auto made = std::make_unique<Communicator>(setup);
+             "): joining onebit's TCP transport at ", setup.root);
+  return std::make_unique<Communicator>(setup);
+}
+
+// This context's communicator, made on first use. Every rank makes the same tagged calls in the
+// same order, so every rank gets here on the same call (the tcp bootstrap relies on it).
+Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
+                               std::chrono::milliseconds timeout) {
+  Front& f = front();
+  std::lock_guard<std::mutex> lock(f.mutex);
+  for (auto it = f.communicators.begin(); it != f.communicators.end();) {
+    it = it->second.context.expired() ? f.communicators.erase(it) : std::next(it);
+  }
+  auto found = f.communicators.find(context.get());
+  if (found != f.communicators.end()) return *found->second.communicator;
+
+  const std::string& transport = param::Transport();
+  std::unique_ptr<Communicator> made;
+  if (transport == "gloo") {
+    ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", context->rank, " of ", context->size,
+               "): compressed calls run over its own pairs");
+    made = std::make_unique<Communicator>(std::make_unique<gloo_transport::GlooTransport>(context.get()));
+  } else if (transport == "tcp") {
+    made = join_over_tcp(context, tag, timeout);
+  } else {
+    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", transport, " is not a transport: use gloo or tcp");
+  }
   Communicator& comm = *made;
-  f.communicators[context.get()] = std::move(made);
+  f.communicators[context.get()] = Front::Entry{context, std::move(made)};
   return comm;
+}
+
+void forwarded(const gloo::detail::AllreduceOptionsImpl& call) {
+  front().forwarded_calls += 1;
+  front().forwarded_bytes += call.elements * call.elementSize;
 }
 
 // Decides and, if it takes the call, runs it. False: the caller forwards to libgloo.
 bool take(const gloo::detail::AllreduceOptionsImpl& call) {
-  if (param::Enable() == 0) return false;
-  if (call.out.size() != 1 || call.elementSize != sizeof(float)) return false;
-  if (!call.in.empty() && (call.in.size() != 1 || call.in[0]->ptr != call.out[0]->ptr)) return false;
+  if (param::Enable() == 0 || call.out.size() != 1) return false;
   void* buffer = call.out[0]->ptr;
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
-  if (!tag || tag->count != call.elements || tag->dtype != kernels::Dtype::kFloat32) return false;
-  if (!is_float_sum(call.reduce)) {
-    ONEBIT_LOG(INFO, "preload: tag '", tag->name, "': not a float sum; forwarded to gloo");
+  if (!tag) return false;  // the common case, not logged
+  auto forward = [&](const char* why) {
+    ONEBIT_LOG(INFO, "preload: tag '", tag->name, "' (", call.elements, " elements of ", call.elementSize,
+               " bytes): forwarded to gloo: ", why);
     return false;
+  };
+  if (!call.in.empty() && (call.in.size() != 1 || call.in[0]->ptr != buffer)) return forward("not in place");
+  if (call.elementSize != kernels::dtype_size(tag->dtype)) return forward("element size is not the tag's dtype");
+  if (call.elements != tag->count) return forward("element count differs from the tag's");
+  switch (tag->dtype) {
+    case kernels::Dtype::kFloat32:
+      if (!is_float_sum(call.reduce)) return forward("not a float sum");
+      break;
+    case kernels::Dtype::kFloat16:
+      if (!is_half_sum(call.reduce)) return forward("not a float16 sum");
+      break;
+    case kernels::Dtype::kBFloat16:
+      return forward("gloo has no bfloat16 sum to stand in for");
   }
-  ONEBIT_LOG(TRACE, "preload: tag '", tag->name, "': ", call.elements, " floats, compressed");
-  Communicator& comm = communicator_for(call.context, call.tag, call.timeout);
-  comm.compressed_allreduce(*tag, buffer, call.elements, kernels::Dtype::kFloat32, ReduceOp::kSum);
+  ONEBIT_LOG(INFO, "preload: tag '", tag->name, "': ", call.elements, " ", kernels::dtype_name(tag->dtype),
+             " (gloo tag ", call.tag, "): compressed");
+  Communicator* comm = nullptr;
+  try {
+    comm = &communicator_for(call.context, call.tag, call.timeout);
+  } catch (const ::gloo::Exception& error) {  // the tcp bootstrap's broadcast
+    const std::string text = error.what();
+    fail(text.find("Timed out") != std::string::npos ? ONEBIT_TIMEOUT : ONEBIT_REMOTE_ERROR, "rank ",
+         call.context->rank, ": tag '", tag->name, "': joining onebit's TCP transport over the gloo context failed: ",
+         text);
+  } catch (const Error& error) {
+    fail(error.code(), "rank ", call.context->rank, ": tag '", tag->name, "': ", error.what());
+  }
+  comm->compressed_allreduce(*tag, buffer, call.elements, tag->dtype, ReduceOp::kSum, call.tag);
   return true;
 }
 
@@ -142,6 +209,7 @@ void allreduce(const AllreduceOptions& opts) {
     throw ::gloo::IoException(std::string("onebit: ") + error.what());
   }
   if (taken) return;
+  onebit::preload::forwarded(opts.impl_);
   auto real = onebit::preload::real_allreduce();
   if (real == nullptr) throw ::gloo::Exception("onebit: libgloo's gloo::allreduce is not available to forward to");
   real(opts);
@@ -149,20 +217,22 @@ void allreduce(const AllreduceOptions& opts) {
 
 }  // namespace gloo
 
-extern "C" onebit_result_t onebit_preload_stats(onebit_stats_t* stats) {
+extern "C" onebit_result_t onebit_preload_stats(onebit_preload_stats_t* stats) {
   return onebit::abi_guard("onebit_preload_stats", [&] {
     ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");
-    *stats = onebit_stats_t{};
+    *stats = onebit_preload_stats_t{};
     auto& f = onebit::preload::front();
     std::lock_guard<std::mutex> lock(f.mutex);
-    for (const auto& [context, comm] : f.communicators) {
-      const onebit_stats_t s = comm->stats();
-      stats->compressed_calls += s.compressed_calls;
-      stats->full_precision_calls += s.full_precision_calls;
-      stats->bytes_sent += s.bytes_sent;
-      stats->bytes_received += s.bytes_received;
-      stats->compressed_bytes_sent += s.compressed_bytes_sent;
-      stats->full_precision_bytes_sent += s.full_precision_bytes_sent;
+    for (const auto& [context, entry] : f.communicators) {
+      const onebit_stats_t s = entry.communicator->stats();
+      stats->onebit.compressed_calls += s.compressed_calls;
+      stats->onebit.full_precision_calls += s.full_precision_calls;
+      stats->onebit.bytes_sent += s.bytes_sent;
+      stats->onebit.bytes_received += s.bytes_received;
+      stats->onebit.compressed_bytes_sent += s.compressed_bytes_sent;
+      stats->onebit.full_precision_bytes_sent += s.full_precision_bytes_sent;
     }
+    stats->forwarded_calls = f.forwarded_calls;
+    stats->forwarded_bytes = f.forwarded_bytes;
   });
 }

@@ -2,26 +2,34 @@
 
 Warmup (steps < freeze_step): Adam on gradients averaged over ranks in full precision. Then the
 variance is frozen, the momentum is updated from the *local* gradient, allreduced compressed (one
-flattened, tagged buffer: one dist.all_reduce per step, taken by libonebit-preload.so) and used with
-the frozen variance. The arithmetic is onebit's C core (onebit_adam_*), shared with C++ trainers.
+flattened, tagged buffer for every parameter group: one dist.all_reduce per step, taken by
+libonebit-preload.so) and used with the frozen variance. The phase logic and arithmetic are onebit's
+C core (onebit_adam_*), which the C++ shim (include/onebit/onebit_adam.hpp) uses too.
 
-First version: all parameters share the first param group's hyper-parameters; float32 CPU tensors;
-no DDP comm hook yet. state_dict() holds step, m, v and this rank's error-feedback state (onebit's
-anchors keep none): save one per rank, load each into the same rank of a job of the same size, and
-training continues bit for bit.
+With DDP, register the hook so DDP's gradient allreduce does the warmup averaging and is skipped
+in the compression stage:
+
+    model = DistributedDataParallel(model)
+    optimizer = onebit.OnebitAdam(model.parameters(), ...)
+    model.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+
+Without DDP the optimizer averages the gradients itself during warmup.
+
+state_dict() holds step, m, v and this rank's error-feedback state (the anchors keep none): save
+one per rank, load each into the same rank of a job of the same size, and training continues bit
+for bit (docs/usage.md, "Restarting a job").
 """
 import ctypes
-import os
 
 import torch
 import torch.distributed as dist
 
 from . import _library, _check, tag, untag
 
-__all__ = ["OnebitAdam"]
+__all__ = ["OnebitAdam", "ddp_comm_hook"]
 
 
-class _AdamConfig(ctypes.Structure):
+class _AdamConfig(ctypes.Structure):  # onebit_adam_config_t
     _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("freeze_step", ctypes.c_int64)]
 
@@ -32,21 +40,26 @@ def _ptr(tensor):
 
 class OnebitAdam(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
-                 process_group=None, name="onebit_adam/momentum", average_gradients=True):
-        # ONEBIT_FREEZE_STEP tunes an existing script without editing it.
-        override = int(os.environ.get("ONEBIT_FREEZE_STEP", "-1"))  # documented in docs/env.md
-        freeze_step = override if override >= 0 else freeze_step
+                 process_group=None, name="onebit_adam/momentum"):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._lib = _library()
+        self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
+        # ONEBIT_FREEZE_STEP tunes an existing script without editing it (docs/env.md).
+        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(freeze_step))
         self._group = process_group
         self._world = dist.get_world_size(process_group)
-        self._freeze_step = freeze_step
-        self._average_gradients = average_gradients
-        self._params = [p for g in self.param_groups for p in g["params"]]
-        for p in self._params:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"OnebitAdam: parameters must be float32 CPU tensors, not {p.dtype} on {p.device}")
-        total = sum(p.numel() for p in self._params)
+        self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
+        # Each group is one contiguous range of the flat buffers, in param_groups order.
+        self._ranges = []
+        offset = 0
+        for group in self.param_groups:
+            start = offset
+            for p in group["params"]:
+                if p.dtype != torch.float32 or p.device.type != "cpu":
+                    raise ValueError(f"OnebitAdam: parameters must be float32 CPU tensors, not {p.dtype} on {p.device}")
+                offset += p.numel()
+            self._ranges.append((start, offset))
+        total = offset
         # One flat buffer each for parameters, gradients, momentum and variance; the parameters
         # become views into theirs, so the C core updates them in place.
         self._flat = torch.zeros(total)
@@ -54,7 +67,7 @@ class OnebitAdam(torch.optim.Optimizer):
         self._m = torch.zeros(total)
         self._v = torch.zeros(total)
         offset = 0
-        for p in self._params:
+        for p in self._params():
             n = p.numel()
             self._flat[offset:offset + n].copy_(p.data.reshape(-1))
             p.data = self._flat[offset:offset + n].view_as(p)
@@ -63,13 +76,30 @@ class OnebitAdam(torch.optim.Optimizer):
         tag(self._m, name)
         self._step = 0
 
-    def _config(self):
-        g = self.param_groups[0]
-        return _AdamConfig(g["lr"], g["betas"][0], g["betas"][1], g["eps"], g["weight_decay"], self._freeze_step)
+    def add_param_group(self, param_group):
+        if hasattr(self, "_flat"):
+            raise RuntimeError("OnebitAdam: parameter groups are fixed at construction (one flat momentum buffer)")
+        super().add_param_group(param_group)
+
+    def _params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def _config(self, group):
+        return _AdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
+                           self._freeze_step)
 
     @property
     def compressing(self):
-        return self._step >= self._freeze_step
+        """Whether the next step (and the backward pass before it) is in the compression stage."""
+        answer = self._lib.onebit_adam_compressing(ctypes.byref(self._config(self.param_groups[0])),
+                                                   ctypes.c_int64(self._step))
+        if answer < 0:
+            _check(self._lib, 1)
+        return bool(answer)
+
+    @property
+    def freeze_step(self):
+        return self._freeze_step
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -78,29 +108,38 @@ class OnebitAdam(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         offset = 0
-        for p in self._params:
+        for p in self._params():
             n = p.numel()
             if p.grad is None:
                 self._grad[offset:offset + n].zero_()
             else:
                 self._grad[offset:offset + n].copy_(p.grad.reshape(-1))
             offset += n
-        config = self._config()
-        n = ctypes.c_size_t(self._flat.numel())
+        lib = self._lib
         if not self.compressing:
-            if self._average_gradients and self._world > 1:
-                dist.all_reduce(self._grad, group=self._group)  # untagged: full precision
+            if self._world > 1 and not self._gradients_averaged_by_hook:
+                dist.all_reduce(self._grad, group=self._group)  # untagged: gloo, full precision
                 self._grad.div_(self._world)
-            _check(self._lib, self._lib.onebit_adam_warmup_step(ctypes.byref(config), _ptr(self._flat), _ptr(self._m),
-                                                               _ptr(self._v), _ptr(self._grad), n))
+            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                _check(lib, lib.onebit_adam_warmup_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
+                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
+                                                        ctypes.c_size_t(hi - lo)))
         else:
-            _check(self._lib, self._lib.onebit_adam_momentum_step(ctypes.byref(config), _ptr(self._m),
-                                                                 _ptr(self._grad), n))
+            m_before = self._m.clone()
+            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
+                                                          _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
             if self._world > 1:
-                dist.all_reduce(self._m, group=self._group)  # tagged: compressed, W x the average
+                try:
+                    dist.all_reduce(self._m, group=self._group)  # tagged: compressed, W × the average
+                except RuntimeError:
+                    self._m.copy_(m_before)  # a failed step changes nothing
+                    raise
                 self._m.div_(self._world)
-            _check(self._lib, self._lib.onebit_adam_apply_step(ctypes.byref(config), _ptr(self._flat), _ptr(self._m),
-                                                              _ptr(self._v), n))
+            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                _check(lib, lib.onebit_adam_apply_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
+                                                       _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                                                       ctypes.c_size_t(hi - lo)))
         self._step += 1
         return loss
 
@@ -118,19 +157,26 @@ class OnebitAdam(torch.optim.Optimizer):
         if saved["world_size"] != self._world or saved["rank"] != dist.get_rank(self._group):
             raise ValueError(f"OnebitAdam.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
                              f"loading into rank {dist.get_rank(self._group)} of {self._world}: each rank loads its own")
+        if saved["m"].numel() != self._m.numel():
+            raise ValueError(f"OnebitAdam.load_state_dict: the checkpoint has {saved['m'].numel()} parameters, "
+                             f"this optimizer {self._m.numel()}")
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])
         self._v.copy_(saved["v"])
         worker, server = saved["worker_error"].contiguous(), saved["server_error"].contiguous()
-        _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
-                                                         ctypes.c_size_t(worker.numel()), _ptr(server),
-                                                         ctypes.c_size_t(server.numel())))
+        if worker.numel() or server.numel():
+            _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
+                                                             ctypes.c_size_t(worker.numel()), _ptr(server),
+                                                             ctypes.c_size_t(server.numel())))
 
     def _error_state(self):
         workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
         name = self._name.encode()
-        _check(self._lib, self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)))
+        if self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)) != 0:
+            if self.compressing and self._step > self._freeze_step:
+                _check(self._lib, 1)  # a compressed call ran: its state must be there
+            return torch.zeros(0), torch.zeros(0)  # warmup: no error feedback yet
         worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
         _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
         return worker, server
@@ -138,3 +184,25 @@ class OnebitAdam(torch.optim.Optimizer):
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
         untag(self._m)
+
+
+def ddp_comm_hook(state, bucket):
+    """DDP communication hook for OnebitAdam: register with
+    ``model.register_comm_hook(optimizer, onebit.ddp_comm_hook)``.
+
+    Warmup: averages the bucket's gradients over ranks in full precision (as DDP's default). The
+    compression stage: no gradient allreduce at all — 1-bit Adam communicates the momentum instead,
+    in the optimizer's step — so the bucket keeps this rank's local gradient.
+    """
+    optimizer = state
+    if not isinstance(optimizer, OnebitAdam):
+        raise TypeError("onebit.ddp_comm_hook: register it with the OnebitAdam optimizer as its state")
+    optimizer._gradients_averaged_by_hook = True
+    buffer = bucket.buffer()
+    if optimizer.compressing:
+        future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+    world = dist.get_world_size(optimizer._group)
+    work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
+    return work.get_future().then(lambda f: f.value()[0].div_(world))

@@ -1,9 +1,18 @@
-"""End to end through real torch.distributed (gloo backend) with libonebit-preload.so loaded:
-a tagged all_reduce equals the float64 reference of algorithm.md over several calls, untagged
-all_reduces are exact (integer-valued inputs), and onebit.stats() counts the compressed calls.
+"""End to end through real torch.distributed (gloo backend) with libonebit-preload.so loaded.
+
+For each job (world size × ONEBIT_TRANSPORT), every rank checks, and the parent compares:
+  - tagged float32 all_reduces equal the float64 reference of algorithm.md over several calls
+    (including a tensor smaller than the world's chunks, so some chunks are empty);
+  - a tagged float16 tensor likewise (to float16 precision);
+  - several tagged tensors all_reduced at once with async_op=True, which PyTorch runs on its two
+    worker threads concurrently, each equal to its own reference;
+  - untagged all_reduces (floats, a loss scalar, integers) are exact and bit-identical to a job
+    without the preload: the front door never changes a call it does not take;
+  - onebit.stats() counts exactly the compressed and forwarded calls.
 
     /usr/bin/python3 tests/python/gloo_preload_check.py BUILD_DIR   (spawns its own ranks)
 """
+import json
 import os
 import subprocess
 import sys
@@ -11,21 +20,23 @@ import tempfile
 
 import numpy as np
 
-WORLD = 2
-N = 5003
 CALLS = 3
+SIZES = {"momentum": 5003, "tiny": 5}  # float32 tags; `tiny` leaves most chunks empty
+HALF = 4099                            # the float16 tag
+CONCURRENT = 4                         # tags in flight at once, per round
+CONCURRENT_N = 20011
 
 
 def reference(inputs):
-    """algorithm.md in float64 for W ranks over consecutive calls; returns each call's SUM result."""
-    world, n = len(inputs[0]), N
+    """algorithm.md in float64: inputs[call][rank] → each call's SUM result."""
+    world, n = len(inputs[0]), len(inputs[0][0])
     chunk = ((n + world - 1) // world + 7) // 8 * 8
     e = [np.zeros(n) for _ in range(world)]
     s = [np.zeros(max(0, min(n, (j + 1) * chunk) - min(n, j * chunk))) for j in range(world)]
     outputs = []
     for call in inputs:
         y = [call[r].astype(np.float64) + e[r] for r in range(world)]
-        a = [np.sqrt(np.mean(y[r] ** 2)) for r in range(world)]
+        a = [np.sqrt(np.mean(y[r] ** 2)) if n else 0.0 for r in range(world)]
         for r in range(world):
             e[r] = y[r] - a[r] * np.where(y[r] >= 0, 1.0, -1.0)
         signed = sum(a[r] * np.where(y[r] >= 0, 1.0, -1.0) for r in range(world)) / world
@@ -41,80 +52,116 @@ def reference(inputs):
     return outputs
 
 
-def inputs_of(rank, call):
-    return np.random.default_rng(1000 * rank + call).standard_normal(N).astype(np.float32)
+def inputs_of(name, n, rank, call, dtype=np.float32):
+    seed = sum(map(ord, name)) * 7919 + 1000 * rank + call
+    return np.random.default_rng(seed).standard_normal(n).astype(dtype)
 
 
-def rank_main(rank, store, out_dir):
+def rank_main(rank, world, store, out_dir):
     import torch
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     import onebit
 
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     noise = torch.from_numpy(np.random.default_rng(7 + rank).standard_normal(100003).astype(np.float32))
     dist.all_reduce(noise)  # untagged floats: must be bit-identical with and without the preload
     np.save(os.path.join(out_dir, f"noise{rank}.npy"), noise.numpy())
     if "LD_PRELOAD" not in os.environ:
         dist.destroy_process_group()
         return
-    momentum = torch.zeros(N)
-    onebit.tag(momentum, "momentum")
-    results = []
+    results = {}
+    tensors = {name: torch.zeros(n) for name, n in SIZES.items()}
+    tensors["half"] = torch.zeros(HALF, dtype=torch.float16)
+    for name, t in tensors.items():
+        onebit.tag(t, name)
     for call in range(CALLS):
-        momentum.copy_(torch.from_numpy(inputs_of(rank, call)))
-        dist.all_reduce(momentum)
-        results.append(momentum.numpy().copy())
+        for name, t in tensors.items():
+            dtype = np.float16 if name == "half" else np.float32
+            t.copy_(torch.from_numpy(inputs_of(name, t.numel(), rank, call, dtype)))
+            dist.all_reduce(t)
+            results[f"{name}/{call}"] = t.numpy().copy()
+    concurrent = [torch.zeros(CONCURRENT_N) for _ in range(CONCURRENT)]
+    for k, t in enumerate(concurrent):
+        onebit.tag(t, f"concurrent{k}")
+    for call in range(CALLS):
+        for k, t in enumerate(concurrent):
+            t.copy_(torch.from_numpy(inputs_of(f"concurrent{k}", CONCURRENT_N, rank, call)))
+        works = [dist.all_reduce(t, async_op=True) for t in concurrent]
+        for w in works:
+            w.wait()
+        for k, t in enumerate(concurrent):
+            results[f"concurrent{k}/{call}"] = t.numpy().copy()
     exact = torch.tensor([float((i * 7 + rank) % 100) for i in range(1000)])
     dist.all_reduce(exact)  # untagged: libgloo's own allreduce
     loss = torch.tensor([0.5 + rank])
     dist.all_reduce(loss)
-    np.save(os.path.join(out_dir, f"rank{rank}.npy"), np.stack(results))
-    np.save(os.path.join(out_dir, f"exact{rank}.npy"), exact.numpy())
+    counts = torch.tensor([rank + 1], dtype=torch.int64)
+    dist.all_reduce(counts)
+    np.savez(os.path.join(out_dir, f"rank{rank}.npz"), exact=exact.numpy(), **results)
     s = onebit.stats()
-    assert s["compressed_calls"] == CALLS, s
-    assert s["full_precision_calls"] == 0, s  # untagged calls never reach onebit
-    assert loss.item() == 2.0, loss
+    tagged_calls = CALLS * (len(tensors) + CONCURRENT)
+    assert s["compressed_calls"] == tagged_calls, s
+    assert s["forwarded_calls"] == 4, s  # noise, exact, loss, counts
+    assert s["forwarded_bytes"] == 4 * (100003 + 1000 + 1) + 8, s
+    assert s["full_precision_calls"] == 0, s  # the front door never runs onebit's own ring
+    assert s["compressed_bytes_sent"] > 0 and s["bytes_sent"] >= s["compressed_bytes_sent"], s
+    assert loss.item() == sum(0.5 + r for r in range(world)), loss
+    assert counts.item() == world * (world + 1) // 2, counts
+    with open(os.path.join(out_dir, f"stats{rank}.json"), "w") as f:
+        json.dump(s, f)
     dist.destroy_process_group()
 
 
-def run_job(env, out_dir):
+def run_job(env, world, out_dir):
     store = os.path.join(out_dir, "store")
-    procs = [subprocess.Popen([sys.executable, __file__, "rank", str(r), store, out_dir], env=env)
-             for r in range(WORLD)]
+    procs = [subprocess.Popen([sys.executable, __file__, "rank", str(r), str(world), store, out_dir], env=env)
+             for r in range(world)]
     return [p.wait(timeout=300) for p in procs]
 
 
-def main():
-    if len(sys.argv) == 5:
-        rank_main(int(sys.argv[2]), sys.argv[3], sys.argv[4])
-        return 0
-    build = sys.argv[1]
+def check_job(build, world, transport):
     preload = os.path.abspath(os.path.join(build, "libonebit-preload.so"))
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as plain:
         base = dict(os.environ, MASTER_ADDR="127.0.0.1", ONEBIT_TIMEOUT_MS="60000")
         base.pop("LD_PRELOAD", None)
-        codes = run_job(dict(base, LD_PRELOAD=preload), tmp) + run_job(base, plain)
-        if any(codes):
-            print(f"FAIL: rank exit codes {codes} (with the preload, then without)")
-            return 1
-        for r in range(WORLD):
+        codes = run_job(dict(base, LD_PRELOAD=preload, ONEBIT_TRANSPORT=transport), world, tmp)
+        codes += run_job(base, world, plain)
+        assert not any(codes), f"rank exit codes {codes} (with the preload, then without)"
+        for r in range(world):
             with_preload = np.load(os.path.join(tmp, f"noise{r}.npy"))
             without = np.load(os.path.join(plain, f"noise{r}.npy"))
             assert np.array_equal(with_preload.view(np.uint32), without.view(np.uint32)), \
                 "an untagged all_reduce changed under the preload"
-        outs = [np.load(os.path.join(tmp, f"rank{r}.npy")) for r in range(WORLD)]
-        assert np.array_equal(outs[0], outs[1]), "ranks disagree"
-        expected = reference([[inputs_of(r, c) for r in range(WORLD)] for c in range(CALLS)])
-        for c in range(CALLS):
-            err = np.max(np.abs(outs[0][c] - expected[c]) / np.maximum(np.abs(expected[c]), 1e-30))
-            assert err < 1e-4, f"call {c}: relative error {err} against the float64 reference"
-        for r in range(WORLD):
-            exact = np.load(os.path.join(tmp, f"exact{r}.npy"))
-            want = np.array([float((i * 7) % 100 + (i * 7 + 1) % 100) for i in range(1000)], dtype=np.float32)
-            assert np.array_equal(exact, want), "untagged all_reduce is not exact"
-    print("OK: tagged all_reduce matches the float64 reference over 3 calls; untagged ones are exact and "
-          "bit-identical to runs without the preload")
+        outs = [np.load(os.path.join(tmp, f"rank{r}.npz")) for r in range(world)]
+        for key in outs[0].files:
+            for r in range(1, world):
+                assert np.array_equal(outs[0][key], outs[r][key]), f"{key}: ranks 0 and {r} disagree"
+        checks = [(name, n, np.float32, 1e-4) for name, n in SIZES.items()]
+        checks += [("half", HALF, np.float16, 2e-3)]
+        checks += [(f"concurrent{k}", CONCURRENT_N, np.float32, 1e-4) for k in range(CONCURRENT)]
+        for name, n, dtype, tolerance in checks:
+            expected = reference([[inputs_of(name, n, r, c, dtype) for r in range(world)] for c in range(CALLS)])
+            for c in range(CALLS):
+                got = outs[0][f"{name}/{c}"].astype(np.float64)
+                err = np.max(np.abs(got - expected[c]) / np.maximum(np.abs(expected[c]), 1e-30), initial=0.0)
+                assert err < tolerance, f"{name} call {c}: relative error {err} against the float64 reference"
+        want = np.array([sum(float((i * 7 + r) % 100) for r in range(world)) for i in range(1000)], dtype=np.float32)
+        assert np.array_equal(outs[0]["exact"], want), "untagged all_reduce is not exact"
+    print(f"OK: {world} ranks, ONEBIT_TRANSPORT={transport}: float32, float16 and {CONCURRENT} concurrent tags "
+          f"match the float64 reference over {CALLS} calls; untagged calls exact and bit-identical without the preload")
+
+
+def main():
+    if len(sys.argv) == 6:
+        rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
+        return 0
+    build = sys.argv[1]
+    jobs = [(2, "gloo"), (3, "gloo"), (4, "tcp")]
+    if len(sys.argv) > 2:  # e.g. "4:gloo" to run one job
+        jobs = [(int(w), t) for w, t in (arg.split(":") for arg in sys.argv[2:])]
+    for world, transport in jobs:
+        check_job(build, world, transport)
     return 0
 
 

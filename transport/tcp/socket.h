@@ -10,10 +10,12 @@
 #include <cstdint>
 #include <string>
 
+#include "transport/transport.h"
+
 namespace onebit::tcp {
 
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
+using Clock = ::onebit::Clock;
+using Deadline = ::onebit::Deadline;
 
 // An owned file descriptor.
 class Fd {

@@ -209,13 +209,7 @@ bool TcpTransport::start_locked(Request& request, bool is_send, int peer, const 
                                 const wire::CallShape& shape, void* data, std::size_t bytes) {
   ONEBIT_CHECK(peer >= 0 && peer < size_ && peer != rank_, ONEBIT_INTERNAL_ERROR, "rank ", rank_,
                ": no connection to rank ", peer);
-  request = Request{};
-  request.is_send = is_send;
-  request.peer = peer;
-  request.key = key;
-  request.shape = shape;
-  request.data = static_cast<std::uint8_t*>(data);
-  request.bytes = bytes;
+  request = Request::of(is_send, peer, key, shape, data, bytes);
   request.state = failed_ ? Request::State::kFailed : Request::State::kPending;
   return !failed_;
 }
@@ -226,7 +220,7 @@ void TcpTransport::fail_left_peer_locked(Request& request, int peer) {
                                        " closed the connection (it left the job or exited)");
 }
 
-void TcpTransport::isend(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
+void TcpTransport::isend(Request& request, int peer, std::uint32_t, const wire::MessageKey& key, const wire::CallShape& shape,
                          const void* data, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!start_locked(request, true, peer, key, shape, const_cast<void*>(data), bytes)) return;
@@ -263,7 +257,7 @@ void TcpTransport::isend(Request& request, int peer, const wire::MessageKey& key
   }
 }
 
-void TcpTransport::irecv(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
+void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::MessageKey& key, const wire::CallShape& shape,
                          void* data, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!start_locked(request, false, peer, key, shape, data, bytes)) return;

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "transport/tcp/socket.h"
+#include "transport/transport.h"
 #include "transport/wire.h"
 
 namespace onebit::tcp {
@@ -38,27 +39,10 @@ struct TransportOptions {
   std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
 };
 
-// A send or a receive in flight. The caller owns it and keeps it (and its buffer) alive until
-// wait_all has returned or thrown.
-struct Request {
-  enum class State { kIdle, kPending, kDone, kFailed };
-  State state = State::kIdle;
-  bool is_send = false;
-  int peer = -1;
-  wire::MessageKey key;
-  wire::CallShape shape;
-  std::uint8_t* data = nullptr;
-  std::size_t bytes = 0;
-  std::size_t transferred = 0;
-  int pending_segments = 0;
-};
+using Request = ::onebit::Request;
+using TransportStats = ::onebit::TransportStats;
 
-struct TransportStats {
-  std::uint64_t bytes_sent = 0;      // payload and headers
-  std::uint64_t bytes_received = 0;  // payload and headers
-};
-
-class TcpTransport {
+class TcpTransport final : public Transport {
  public:
   // Rank `rank` of `size` joins the job whose bootstrap root listens at `root` (rank 0 serves it).
   // Blocks until the mesh is up, or throws (timeout naming the missing ranks, bind errors, ...).
@@ -67,28 +51,28 @@ class TcpTransport {
   TcpTransport(const TcpTransport&) = delete;
   TcpTransport& operator=(const TcpTransport&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return options_.timeout; }
   std::uint64_t job_id() const { return job_id_; }
   const TransportOptions& options() const { return options_; }
 
-  void isend(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
-             const void* data, std::size_t bytes);
-  void irecv(Request& request, int peer, const wire::MessageKey& key, const wire::CallShape& shape, void* data,
-             std::size_t bytes);
+  // The channel is not needed here (keys carry the tag and the call's sequence) and is ignored.
+  void isend(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,
+             const wire::CallShape& shape, const void* data, std::size_t bytes) override;
+  void irecv(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,
+             const wire::CallShape& shape, void* data, std::size_t bytes) override;
   // True once the request has completed; throws its error if it failed.
   bool test(Request& request);
 
-  // Waits until every request completes. Throws the first failure, or ONEBIT_TIMEOUT (naming the
-  // peer and describe(request) of one still pending) at the deadline; either breaks the transport.
   void wait_all(const std::vector<Request*>& requests, Deadline deadline,
-                const std::function<std::string(const Request&)>& describe);
+                const std::function<std::string(const Request&)>& describe) override;
 
   // Breaks the transport (see above). Idempotent: the first error is the one reported.
   void fail(onebit_result_t code, const std::string& message);
   bool failed() const;
 
-  TransportStats stats() const;
+  TransportStats stats() const override;
 
  private:
   struct Socket;

@@ -1,0 +1,188 @@
+// onebit::OnebitAdam — 1-bit Adam for C++ trainers, over raw float arrays and a communicator of the
+// C API. Header-only over libonebit.so: the phase logic and arithmetic are the C core's
+// (onebit_adam_*), the very functions the PyTorch shim (python/onebit/optim.py) calls, so both
+// shims take the same steps bit for bit.
+//
+//   onebit_comm_t comm;  onebit_comm_init_env(&comm);
+//   onebit::OnebitAdam adam(comm, {{weights, n_weights, config}, {biases, n_biases, bias_config}});
+//   for (...) { compute this rank's gradients into g_weights, g_biases; adam.step({g_weights, g_biases}); }
+//
+// step(): in warmup (t < freeze_step) the gradients are averaged over ranks in full precision
+// (onebit's exact ring) and Adam runs; then the momentum is updated from the local gradients, its
+// one flat buffer (tagged: compressed, error-compensated) is averaged, and the parameters move with
+// the frozen variance. ONEBIT_FREEZE_STEP overrides the freeze step.
+//
+// Errors: the C API's code and message, thrown as onebit::CallError (a std::runtime_error). A failed
+// step leaves the parameters, m, v and the step count as they were (a NaN in some rank's momentum
+// fails every rank's step alike, and the communicator stays usable; after a transport failure it
+// is broken, as the C API says).
+//
+// Checkpoints: save() → Checkpoint (step, m, v and this rank's error-feedback state); load() it
+// into a OnebitAdam on the same rank of a job of the same size, with the same groups, before the
+// next step; training continues bit for bit.
+#ifndef ONEBIT_ONEBIT_ADAM_HPP_
+#define ONEBIT_ONEBIT_ADAM_HPP_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onebit/onebit.h"
+
+namespace onebit {
+
+class CallError : public std::runtime_error {
+ public:
+  CallError(onebit_result_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  onebit_result_t code() const { return code_; }
+
+ private:
+  onebit_result_t code_;
+};
+
+class OnebitAdam {
+ public:
+  // A contiguous array of parameters and its hyper-parameters. Every group's freeze_step must be
+  // the same: the stage is the optimizer's, not a group's.
+  struct ParamGroup {
+    float* params;
+    std::size_t count;
+    onebit_adam_config_t config;
+  };
+
+  struct Checkpoint {
+    std::int64_t step = 0;
+    std::vector<float> m, v;
+    std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+  };
+
+  OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum")
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
+    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: no parameter groups");
+    const std::int64_t freeze = groups_[0].config.freeze_step;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
+      if (g.config.freeze_step != freeze) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) + " has freeze_step " +
+                                                     std::to_string(g.config.freeze_step) + ", group 0 has " +
+                                                     std::to_string(freeze) + ": they must agree");
+      }
+      if (g.params == nullptr && g.count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) + "'s params is NULL");
+      }
+      offsets_.push_back(total_);
+      total_ += g.count;
+    }
+    const std::int64_t effective = onebit_adam_freeze_step(freeze);
+    for (ParamGroup& g : groups_) g.config.freeze_step = effective;
+    m_.assign(total_, 0.0f);
+    v_.assign(total_, 0.0f);
+    grad_.assign(total_, 0.0f);
+    m_before_.assign(total_, 0.0f);
+    check(onebit_tag(name_.c_str(), m_.data(), total_, ONEBIT_FLOAT32));
+  }
+
+  ~OnebitAdam() { onebit_untag(m_.data()); }
+  OnebitAdam(const OnebitAdam&) = delete;
+  OnebitAdam& operator=(const OnebitAdam&) = delete;
+
+  // One step with this rank's gradients, one array per group (each of the group's count).
+  void step(const std::vector<const float*>& grads) {
+    if (grads.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::step: " + std::to_string(grads.size()) +
+                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
+    }
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      const float* g = grads[i];
+      if (g == nullptr && groups_[i].count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::step: group " + std::to_string(i) + "'s gradient is NULL");
+      }
+      std::copy(g, g + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
+    }
+    const int compressing = onebit_adam_compressing(&groups_[0].config, step_);
+    if (compressing < 0) check(ONEBIT_INVALID_ARGUMENT);
+    if (!compressing) {
+      check(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact ring
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        check(onebit_adam_warmup_step(&groups_[i].config, groups_[i].params, m_.data() + offsets_[i],
+                                      v_.data() + offsets_[i], grad_.data() + offsets_[i], groups_[i].count));
+      }
+    } else {
+      std::copy(m_.begin(), m_.end(), m_before_.begin());
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + offsets_[i], grad_.data() + offsets_[i],
+                                        groups_[i].count));
+      }
+      const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
+      if (reduced != ONEBIT_SUCCESS) {
+        const std::string message = onebit_last_error();
+        std::copy(m_before_.begin(), m_before_.end(), m_.begin());
+        throw CallError(reduced, message);
+      }
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        check(onebit_adam_apply_step(&groups_[i].config, groups_[i].params, m_.data() + offsets_[i],
+                                     v_.data() + offsets_[i], groups_[i].count));
+      }
+    }
+    ++step_;
+  }
+
+  std::int64_t steps() const { return step_; }
+  std::int64_t freeze_step() const { return groups_[0].config.freeze_step; }
+  bool compressing() const { return step_ >= freeze_step(); }
+  const std::vector<float>& momentum() const { return m_; }
+  const std::vector<float>& variance() const { return v_; }
+
+  Checkpoint save() const {
+    Checkpoint c;
+    c.step = step_;
+    c.m = m_;
+    c.v = v_;
+    std::size_t workers = 0, servers = 0;
+    const onebit_result_t sized = onebit_tag_state_size(name_.c_str(), &workers, &servers);
+    if (sized == ONEBIT_SUCCESS) {
+      c.worker_error.resize(workers);
+      c.server_error.resize(servers);
+      check(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
+    } else if (compressing()) {
+      check(sized);  // in warmup there is no state yet; later there must be
+    }
+    return c;
+  }
+
+  void load(const Checkpoint& c) {
+    if (c.m.size() != total_ || c.v.size() != total_) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
+                                                   " + " + std::to_string(c.v.size()) + " floats of m and v; this optimizer has " +
+                                                   std::to_string(total_));
+    }
+    if (!c.worker_error.empty() || !c.server_error.empty()) {
+      check(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(), c.server_error.data(),
+                                  c.server_error.size()));
+    }
+    step_ = c.step;
+    std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
+    std::copy(c.v.begin(), c.v.end(), v_.begin());
+  }
+
+ private:
+  static void check(onebit_result_t result) {
+    if (result != ONEBIT_SUCCESS) throw CallError(result, onebit_last_error());
+  }
+
+  onebit_comm_t comm_;
+  std::vector<ParamGroup> groups_;
+  std::string name_;
+  std::vector<std::size_t> offsets_;
+  std::size_t total_ = 0;
+  std::int64_t step_ = 0;
+  std::vector<float> m_, v_, grad_, m_before_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_ONEBIT_ADAM_HPP_

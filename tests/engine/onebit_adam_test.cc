@@ -1,0 +1,217 @@
+// The C++ optimizer shim (include/onebit/onebit_adam.hpp) with ranks as real processes: its steps
+// against an independent replay of algorithm.md's optimizer (the C core's arithmetic, exact sums for
+// the warmup average, the fp32 oracle for the compressed one), checkpoints, and failed steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "onebit/onebit.h"
+#include "onebit/onebit_adam.hpp"
+#include "tests/support/float32_oracle.h"
+#include "tests/support/multiprocess.h"
+
+namespace onebit::testing {
+namespace {
+
+constexpr int kWorld = 4;  // warmup averages of integers are exact: sums are, and ÷4 is
+constexpr std::size_t kWeights = 1000, kBiases = 37;
+constexpr int kSteps = 12, kFreeze = 4;
+
+onebit_adam_config_t weights_config() { return {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, kFreeze}; }
+onebit_adam_config_t biases_config() { return {0.05f, 0.8f, 0.99f, 1e-6f, 0.0f, kFreeze}; }
+
+// Rank r's gradient at step t, one group: integers in warmup, normal values after.
+std::vector<float> gradient(int rank, int step, std::size_t n, unsigned group) {
+  std::mt19937 rng(static_cast<unsigned>(rank * 7919 + step * 104729) ^ (group * 0x9e3779b9u));
+  std::vector<float> g(n);
+  if (step < kFreeze) {
+    std::uniform_int_distribution<int> integers(-8, 8);
+    for (auto& v : g) v = static_cast<float>(integers(rng));
+  } else {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& v : g) v = normal(rng);
+  }
+  return g;
+}
+
+std::vector<float> initial(std::size_t n, unsigned group) {
+  std::vector<float> p(n);
+  for (std::size_t i = 0; i < n; ++i) p[i] = std::sin(static_cast<float>(i + group * 1000));
+  return p;
+}
+
+onebit_comm_t join(int rank, int port) {
+  onebit_comm_t comm = nullptr;
+  const std::string root = "127.0.0.1:" + std::to_string(port);
+  if (onebit_comm_init(&comm, rank, kWorld, root.c_str()) != ONEBIT_SUCCESS) {
+    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, onebit_last_error());
+    std::_Exit(90);
+  }
+  return comm;
+}
+
+// The parameters every rank must hold after `steps` steps, computed without the shim.
+std::vector<float> replay(int steps) {
+  const std::size_t total = kWeights + kBiases;
+  std::vector<float> p = initial(kWeights, 0), b = initial(kBiases, 1);
+  std::vector<float> m(total, 0.0f), v(total, 0.0f);
+  const onebit_adam_config_t cw = weights_config(), cb = biases_config();
+  Float32Oracle oracle(kWorld, total);
+  for (int t = 0; t < steps; ++t) {
+    std::vector<std::vector<float>> flat(kWorld);
+    for (int r = 0; r < kWorld; ++r) {
+      flat[r] = gradient(r, t, kWeights, 0);
+      const std::vector<float> gb = gradient(r, t, kBiases, 1);
+      flat[r].insert(flat[r].end(), gb.begin(), gb.end());
+    }
+    if (t < kFreeze) {
+      std::vector<float> average(total, 0.0f);
+      for (int r = 0; r < kWorld; ++r) {
+        for (std::size_t i = 0; i < total; ++i) average[i] += flat[r][i];
+      }
+      for (float& a : average) a /= static_cast<float>(kWorld);
+      EXPECT_EQ(onebit_adam_warmup_step(&cw, p.data(), m.data(), v.data(), average.data(), kWeights), ONEBIT_SUCCESS);
+      EXPECT_EQ(onebit_adam_warmup_step(&cb, b.data(), m.data() + kWeights, v.data() + kWeights,
+                                        average.data() + kWeights, kBiases),
+                ONEBIT_SUCCESS);
+    } else {
+      // Every rank's momentum is the same before the step, its local update differs.
+      std::vector<std::vector<float>> local(kWorld, m);
+      for (int r = 0; r < kWorld; ++r) {
+        onebit_adam_momentum_step(&cw, local[r].data(), flat[r].data(), kWeights);
+        onebit_adam_momentum_step(&cb, local[r].data() + kWeights, flat[r].data() + kWeights, kBiases);
+      }
+      m = oracle.step(local, /*sum=*/false);
+      onebit_adam_apply_step(&cw, p.data(), m.data(), v.data(), kWeights);
+      onebit_adam_apply_step(&cb, b.data(), m.data() + kWeights, v.data() + kWeights, kBiases);
+    }
+  }
+  p.insert(p.end(), b.begin(), b.end());
+  return p;
+}
+
+// Runs the shim on every rank for `steps` steps (checkpointing and restoring into a fresh
+// communicator and optimizer after `restart_at` steps, if positive); returns each rank's parameters.
+std::vector<std::vector<float>> train(int steps, int restart_at) {
+  const std::size_t total = kWeights + kBiases;
+  SharedMemory out(kWorld * total * sizeof(float));
+  const int port = free_port(), second_port = free_port();
+  auto outcomes = run_ranks(kWorld, [&](int rank) {
+    std::vector<float> p = initial(kWeights, 0), b = initial(kBiases, 1);
+    auto groups = [&] {
+      return std::vector<OnebitAdam::ParamGroup>{{p.data(), kWeights, weights_config()},
+                                                 {b.data(), kBiases, biases_config()}};
+    };
+    onebit_comm_t comm = join(rank, port);
+    try {
+      auto adam = std::make_unique<OnebitAdam>(comm, groups());
+      for (int t = 0; t < steps; ++t) {
+        if (t == restart_at) {
+          const OnebitAdam::Checkpoint saved = adam->save();
+          adam.reset();
+          onebit_comm_destroy(comm);
+          comm = join(rank, second_port);
+          adam = std::make_unique<OnebitAdam>(comm, groups());
+          adam->load(saved);
+        }
+        const std::vector<float> gw = gradient(rank, t, kWeights, 0), gb = gradient(rank, t, kBiases, 1);
+        adam->step({gw.data(), gb.data()});
+        if (adam->compressing() != (t + 1 >= kFreeze)) return 3;
+      }
+    } catch (const CallError& error) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+      return 4;
+    }
+    std::memcpy(out.as<float>() + rank * total, p.data(), kWeights * 4);
+    std::memcpy(out.as<float>() + rank * total + kWeights, b.data(), kBiases * 4);
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  std::vector<std::vector<float>> params;
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    params.emplace_back(out.as<float>() + r * total, out.as<float>() + (r + 1) * total);
+  }
+  return params;
+}
+
+TEST(OnebitAdamShim, TwoGroupsMatchAnIndependentReplayBitForBit) {
+  const std::vector<float> expected = replay(kSteps);
+  const auto params = train(kSteps, -1);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), expected.size() * 4))
+        << "rank " << r << "'s parameters differ from the replay of algorithm.md";
+  }
+}
+
+TEST(OnebitAdamShim, CheckpointMidCompressionContinuesBitForBit) {
+  const std::vector<float> expected = replay(kSteps);
+  const auto params = train(kSteps, kFreeze + 3);  // saved with error-feedback state in it
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), expected.size() * 4))
+        << "rank " << r << ": restored training differs from an uninterrupted run";
+  }
+}
+
+TEST(OnebitAdamShim, NaNGradientFailsTheStepOnEveryRankAndChangesNothing) {
+  const int port = free_port();
+  auto outcomes = run_ranks(kWorld, [&](int rank) {
+    std::vector<float> p = initial(kWeights, 0), b = initial(kBiases, 1);
+    onebit_comm_t comm = join(rank, port);
+    onebit_adam_config_t cw = weights_config(), cb = biases_config();
+    cw.freeze_step = cb.freeze_step = 0;  // compressing from the first step
+    OnebitAdam adam(comm, {{p.data(), kWeights, cw}, {b.data(), kBiases, cb}});
+    std::vector<float> gw = gradient(rank, kFreeze, kWeights, 0), gb = gradient(rank, kFreeze, kBiases, 1);
+    adam.step({gw.data(), gb.data()});
+    const std::vector<float> p_before = p, m_before = adam.momentum();
+    if (rank == 2) gb[5] = NAN;
+    try {
+      adam.step({gw.data(), gb.data()});
+      return 10;  // must not succeed
+    } catch (const CallError& error) {
+      if (error.code() != ONEBIT_NUMERIC_ERROR) return 11;
+      if (std::string(error.what()).find("rank 2") == std::string::npos) return 12;
+    }
+    if (p != p_before || adam.momentum() != m_before || adam.steps() != 1) return 13;
+    gb[5] = 0.0f;
+    adam.step({gw.data(), gb.data()});  // the communicator is still usable
+    onebit_comm_destroy(comm);
+    return adam.steps() == 2 ? 0 : 14;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+}
+
+TEST(OnebitAdamShim, BadGroupsAndGradientsAreRefused) {
+  float p[4] = {0, 0, 0, 0};
+  onebit_comm_t comm = nullptr;
+  ASSERT_EQ(onebit_comm_init(&comm, 0, 1, ""), ONEBIT_SUCCESS) << onebit_last_error();
+  onebit_adam_config_t a = weights_config(), b = weights_config();
+  b.freeze_step = a.freeze_step + 1;
+  try {
+    OnebitAdam adam(comm, {{p, 2, a}, {p + 2, 2, b}});
+    ADD_FAILURE() << "groups with different freeze steps were accepted";
+  } catch (const CallError& error) {
+    EXPECT_EQ(error.code(), ONEBIT_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(error.what()).find("freeze_step"), std::string::npos) << error.what();
+  }
+  OnebitAdam adam(comm, {{p, 4, a}});
+  try {
+    adam.step({});
+    ADD_FAILURE() << "a step with no gradients was accepted";
+  } catch (const CallError& error) {
+    EXPECT_NE(std::string(error.what()).find("0 gradient arrays for 1 groups"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(adam.steps(), 0);
+  OnebitAdam::Checkpoint wrong;
+  wrong.m.resize(3);
+  wrong.v.resize(3);
+  EXPECT_THROW(adam.load(wrong), CallError);
+  onebit_comm_destroy(comm);
+}
+
+}  // namespace
+}  // namespace onebit::testing
