@@ -34,8 +34,8 @@ onebit_feature_option(NCCL "NCCL front doors (ncclAllReduce interposer, NCCL_NET
 onebit_feature_option(GLOO "Gloo front door (gloo::allreduce interposer) and the Gloo baseline")
 onebit_feature_option(IBVERBS "IB verbs transport")
 
-# CUDA: the toolkit in /usr/local/cuda (CUDA 13 here). Only probed unless OFF: enabling the
-# language is the caller's step once kernels/cuda has sources.
+# CUDA: the toolkit in /usr/local/cuda (CUDA 13 here). The top-level CMakeLists enables the
+# language and builds kernels/cuda when this resolves on.
 set(_cuda_ok FALSE)
 set(_cuda_why "no CUDA compiler (nvcc) found; set CMAKE_CUDA_COMPILER or put /usr/local/cuda/bin on PATH")
 if(NOT ONEBIT_WITH_CUDA STREQUAL "OFF")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# onebit's main job on one machine: the allreduce benchmark on emulated commodity Ethernet.
+# onebit's main job on one machine: the allreduce benchmark on emulated commodity Ethernet, then
+# the convergence demo (Adam vs OnebitAdam on real text, step times on emulated 1 GbE).
 # 4 ranks, each in its own network namespace, linked through a bridge at 1 Gbit/s and then
 # 10 Gbit/s (tc tbf); onebit's compressed allreduce, its full-precision ring and Gloo's allreduce,
 # side by side, every result checked. Prints nccl-tests-style tables and writes
@@ -14,3 +15,6 @@ rm -f "$results"
 tools/ethernet/onebit-ethernet --ranks 4 --link 1gbit --link 10gbit --json "$results" -- \
   -b 1M -e 256M -f 4 -n 3 -w 1 -c 1 "$@"
 /usr/bin/python3 tools/ethernet/plot_bench.py "$results" build/bench/allreduce.png
+# The convergence demo: a char transformer on Debian's fortunes, 4 ranks, Adam vs OnebitAdam;
+# loss curves in build/demo/loss.png, every figure in build/demo/demo.json.
+/usr/bin/python3 tools/demo/onebit-demo.py --ranks 4 --out build/demo

@@ -10,7 +10,8 @@ packages=(
   libgloo-dev                                      # Gloo: the benchmark's external anchor, the Gloo front door
   iproute2                                         # network namespaces and tc for the Ethernet emulation
   python3-matplotlib                               # the benchmark's plot (Debian's /usr/bin/python3)
-  python3-torch python3-numpy                      # the PyTorch front door's end-to-end test
+  python3-torch python3-numpy python3-venv         # the PyTorch front door's end-to-end tests
+  fortunes                                         # real English text for the convergence demo
 )
 
 missing=()

@@ -1,0 +1,49 @@
+// The CUDA compression kernels of algorithm.md: the worker, server and unpack stages over device
+// buffers, with the CPU kernels' contracts (kernels/cpu/cpu_kernels.h) — so the scalar CPU kernel
+// is their oracle:
+//  - bits LSB-first, element i is bit i % 8 of byte i / 8, bit 1 = +1, sign(−0.0) = +1, pad bits 0;
+//    a warp's 32 elements give one __ballot_sync word, whose little-endian bytes are that order;
+//  - elementwise outputs bit-identical to the scalar kernel: one IEEE operation each in the same
+//    order, written with __fadd_rn / __fmul_rn so the compiler cannot fuse them into FMAs;
+//  - Σ v² in fp64, per block then summed in block order by one more kernel (deterministic, within
+//    the CPU contract's reassociation bound), and the scale sqrt(Σ/n) computed there too: the
+//    scale never leaves the device, and the next kernel reads it from device memory.
+// Every call is asynchronous on the caller's stream and allocates nothing: the caller gives a
+// workspace of workspace_bytes(n) bytes (allocated once, before any graph capture).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace onebit::kernels::cuda {
+
+// Device scratch for one call over n elements (the per-block partial sums).
+std::size_t workspace_bytes(std::size_t n);
+
+// Where a stage's reduction lands, in device memory.
+struct Reduction {
+  double* sum_squares;  // Σ v² of the stage's values
+  float* scale;         // sqrt(Σ v² / n); 0 for n = 0
+};
+
+// y = x + (e_prev − a_prev·sign(e_prev)); e_next = y; bits = sign bits of y. a_prev is read from
+// device memory (the previous call's scale, where the last call left it).
+cudaError_t worker_pass(const void* x, Dtype dtype, const float* e_prev, const float* a_prev, float* e_next,
+                        std::uint8_t* bits, std::size_t n, Reduction out, void* workspace, cudaStream_t stream);
+
+// z = (Σ_r ±scales[r])·inv_ranks + (s_prev − b_prev·sign(s_prev)), ranks summed in order from 0;
+// bits is a device array of `ranks` device pointers, scales a device array of ranks floats.
+// inv_ranks is 1.0f / ranks as the host computes it.
+cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
+                        const float* s_prev, const float* b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n,
+                        Reduction out, void* workspace, cudaStream_t stream);
+
+// out[i] = bit i ? s : −s with s = (*scale)·factor, in dtype (fp16/bf16 rounded to nearest even).
+cudaError_t unpack(const std::uint8_t* bits, const float* scale, float factor, void* out, Dtype dtype, std::size_t n,
+                   cudaStream_t stream);
+
+}  // namespace onebit::kernels::cuda

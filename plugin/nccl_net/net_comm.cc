@@ -1,0 +1,507 @@
+#include "plugin/nccl_net/net_comm.h"
+
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+
+#include "common/log.h"
+#include "common/params.h"
+
+namespace onebit::nccl_net {
+namespace {
+
+constexpr std::uint32_t kHandleMagic = 0x4F424E31;  // "OBN1"
+constexpr std::uint16_t kHandleVersion = 1;
+
+std::string errno_string(int error) { return std::strerror(error); }
+
+void default_sink(bool warning, const std::string& text) {
+  if (warning) {
+    ONEBIT_LOG(WARN, text);
+  } else {
+    ONEBIT_LOG(INFO, text);
+  }
+}
+LogSink log_sink = default_sink;
+
+std::uint64_t random64() {
+  static std::mutex mutex;
+  static std::random_device entropy;
+  std::lock_guard<std::mutex> lock(mutex);
+  return (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
+}
+
+SipKey key_of(const Handle& handle) {
+  SipKey key;
+  std::memcpy(key.data(), handle.secret, sizeof(handle.secret));
+  return key;
+}
+
+tcp::Address address_of(const Handle& handle) {
+  tcp::Address address;
+  unsigned length = 0;
+  wire::from_wire(handle.address, &address.storage, &length);
+  address.length = length;
+  return address;
+}
+
+bool matches(const std::string& spec, const std::string& name, bool loopback) {
+  if (spec.empty()) return !loopback;
+  std::string pattern = spec;
+  const bool exclude = pattern[0] == '^';
+  if (exclude) pattern = pattern.substr(1);
+  const bool exact = !pattern.empty() && pattern[0] == '=';
+  if (exact) pattern = pattern.substr(1);
+  bool any = false;
+  std::size_t start = 0;
+  while (start <= pattern.size()) {  // a comma-separated list, as NCCL_SOCKET_IFNAME
+    const std::size_t end = std::min(pattern.find(',', start), pattern.size());
+    const std::string one = pattern.substr(start, end - start);
+    if (!one.empty() && (exact ? name == one : name.rfind(one, 0) == 0)) any = true;
+    start = end + 1;
+  }
+  return exclude ? !any && !loopback : any;
+}
+
+int interface_speed(const std::string& name) {
+  std::ifstream in("/sys/class/net/" + name + "/speed");
+  int speed = 0;
+  if (in >> speed && speed > 0) return speed;
+  return 10000;  // virtual interfaces report nothing (or -1); assume 10 GbE as NCCL does
+}
+
+std::string pci_path(const std::string& name) {
+  char resolved[PATH_MAX];
+  const std::string link = "/sys/class/net/" + name + "/device";
+  if (::realpath(link.c_str(), resolved) == nullptr) return "";
+  return resolved;
+}
+
+}  // namespace
+
+std::vector<Device> find_devices() {
+  std::string spec = param::SocketIfname();
+  if (spec.empty()) {
+    const char* nccl = std::getenv("NCCL_SOCKET_IFNAME");
+    if (nccl != nullptr) spec = nccl;
+  }
+  ifaddrs* list = nullptr;
+  ONEBIT_CHECK(getifaddrs(&list) == 0, ONEBIT_SYSTEM_ERROR, "getifaddrs: ", errno_string(errno));
+  std::vector<Device> devices, loopbacks;
+  for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
+    const int family = it->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    const std::string name = it->ifa_name;
+    const bool loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
+    auto& into = loopback && spec.empty() ? loopbacks : devices;
+    if (!(loopback && spec.empty()) && !matches(spec, name, loopback)) continue;
+    // One device per interface: its first IPv4 address, else its first IPv6 one.
+    auto same = std::find_if(into.begin(), into.end(), [&](const Device& d) { return d.name == name; });
+    if (same != into.end() && !(same->address.storage.ss_family == AF_INET6 && family == AF_INET)) continue;
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr)) continue;
+    Device device;
+    device.name = name;
+    device.address.length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    std::memcpy(&device.address.storage, it->ifa_addr, device.address.length);
+    device.address.set_port(0);
+    device.speed_mbps = interface_speed(name);
+    device.pci_path = pci_path(name);
+    if (same != into.end()) {
+      *same = device;
+    } else {
+      into.push_back(device);
+    }
+  }
+  freeifaddrs(list);
+  if (devices.empty()) devices = loopbacks;
+  ONEBIT_CHECK(!devices.empty(), ONEBIT_INVALID_ARGUMENT, "no usable interface",
+               spec.empty() ? std::string() : " matches ONEBIT_SOCKET_IFNAME/NCCL_SOCKET_IFNAME='" + spec + "'");
+  return devices;
+}
+
+std::string describe(const Handle& handle) { return address_of(handle).to_string(); }
+
+void set_log_sink(LogSink sink) { log_sink = sink != nullptr ? sink : default_sink; }
+
+// ---------------------------------------------------------------- data path
+
+Comm::Comm(bool sending, std::vector<tcp::Fd> sockets, std::string peer) : sending_(sending), peer_(std::move(peer)) {
+  for (tcp::Fd& fd : sockets) {
+    tcp::set_nonblocking(fd.get());
+    tcp::tune_data_socket(fd.get());
+    sockets_.push_back(Socket{std::move(fd), {}});
+  }
+  for (Request& r : requests_) r.comm = this;
+}
+
+Comm::~Comm() {
+  for (Socket& s : sockets_) {
+    if (s.fd) ::shutdown(s.fd.get(), SHUT_RDWR);
+  }
+}
+
+void Comm::fail_locked(onebit_result_t code, const std::string& message) {
+  if (!failed_) {
+    failed_ = true;
+    failure_code_ = code;
+    failure_ = message;
+    for (Socket& s : sockets_) ::shutdown(s.fd.get(), SHUT_RDWR);  // the peer learns at once
+  }
+  ::onebit::fail(failure_code_, failure_);
+}
+
+Request* Comm::take_slot() {
+  for (Request& r : requests_) {
+    if (r.kind == Request::Kind::kFree) return &r;
+  }
+  return nullptr;
+}
+
+Request* Comm::isend(const void* data, std::size_t size, int tag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ONEBIT_CHECK(sending_, ONEBIT_INVALID_ARGUMENT, "isend on a receiving comm (from ", peer_, ")");
+  if (failed_) ::onebit::fail(failure_code_, failure_);
+  Request* r = take_slot();
+  if (r == nullptr) return nullptr;
+  const std::size_t sockets = sockets_.size();
+  const std::uint32_t stripes =
+      size == 0 ? 0 : static_cast<std::uint32_t>(std::min(sockets, std::max<std::size_t>(1, size / kStripeBytes)));
+  r->kind = Request::Kind::kSend;
+  r->n = 1;
+  r->sizes[0] = size;
+  const std::int32_t wire_tag = tag;
+  const std::uint64_t wire_size = size;
+  std::memcpy(r->header.data(), &wire_tag, 4);
+  std::memcpy(r->header.data() + 4, &stripes, 4);
+  std::memcpy(r->header.data() + 8, &wire_size, 8);
+  r->pending_pieces = 1 + static_cast<int>(stripes);
+  sockets_[0].queue.push_back(Piece{r, r->header.data(), r->header.size()});
+  auto* bytes = static_cast<std::uint8_t*>(const_cast<void*>(data));
+  for (std::uint32_t i = 0; i < stripes; ++i) {
+    const std::size_t begin = size * i / stripes, end = size * (i + 1) / stripes;
+    sockets_[i].queue.push_back(Piece{r, bytes + begin, end - begin});
+  }
+  return r;
+}
+
+Request* Comm::irecv(int n, void* const* data, const std::size_t* sizes, const int* tags) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ONEBIT_CHECK(!sending_, ONEBIT_INVALID_ARGUMENT, "irecv on a sending comm (to ", peer_, ")");
+  ONEBIT_CHECK(n >= 1 && n <= kMaxRecvs, ONEBIT_INVALID_ARGUMENT, "irecv of ", n, " buffers; this plugin groups 1 to ",
+               kMaxRecvs, " (maxRecvs)");
+  if (failed_) ::onebit::fail(failure_code_, failure_);
+  Request* r = take_slot();
+  if (r == nullptr) return nullptr;
+  r->kind = Request::Kind::kRecv;
+  r->n = n;
+  r->matched_count = 0;
+  r->pending_pieces = 0;
+  for (int i = 0; i < n; ++i) {
+    r->data[i] = static_cast<std::uint8_t*>(data[i]);
+    r->capacity[i] = sizes[i];
+    r->tags[i] = tags != nullptr ? tags[i] : 0;
+    r->sizes[i] = 0;
+    r->matched[i] = false;
+  }
+  posted_.push_back(r);
+  return r;
+}
+
+void Comm::piece_done(Request* request) { --request->pending_pieces; }
+
+void Comm::send_side(Socket& socket) {
+  while (!socket.queue.empty()) {
+    Piece& piece = socket.queue.front();
+    while (piece.left > 0) {
+      const ssize_t sent = ::send(socket.fd.get(), piece.data, piece.left, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK) return;
+        if (errno == EINTR) continue;
+        fail_locked(errno == EPIPE || errno == ECONNRESET ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR,
+                    "send to " + peer_ + ": " + errno_string(errno));
+      }
+      piece.data += sent;
+      piece.left -= static_cast<std::size_t>(sent);
+    }
+    piece_done(piece.request);
+    socket.queue.pop_front();
+  }
+}
+
+// Reads into `into`; false when the socket has nothing now. Throws on EOF or error.
+#define ONEBIT_NET_READ(fd, into, bytes, got)                                                            \
+  do {                                                                                                    \
+    got = ::recv(fd, into, bytes, MSG_DONTWAIT);                                                          \
+    if (got == 0) fail_locked(ONEBIT_REMOTE_ERROR, peer_ + " closed the connection");                   \
+    if (got < 0) {                                                                                        \
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) got = -1;                           \
+      else fail_locked(errno == ECONNRESET ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR,                  \
+                       "receive from " + peer_ + ": " + errno_string(errno));                           \
+    }                                                                                                     \
+  } while (0)
+
+void Comm::on_header() {
+  std::int32_t tag;
+  std::uint32_t stripes;
+  std::uint64_t size;
+  std::memcpy(&tag, incoming_header_.data(), 4);
+  std::memcpy(&stripes, incoming_header_.data() + 4, 4);
+  std::memcpy(&size, incoming_header_.data() + 8, 8);
+  ONEBIT_CHECK(!posted_.empty(), ONEBIT_INTERNAL_ERROR, "a header arrived with no receive posted");
+  Request* r = posted_.front();
+  int slot = -1;
+  for (int i = 0; i < r->n && slot < 0; ++i) {
+    if (!r->matched[i] && r->tags[i] == tag) slot = i;
+  }
+  if (slot < 0) {
+    fail_locked(ONEBIT_INVALID_ARGUMENT, "a message with tag " + std::to_string(tag) + " from " + peer_ +
+                                             " matches no slot of the oldest posted receive");
+  }
+  if (size > r->capacity[slot]) {
+    fail_locked(ONEBIT_INVALID_ARGUMENT, "a message of " + std::to_string(size) + " bytes from " + peer_ +
+                                             " is larger than the posted receive of " +
+                                             std::to_string(r->capacity[slot]) + " bytes (tag " + std::to_string(tag) + ")");
+  }
+  if (stripes > sockets_.size() || (size == 0) != (stripes == 0)) {
+    fail_locked(ONEBIT_REMOTE_ERROR, "a malformed message header from " + peer_ + " (" + std::to_string(stripes) +
+                                         " stripes, " + std::to_string(size) + " bytes)");
+  }
+  r->matched[slot] = true;
+  r->sizes[slot] = size;
+  ++r->matched_count;
+  for (std::uint32_t i = 0; i < stripes; ++i) {
+    const std::size_t begin = size * i / stripes, end = size * (i + 1) / stripes;
+    ++r->pending_pieces;
+    sockets_[i].queue.push_back(Piece{r, r->data[slot] + begin, end - begin});
+  }
+  if (r->matched_count == r->n) posted_.pop_front();
+}
+
+void Comm::receive_side(std::size_t index) {
+  Socket& socket = sockets_[index];
+  for (;;) {
+    if (socket.queue.empty()) {
+      // Socket 0 between messages: the next header, if a receive waits for one.
+      if (index != 0 || posted_.empty()) return;
+      ssize_t got;
+      ONEBIT_NET_READ(socket.fd.get(), incoming_header_.data() + header_read_, incoming_header_.size() - header_read_, got);
+      if (got < 0) return;
+      header_read_ += static_cast<std::size_t>(got);
+      if (header_read_ < incoming_header_.size()) continue;
+      header_read_ = 0;
+      on_header();
+      continue;
+    }
+    Piece& piece = socket.queue.front();
+    while (piece.left > 0) {
+      ssize_t got;
+      ONEBIT_NET_READ(socket.fd.get(), piece.data, piece.left, got);
+      if (got < 0) return;
+      piece.data += got;
+      piece.left -= static_cast<std::size_t>(got);
+    }
+    piece_done(piece.request);
+    socket.queue.pop_front();
+  }
+}
+
+void Comm::progress_locked() {
+  if (failed_) ::onebit::fail(failure_code_, failure_);
+  for (std::size_t i = 0; i < sockets_.size(); ++i) {
+    if (sending_) {
+      send_side(sockets_[i]);
+    } else {
+      receive_side(i);
+    }
+  }
+}
+
+bool Comm::test(Request* r, int* sizes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ONEBIT_CHECK(r->kind != Request::Kind::kFree, ONEBIT_INVALID_ARGUMENT, "test of a request that is not in flight");
+  progress_locked();
+  const bool done = r->pending_pieces == 0 && (r->kind == Request::Kind::kSend || r->matched_count == r->n);
+  if (!done) return false;
+  if (sizes != nullptr) {
+    for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(std::min<std::size_t>(r->sizes[i], INT_MAX));
+  }
+  r->kind = Request::Kind::kFree;
+  return true;
+}
+
+// ---------------------------------------------------------------- set-up
+
+Listen::Listen(const Device& device, int sockets) {
+  ONEBIT_CHECK(sockets >= 1 && sockets <= kMaxSockets, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
+               " must be 1..", kMaxSockets);
+  fd_ = tcp::listen_on(device.address, 16384);
+  tcp::set_nonblocking(fd_.get());
+  handle_.magic = kHandleMagic;
+  handle_.version = kHandleVersion;
+  handle_.sockets = static_cast<std::uint16_t>(sockets);
+  handle_.address = wire::to_wire(tcp::local_address(fd_.get()).storage);
+  key_ = {random64(), random64()};
+  std::memcpy(handle_.secret, key_.data(), sizeof(handle_.secret));
+  handle_.pending = nullptr;
+}
+
+Listen::~Listen() = default;
+
+std::unique_ptr<Comm> Listen::accept() {
+  for (;;) {  // everything waiting in the backlog
+    const int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
+      ::onebit::fail(ONEBIT_SYSTEM_ERROR, "accept on ", describe(handle_), ": ", errno_string(errno));
+    }
+    incoming_.push_back(Incoming{tcp::Fd(fd), {}, 0});
+  }
+  for (auto it = incoming_.begin(); it != incoming_.end();) {
+    const ssize_t got = ::recv(it->fd.get(), it->hello.data() + it->read, it->hello.size() - it->read, MSG_DONTWAIT);
+    const std::string from = tcp::peer_address(it->fd.get()).to_string();
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      log_sink(true, "a connection from " + from + " to " + describe(handle_) + " closed before its hello");
+      it = incoming_.erase(it);
+      continue;
+    }
+    if (got > 0) it->read += static_cast<std::size_t>(got);
+    if (it->read < it->hello.size()) {
+      ++it;
+      continue;
+    }
+    try {
+      const wire::Hello hello = wire::Hello::decode(it->hello.data(), from);
+      ONEBIT_CHECK(hello.mac == hello.compute_mac(key_), ONEBIT_REMOTE_ERROR, "its MAC does not match this handle");
+      ONEBIT_CHECK(hello.sockets_per_peer == handle_.sockets && hello.socket_index < handle_.sockets,
+                   ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " of ", hello.sockets_per_peer, ", expected ",
+                   handle_.sockets);
+      std::vector<tcp::Fd>& group = groups_[hello.job_id];
+      group.resize(handle_.sockets);
+      ONEBIT_CHECK(!group[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " came twice");
+      group[hello.socket_index] = std::move(it->fd);
+    } catch (const Error& error) {
+      log_sink(true, "refused a connection from " + from + " to " + describe(handle_) + ": " + error.what());
+    }
+    it = incoming_.erase(it);
+  }
+  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
+    const bool complete = std::all_of(it->second.begin(), it->second.end(), [](const tcp::Fd& fd) { return bool(fd); });
+    if (!complete) continue;
+    const std::string peer = tcp::peer_address(it->second[0].get()).to_string();
+    auto comm = std::make_unique<Comm>(false, std::move(it->second), peer);
+    groups_.erase(it);
+    return comm;
+  }
+  return nullptr;
+}
+
+class PendingConnect {
+ public:
+  explicit PendingConnect(const Handle& handle)
+      : address_(address_of(handle)), deadline_(Clock::now() + std::chrono::milliseconds(param::TimeoutMs())) {
+    ONEBIT_CHECK(handle.magic == kHandleMagic && handle.version == kHandleVersion, ONEBIT_INVALID_ARGUMENT,
+                 "not a onebit NCCL net handle (magic ", handle.magic, ", version ", handle.version,
+                 "): are both sides using NCCL_NET_PLUGIN=onebit?");
+    ONEBIT_CHECK(handle.sockets >= 1 && handle.sockets <= kMaxSockets, ONEBIT_INVALID_ARGUMENT, "handle asks for ",
+                 handle.sockets, " sockets");
+    const SipKey key = key_of(handle);
+    const std::uint64_t connection = random64();
+    for (int i = 0; i < handle.sockets; ++i) {
+      Outgoing out;
+      out.fd = tcp::Fd(::socket(address_.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      ONEBIT_CHECK(out.fd, ONEBIT_SYSTEM_ERROR, "socket: ", errno_string(errno));
+      const int rc = ::connect(out.fd.get(), reinterpret_cast<const sockaddr*>(&address_.storage), address_.length);
+      ONEBIT_CHECK(rc == 0 || errno == EINPROGRESS, ONEBIT_SYSTEM_ERROR, "connect to ", address_.to_string(), ": ",
+                   errno_string(errno));
+      wire::Hello hello;
+      hello.socket_index = static_cast<std::uint16_t>(i);
+      hello.sockets_per_peer = handle.sockets;
+      hello.job_id = connection;
+      hello.mac = hello.compute_mac(key);
+      out.hello = hello.encode();
+      out_.push_back(std::move(out));
+    }
+  }
+
+  std::unique_ptr<Comm> step() {
+    bool all = true;
+    for (Outgoing& out : out_) {
+      if (out.sent == out.hello.size()) continue;
+      if (!out.connected) {
+        pollfd p{out.fd.get(), POLLOUT, 0};
+        if (::poll(&p, 1, 0) <= 0) {
+          all = false;
+          continue;
+        }
+        int error = 0;
+        socklen_t length = sizeof(error);
+        ::getsockopt(out.fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
+        ONEBIT_CHECK(error == 0, error == ECONNREFUSED ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR, "connect to ",
+                     address_.to_string(), ": ", errno_string(error));
+        out.connected = true;
+      }
+      const ssize_t sent = ::send(out.fd.get(), out.hello.data() + out.sent, out.hello.size() - out.sent,
+                                  MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (sent > 0) out.sent += static_cast<std::size_t>(sent);
+      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        ::onebit::fail(ONEBIT_REMOTE_ERROR, "hello to ", address_.to_string(), ": ", errno_string(errno));
+      }
+      if (out.sent < out.hello.size()) all = false;
+    }
+    if (!all) {
+      ONEBIT_CHECK(Clock::now() < deadline_, ONEBIT_TIMEOUT, "connecting to ", address_.to_string(), " took more than ",
+                   param::TimeoutMs(), " ms (ONEBIT_TIMEOUT_MS)");
+      return nullptr;
+    }
+    std::vector<tcp::Fd> fds;
+    for (Outgoing& out : out_) fds.push_back(std::move(out.fd));
+    return std::make_unique<Comm>(true, std::move(fds), address_.to_string());
+  }
+
+ private:
+  struct Outgoing {
+    tcp::Fd fd;
+    bool connected = false;
+    std::array<std::uint8_t, wire::Hello::kSize> hello{};
+    std::size_t sent = 0;
+  };
+  tcp::Address address_;
+  Deadline deadline_;
+  std::vector<Outgoing> out_;
+};
+
+std::unique_ptr<Comm> connect_step(Handle& handle) {
+  if (handle.pending == nullptr) handle.pending = new PendingConnect(handle);
+  auto* pending = static_cast<PendingConnect*>(handle.pending);
+  std::unique_ptr<Comm> comm;
+  try {
+    comm = pending->step();
+  } catch (...) {
+    delete pending;
+    handle.pending = nullptr;
+    throw;
+  }
+  if (comm) {
+    delete pending;
+    handle.pending = nullptr;
+  }
+  return comm;
+}
+
+void abandon_connect(Handle& handle) {
+  delete static_cast<PendingConnect*>(handle.pending);
+  handle.pending = nullptr;
+}
+
+}  // namespace onebit::nccl_net

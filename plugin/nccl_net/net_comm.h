@@ -1,0 +1,167 @@
+// The connections behind onebit's NCCL_NET plugin: NCCL's net model (a listen handle, a
+// unidirectional send comm and recv comm per connection, tagged isend/irecv with grouped
+// receives, completion by test) over several TCP sockets per connection, every call non-blocking.
+//
+// A connection: the listener's handle carries its address, the socket count and a 128-bit secret
+// made at listen time; connect opens that many non-blocking sockets and sends on each a hello
+// (transport/wire.h's Hello: job_id = a random connection id, socket_index) with its MAC under the
+// secret. accept groups the sockets of one connection id and refuses any hello whose MAC fails, so
+// only a holder of the handle (NCCL's bootstrap hands it out) can connect.
+//
+// A message: a 16-byte header {tag, stripes, size} on socket 0, then the payload cut into
+// `stripes` contiguous pieces, piece i on socket i. Each socket carries its pieces in message
+// order, so the receiver knows where each byte goes once it has read the header. Messages under
+// kStripeBytes per stripe use fewer sockets; a zero-byte message is a header alone.
+//
+// Progress happens inside test() (NCCL's proxy thread calls it in a loop): every socket of the
+// request's comm moves what it can without blocking. No thread, no allocation after set-up:
+// each comm owns NCCL_NET_MAX_REQUESTS request slots. Errors are onebit::Error; the ABI layer
+// turns them into ncclResult_t and a NET/onebit log line.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/error.h"
+#include "common/siphash.h"
+#include "transport/tcp/socket.h"
+#include "transport/wire.h"
+
+namespace onebit::nccl_net {
+
+constexpr int kMaxRequests = 32;        // NCCL_NET_MAX_REQUESTS
+constexpr int kMaxRecvs = 8;            // grouped receives per irecv
+constexpr int kMaxSockets = 16;
+constexpr std::size_t kStripeBytes = 64 * 1024;  // a stripe is at least this (except the last)
+
+// What NCCL exchanges between the two sides; fits NCCL_NET_HANDLE_MAXSIZE (128).
+struct Handle {
+  std::uint32_t magic;
+  std::uint16_t version;
+  std::uint16_t sockets;
+  wire::WireAddress address;
+  std::uint8_t secret[16];
+  // Used by the connecting side only, in its own copy (NCCL passes the same handle on every
+  // retry of connect): the connection being set up.
+  void* pending;
+};
+static_assert(sizeof(Handle) <= 128);
+
+struct Device {
+  std::string name;  // interface
+  tcp::Address address;
+  int speed_mbps = 10000;
+  std::string pci_path;  // empty when not a PCI device
+};
+
+// The interfaces NCCL may use: NCCL_SOCKET_IFNAME's syntax in ONEBIT_SOCKET_IFNAME (or
+// NCCL_SOCKET_IFNAME when that is unset); by default every interface that is up except loopback,
+// and loopback when there is nothing else.
+std::vector<Device> find_devices();
+
+class Comm;
+
+struct Request {
+  enum class Kind { kFree, kSend, kRecv };
+  Kind kind = Kind::kFree;
+  Comm* comm = nullptr;
+  int n = 0;
+  std::array<std::uint8_t*, kMaxRecvs> data{};
+  std::array<std::size_t, kMaxRecvs> capacity{};
+  std::array<int, kMaxRecvs> tags{};
+  std::array<std::size_t, kMaxRecvs> sizes{};
+  std::array<bool, kMaxRecvs> matched{};
+  int matched_count = 0;
+  int pending_pieces = 0;  // header and stripes not yet fully moved
+  std::array<std::uint8_t, 16> header{};
+};
+
+// One direction of one connection, either end.
+class Comm {
+ public:
+  Comm(bool sending, std::vector<tcp::Fd> sockets, std::string peer);
+  ~Comm();
+
+  // Null when every request slot is in use (NCCL then retries).
+  Request* isend(const void* data, std::size_t size, int tag);
+  Request* irecv(int n, void* const* data, const std::size_t* sizes, const int* tags);
+  // Progresses, then reports; a finished request is released. Throws the comm's failure.
+  bool test(Request* request, int* sizes);
+
+  const std::string& peer() const { return peer_; }
+
+ private:
+  struct Piece {
+    Request* request;
+    std::uint8_t* data;
+    std::size_t left;
+  };
+  struct Socket {
+    tcp::Fd fd;
+    std::deque<Piece> queue;  // in wire order
+  };
+
+  Request* take_slot();
+  void progress_locked();
+  void send_side(Socket& socket);
+  void receive_side(std::size_t index);
+  void on_header();
+  void piece_done(Request* request);
+  [[noreturn]] void fail_locked(onebit_result_t code, const std::string& message);
+
+  const bool sending_;
+  const std::string peer_;
+  std::mutex mutex_;
+  std::vector<Socket> sockets_;
+  std::array<Request, kMaxRequests> requests_;
+  std::deque<Request*> posted_;  // receives with unmatched slots, oldest first
+  std::array<std::uint8_t, 16> incoming_header_{};
+  std::size_t header_read_ = 0;
+  bool failed_ = false;
+  onebit_result_t failure_code_ = ONEBIT_SUCCESS;
+  std::string failure_;
+};
+
+// Connection set-up, both ends, non-blocking: each call does what it can and returns.
+class Listen {
+ public:
+  Listen(const Device& device, int sockets);
+  ~Listen();
+  const Handle& handle() const { return handle_; }
+  // A finished connection, or null (call again).
+  std::unique_ptr<Comm> accept();
+
+ private:
+  struct Incoming {
+    tcp::Fd fd;
+    std::array<std::uint8_t, wire::Hello::kSize> hello{};
+    std::size_t read = 0;
+  };
+  tcp::Fd fd_;
+  Handle handle_{};
+  SipKey key_{};
+  std::vector<Incoming> incoming_;
+  std::map<std::uint64_t, std::vector<tcp::Fd>> groups_;  // connection id → sockets by index
+};
+
+class PendingConnect;
+// Starts or continues connecting to `handle` (its `pending` field holds the state between
+// calls). Returns the comm once every socket is connected and has sent its hello.
+std::unique_ptr<Comm> connect_step(Handle& handle);
+// Frees a connect that NCCL abandoned (handle destroyed without finishing). Not normally needed.
+void abandon_connect(Handle& handle);
+
+std::string describe(const Handle& handle);
+
+// Where set-up messages (refused connections) go: the plugin points this at NCCL's logger.
+using LogSink = void (*)(bool warning, const std::string& text);
+void set_log_sink(LogSink sink);
+
+}  // namespace onebit::nccl_net

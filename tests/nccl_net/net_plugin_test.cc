@@ -1,0 +1,403 @@
+// libnccl-net-onebit.so through its ABI, as NCCL loads and drives it: dlopen, the exported tables
+// of every version, then two processes doing what NCCL's proxy does — listen, connect and accept
+// with retries, up to 32 outstanding isend/irecv per comm, grouped receives, sizes from 0 to 1 GiB,
+// close — with every byte checked. Plus failures: a peer killed mid-transfer, a forged handle,
+// CUDA memory on a host-only network.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "plugin/nccl_net/nccl_net_abi.h"
+#include "tests/support/multiprocess.h"
+
+namespace onebit::testing {
+namespace {
+
+void quiet_logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
+  if (level != NCCL_LOG_WARN) return;
+  va_list args;
+  va_start(args, fmt);
+  std::fprintf(stderr, "[nccl logger] ");
+  std::vfprintf(stderr, fmt, args);
+  std::fprintf(stderr, "\n");
+  va_end(args);
+}
+
+void* plugin_library() {
+  static void* library = dlopen(ONEBIT_NCCL_NET_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+  return library;
+}
+
+template <typename Table>
+const Table* table(const char* symbol) {
+  void* library = plugin_library();
+  return library == nullptr ? nullptr : static_cast<const Table*>(dlsym(library, symbol));
+}
+
+// The byte at offset i of message `id`: every message different, every offset checked.
+inline std::uint8_t pattern(std::size_t id, std::size_t i) { return static_cast<std::uint8_t>((i * 131 + id * 7919) >> 3); }
+
+void fill(std::vector<std::uint8_t>& buffer, std::size_t id, std::size_t size) {
+  for (std::size_t i = 0; i < size; ++i) buffer[i] = pattern(id, i);
+}
+
+bool intact(const std::vector<std::uint8_t>& buffer, std::size_t id, std::size_t size) {
+  for (std::size_t i = 0; i < size; ++i) {
+    if (buffer[i] != pattern(id, i)) {
+      std::fprintf(stderr, "message %zu: byte %zu of %zu is %d, expected %d\n", id, i, size, buffer[i], pattern(id, i));
+      return false;
+    }
+  }
+  return true;
+}
+
+// A pipe for the handle, the way NCCL's bootstrap carries it from the listener to the connector.
+struct HandlePipe {
+  int fds[2];
+  HandlePipe() { EXPECT_EQ(::pipe(fds), 0); }
+  ~HandlePipe() { ::close(fds[0]), ::close(fds[1]); }
+  void send(const char* handle) { EXPECT_EQ(::write(fds[1], handle, NCCL_NET_HANDLE_MAXSIZE), (ssize_t)NCCL_NET_HANDLE_MAXSIZE); }
+  bool receive(char* handle) { return ::read(fds[0], handle, NCCL_NET_HANDLE_MAXSIZE) == (ssize_t)NCCL_NET_HANDLE_MAXSIZE; }
+};
+
+// Polls a request to completion as NCCL's proxy does; the result of the first failing test().
+ncclResult_t wait(const ncclNet_v11_t* net, void* request, int* sizes) {
+  int done = 0;
+  while (!done) {
+    const ncclResult_t r = net->test(request, &done, sizes);
+    if (r != ncclSuccess) return r;
+  }
+  return ncclSuccess;
+}
+
+using Side = std::function<int(const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe)>;
+
+// The receiver (rank 0) and the sender (rank 1) as two processes, each with the v11 table
+// initialized, and a pipe to carry the handle from the first to the second.
+void run_pair(const Side& receiver, const Side& sender, int sender_exit = 0,
+              std::chrono::seconds deadline = std::chrono::seconds(120)) {
+  HandlePipe pipe;
+  auto outcomes = run_ranks(2, [&](int rank) -> int {
+    const auto* net = table<ncclNet_v11_t>("ncclNetPlugin_v11");
+    void* ctx = nullptr;
+    if (net == nullptr || net->init(&ctx, 7, nullptr, quiet_logger, nullptr) != ncclSuccess) return 2;
+    return rank == 0 ? receiver(net, ctx, pipe) : sender(net, ctx, pipe);
+  }, deadline);
+  EXPECT_EQ(outcomes[0].exit_code, 0) << "receiver";
+  EXPECT_EQ(outcomes[1].exit_code, sender_exit) << "sender";
+}
+
+// Listens, hands the handle over and accepts with retries, as NCCL does; null on failure.
+void* accept_one(const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe, void** listen_comm) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  if (net->listen(ctx, 0, handle, listen_comm) != ncclSuccess) return nullptr;
+  pipe.send(handle);
+  void* recv_comm = nullptr;
+  while (recv_comm == nullptr) {
+    if (net->accept(*listen_comm, &recv_comm, nullptr) != ncclSuccess) return nullptr;
+  }
+  return recv_comm;
+}
+
+// Connects with retries to `handle`; null on failure.
+void* connect_to(const ncclNet_v11_t* net, void* ctx, char* handle) {
+  void* send_comm = nullptr;
+  while (send_comm == nullptr) {
+    if (net->connect(ctx, 0, handle, &send_comm, nullptr) != ncclSuccess) return nullptr;
+  }
+  return send_comm;
+}
+
+TEST(NcclNetPlugin, ExportsEveryVersionWithCompleteTables) {
+  ASSERT_NE(plugin_library(), nullptr) << dlerror();
+  const auto* v8 = table<ncclNet_v8_t>("ncclNetPlugin_v8");
+  const auto* v9 = table<ncclNet_v9_t>("ncclNetPlugin_v9");
+  const auto* v10 = table<ncclNet_v10_t>("ncclNetPlugin_v10");
+  const auto* v11 = table<ncclNet_v11_t>("ncclNetPlugin_v11");
+  ASSERT_TRUE(v8 && v9 && v10 && v11);
+  EXPECT_EQ(table<void>("ncclNetPlugin_v7"), nullptr) << "v7 is not offered";
+  auto complete = [](const void* t, std::size_t bytes, const char* name) {
+    const auto* entries = static_cast<void* const*>(t);
+    EXPECT_STREQ(static_cast<const char*>(entries[0]), "onebit") << name;
+    for (std::size_t i = 1; i < bytes / sizeof(void*); ++i) EXPECT_NE(entries[i], nullptr) << name << " entry " << i;
+  };
+  complete(v8, sizeof(*v8), "v8");
+  complete(v9, sizeof(*v9), "v9");
+  complete(v10, sizeof(*v10), "v10");
+  complete(v11, sizeof(*v11), "v11");
+
+  void* ctx = nullptr;
+  ncclNetCommConfig_t config{-1};
+  ASSERT_EQ(v11->init(&ctx, 42, &config, quiet_logger, nullptr), ncclSuccess);
+  ASSERT_EQ(v8->init(quiet_logger), ncclSuccess);  // a second init is harmless
+  int ndev = 0;
+  ASSERT_EQ(v11->devices(&ndev), ncclSuccess);
+  ASSERT_GE(ndev, 1);
+  ncclNetProperties_v11_t p11;
+  ASSERT_EQ(v11->getProperties(0, &p11), ncclSuccess);
+  EXPECT_NE(p11.name, nullptr);
+  EXPECT_EQ(p11.ptrSupport, NCCL_PTR_HOST) << "host memory only: CUDA memory must not be claimed";
+  EXPECT_EQ(p11.maxRecvs, 8);
+  EXPECT_GT(p11.speed, 0);
+  EXPECT_EQ(p11.maxMultiRequestSize, 1);
+  EXPECT_EQ(p11.vProps.ndevs, 1);
+  EXPECT_EQ(p11.netDeviceType, NCCL_NET_DEVICE_HOST);
+  ncclNetProperties_v9_t p9;
+  ASSERT_EQ(v9->getProperties(0, &p9), ncclSuccess);
+  EXPECT_EQ(p9.maxP2pBytes, p11.maxP2pBytes);
+  EXPECT_STREQ(p9.name, p11.name);
+  ncclNetProperties_v8_t p8;
+  ASSERT_EQ(v8->getProperties(0, &p8), ncclSuccess);
+  EXPECT_EQ(p8.speed, p11.speed);
+  EXPECT_EQ(p8.maxRecvs, 8);
+  EXPECT_EQ(v11->getProperties(ndev, &p11), ncclInternalError) << "a device that does not exist";
+  int vdev = -1;
+  ncclNetVDeviceProps_t one{1, {0}};
+  EXPECT_EQ(v11->makeVDevice(&vdev, &one), ncclSuccess);
+  EXPECT_EQ(vdev, 0);
+  ncclNetVDeviceProps_t two{2, {0, 0}};
+  EXPECT_EQ(v11->makeVDevice(&vdev, &two), ncclInternalError);
+  EXPECT_EQ(v11->finalize(ctx), ncclSuccess);
+}
+
+// The receiving side (rank 0) and the sending side (rank 1) of the proxy-style exchange.
+TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
+  const std::vector<std::size_t> sizes = {0, 1, 7, 4096, 65535, 65536, (1u << 20) + 3, (64u << 20) + 5, 1u << 30};
+  constexpr int kOutstanding = 32;
+  constexpr std::size_t kOutstandingBytes = 300000;
+  const int tags[4] = {10, 11, 12, 13};
+  const std::size_t multi_sizes[4] = {100, 0, 250000, 3};
+  auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+      void* mh = nullptr;
+      void* listen_comm = nullptr;
+      void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
+      if (recv_comm == nullptr) return 4;
+      std::vector<std::uint8_t> buffer(1u << 30);
+      if (net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess) return 5;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        void* data = buffer.data();
+        std::size_t capacity = buffer.size();
+        int tag = 1;
+        void* request = nullptr;
+        if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &request) != ncclSuccess || !request) return 6;
+        int got = -1;
+        if (wait(net, request, &got) != ncclSuccess) return 7;
+        if (got != static_cast<int>(sizes[k]) || !intact(buffer, k, sizes[k])) return 8;
+      }
+      // 32 receives outstanding at once, then completed in any order.
+      std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
+      std::vector<void*> requests(kOutstanding);
+      for (int i = 0; i < kOutstanding; ++i) {
+        void* data = many[i].data();
+        std::size_t capacity = kOutstandingBytes;
+        int tag = 5;
+        if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &requests[i]) != ncclSuccess || !requests[i])
+          return 9;
+      }
+      for (int i = kOutstanding - 1; i >= 0; --i) {
+        int got = -1;
+        if (wait(net, requests[i], &got) != ncclSuccess || got != static_cast<int>(kOutstandingBytes)) return 10;
+        if (!intact(many[i], 1000 + i, kOutstandingBytes)) return 11;
+      }
+      // One grouped receive of 4 tagged messages.
+      std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
+      void* datas[4];
+      std::size_t capacities[4];
+      int group_tags[4];
+      void* handles[4] = {mh, mh, mh, mh};
+      for (int i = 0; i < 4; ++i) datas[i] = parts[i].data(), capacities[i] = 300000, group_tags[i] = tags[i];
+      void* request = nullptr;
+      if (net->irecv(recv_comm, 4, datas, capacities, group_tags, handles, nullptr, &request) != ncclSuccess) return 12;
+      int got[4] = {-1, -1, -1, -1};
+      if (wait(net, request, got) != ncclSuccess) return 13;
+      for (int i = 0; i < 4; ++i) {
+        if (got[i] != static_cast<int>(multi_sizes[i]) || !intact(parts[i], 2000 + i, multi_sizes[i])) return 14;
+      }
+      void* flush = &flush;
+      if (net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr) return 15;
+      if (net->deregMr(recv_comm, mh) != ncclSuccess) return 16;
+      if (net->closeRecv(recv_comm) != ncclSuccess || net->closeListen(listen_comm) != ncclSuccess) return 17;
+      return net->finalize(ctx) == ncclSuccess ? 0 : 18;
+  };
+  auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    void* mh = nullptr;
+    if (!pipe.receive(handle)) return 20;
+    void* send_comm = connect_to(net, ctx, handle);
+    if (send_comm == nullptr) return 21;
+    std::vector<std::uint8_t> buffer(1u << 30);
+    if (net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess) return 22;
+    if (net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_CUDA, &mh) != ncclInternalError) return 23;
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      fill(buffer, k, sizes[k]);
+      void* request = nullptr;
+      if (net->isend(send_comm, buffer.data(), sizes[k], 1, mh, nullptr, &request) != ncclSuccess || !request) return 24;
+      int sent = -1;
+      if (wait(net, request, &sent) != ncclSuccess || sent != static_cast<int>(sizes[k])) return 25;
+    }
+    std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
+    std::vector<void*> requests(kOutstanding);
+    for (int i = 0; i < kOutstanding; ++i) {
+      fill(many[i], 1000 + i, kOutstandingBytes);
+      if (net->isend(send_comm, many[i].data(), kOutstandingBytes, 5, mh, nullptr, &requests[i]) != ncclSuccess ||
+          !requests[i])
+        return 26;
+    }
+    void* extra = &extra;  // a 33rd request: no slot, so NULL (NCCL retries later)
+    if (net->isend(send_comm, many[0].data(), 1, 5, mh, nullptr, &extra) != ncclSuccess || extra != nullptr) return 27;
+    for (int i = 0; i < kOutstanding; ++i) {
+      if (wait(net, requests[i], nullptr) != ncclSuccess) return 28;
+    }
+    std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
+    std::vector<void*> part_requests(4);
+    for (int i = 0; i < 4; ++i) {
+      fill(parts[i], 2000 + i, multi_sizes[i]);
+      if (net->isend(send_comm, parts[i].data(), multi_sizes[i], tags[i], mh, nullptr, &part_requests[i]) != ncclSuccess)
+        return 29;
+    }
+    for (void* r : part_requests) {
+      if (wait(net, r, nullptr) != ncclSuccess) return 30;
+    }
+    if (net->closeSend(send_comm) != ncclSuccess) return 31;
+    return net->finalize(ctx) == ncclSuccess ? 0 : 32;
+  };
+  run_pair(receiver, sender, 0, std::chrono::seconds(300));
+}
+
+TEST(NcclNetPlugin, Version8AdaptersCarryIntSizes) {
+  HandlePipe pipe;
+  auto outcomes = run_ranks(2, [&](int rank) -> int {
+    const auto* net = table<ncclNet_v8_t>("ncclNetPlugin_v8");
+    if (net == nullptr || net->init(quiet_logger) != ncclSuccess) return 2;
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    std::vector<std::uint8_t> buffer(1 << 20);
+    void* mh = nullptr;
+    if (rank == 0) {
+      void *listen_comm = nullptr, *recv_comm = nullptr;
+      if (net->listen(0, handle, &listen_comm) != ncclSuccess) return 3;
+      pipe.send(handle);
+      while (recv_comm == nullptr) {
+        if (net->accept(listen_comm, &recv_comm, nullptr) != ncclSuccess) return 4;
+      }
+      net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh);
+      void* data = buffer.data();
+      int capacity = 1 << 20, tag = 3, done = 0, got = -1;
+      void* request = nullptr;
+      if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, &request) != ncclSuccess) return 5;
+      while (!done) {
+        if (net->test(request, &done, &got) != ncclSuccess) return 6;
+      }
+      if (got != 777777 || !intact(buffer, 9, 777777)) return 7;
+      net->closeRecv(recv_comm);
+      net->closeListen(listen_comm);
+      return 0;
+    }
+    if (!pipe.receive(handle)) return 10;
+    void* send_comm = nullptr;
+    while (send_comm == nullptr) {
+      if (net->connect(0, handle, &send_comm, nullptr) != ncclSuccess) return 11;
+    }
+    fill(buffer, 9, 777777);
+    void* request = nullptr;
+    int done = 0;
+    if (net->isend(send_comm, buffer.data(), -1, 3, mh, &request) != ncclInternalError) return 12;
+    if (net->isend(send_comm, buffer.data(), 777777, 3, mh, &request) != ncclSuccess) return 13;
+    while (!done) {
+      if (net->test(request, &done, nullptr) != ncclSuccess) return 14;
+    }
+    return net->closeSend(send_comm) == ncclSuccess ? 0 : 15;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << "receiver";
+  EXPECT_EQ(outcomes[1].exit_code, 0) << "sender";
+}
+
+TEST(NcclNetPlugin, AKilledPeerFailsTheReceiveInsteadOfHanging) {
+  // The sender puts part of a 64 MiB message on the wire (as much as the socket buffers take while
+  // nobody reads), says so, and is killed; only then does the receiver post its receive: it gets
+  // the part, then the end of the stream.
+  std::vector<std::uint8_t> buffer(64 << 20);
+  HandlePipe part_sent;
+  auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    void* listen_comm = nullptr;
+    void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
+    if (recv_comm == nullptr) return 4;
+    char note[NCCL_NET_HANDLE_MAXSIZE];
+    if (!part_sent.receive(note)) return 8;
+    void* data = buffer.data();
+    std::size_t capacity = buffer.size();
+    int tag = 0;
+    void* request = nullptr;
+    if (net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess) return 5;
+    if (wait(net, request, nullptr) != ncclRemoteError) return 6;  // the peer is gone: not success, not a hang
+    int done = 0;
+    if (net->test(request, &done, nullptr) != ncclRemoteError) return 7;  // and it stays failed
+    net->closeRecv(recv_comm);
+    net->closeListen(listen_comm);
+    return 0;
+  };
+  auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    if (!pipe.receive(handle)) return 10;
+    void* send_comm = connect_to(net, ctx, handle);
+    if (send_comm == nullptr) return 11;
+    void* request = nullptr;
+    if (net->isend(send_comm, buffer.data(), buffer.size(), 0, nullptr, nullptr, &request) != ncclSuccess) return 12;
+    int done = 0;
+    for (int i = 0; i < 100 && !done; ++i) net->test(request, &done, nullptr);  // until the buffers are full
+    if (done) return 14;  // 64 MiB cannot fit in socket buffers nobody reads
+    char note[NCCL_NET_HANDLE_MAXSIZE] = "part sent";
+    part_sent.send(note);
+    ::kill(::getpid(), SIGKILL);
+    return 13;
+  };
+  run_pair(receiver, sender, 128 + SIGKILL);
+}
+
+TEST(NcclNetPlugin, AForgedHandleIsRefusedAndTheRealOneStillConnects) {
+  auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    void* listen_comm = nullptr;
+    void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);  // the forged connection never completes
+    if (recv_comm == nullptr) return 4;
+    std::vector<std::uint8_t> buffer(16);
+    void* data = buffer.data();
+    std::size_t capacity = buffer.size();
+    int tag = 0, got = -1;
+    void* request = nullptr;
+    if (net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess) return 5;
+    if (wait(net, request, &got) != ncclSuccess || got != 5 || std::memcmp(buffer.data(), "real", 5) != 0) return 6;
+    net->closeRecv(recv_comm);
+    net->closeListen(listen_comm);
+    return 0;
+  };
+  auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    if (!pipe.receive(handle)) return 10;
+    char garbage[NCCL_NET_HANDLE_MAXSIZE];
+    std::memcpy(garbage, handle, sizeof(garbage));
+    garbage[0] ^= 0x55;  // not a onebit handle at all
+    void* send_comm = nullptr;
+    if (net->connect(ctx, 0, garbage, &send_comm, nullptr) != ncclInternalError) return 11;
+    char forged[NCCL_NET_HANDLE_MAXSIZE];
+    std::memcpy(forged, handle, sizeof(forged));
+    forged[28] ^= 0x01;  // the address is right, the secret is not: the listener must refuse it
+    void* forged_comm = connect_to(net, ctx, forged);  // completes on this side: it only sends hellos
+    send_comm = connect_to(net, ctx, handle);
+    if (forged_comm == nullptr || send_comm == nullptr) return 13;
+    void* request = nullptr;
+    if (net->isend(send_comm, const_cast<char*>("real"), 5, 0, nullptr, nullptr, &request) != ncclSuccess) return 14;
+    if (wait(net, request, nullptr) != ncclSuccess) return 15;
+    net->closeSend(forged_comm);
+    return net->closeSend(send_comm) == ncclSuccess ? 0 : 16;
+  };
+  run_pair(receiver, sender);
+}
+
+}  // namespace
+}  // namespace onebit::testing

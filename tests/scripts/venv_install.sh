@@ -1,0 +1,22 @@
+#!/bin/sh
+# venv_install.sh SOURCE_DIR WORK_DIR: the PyTorch shim installs with pip into a venv that sees
+# Debian's torch (docs/usage.md), imports from there, and says how to load onebit when it is not.
+set -eu
+src=$1 work=$2
+rm -rf "$work/venv" "$work/shim"
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+cp -r "$src/python" "$work/shim"   # pip builds in place; keep the source tree clean
+"$work/venv/bin/pip" install --no-build-isolation --no-deps --quiet "$work/shim"
+cd "$work"
+"$work/venv/bin/python" - <<'PY'
+import onebit, onebit.optim
+assert onebit.__file__.startswith("%s" % __import__("sys").prefix), onebit.__file__
+try:
+    onebit.stats()
+except onebit.OnebitNotLoaded as error:
+    assert "LD_PRELOAD=" in str(error), error
+else:
+    raise AssertionError("stats() without the preload must raise OnebitNotLoaded")
+assert onebit.OnebitAdam is onebit.optim.OnebitAdam
+print("OK: pip-installed shim imports in a --system-site-packages venv and explains the missing preload")
+PY
