@@ -3,17 +3,18 @@
 #   1. build (or reuse build/release when it was built elsewhere and carried here);
 #   2. the CUDA kernel tests against the scalar CPU oracle;
 #   3. each CUDA kernel's bytes/s against a device-to-device copy (goal ≥ 0.8);
-#   4. a 2-rank torch.distributed NCCL job on the one GPU through libnccl-net-onebit.so;
+#   4. a 2-rank torch.distributed NCCL job on the one GPU through libnccl-net-onebit.so, with
+#      libonebit-nccl-preload.so: untagged all_reduces exact, tagged ones against the reference;
 # then a summary table. Output is what docs/benchmarks.md records.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build/release}
 declare -A result
 
-if [ ! -x "$build/tests/onebit_cuda_tests" ] || [ ! -f "$build/libnccl-net-onebit.so" ]; then
+if [ ! -x "$build/tests/onebit_cuda_tests" ] || [ ! -f "$build/libnccl-net-onebit.so" ] || [ ! -f "$build/libonebit-nccl-preload.so" ]; then
   echo "== build"
   cmake --preset release -DONEBIT_WITH_CUDA=ON >/dev/null && cmake --build --preset release -j "$(nproc)" \
-    --target onebit_cuda_tests onebit-cuda-bench nccl-net-onebit onebit_nccl_net_tests || { echo "build failed"; exit 1; }
+    --target onebit_cuda_tests onebit-cuda-bench nccl-net-onebit onebit_nccl_net_tests onebit-nccl-preload || { echo "build failed"; exit 1; }
 fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
 
@@ -40,7 +41,6 @@ echo "== summary"
 printf '  %-40s %s\n' "CUDA kernels vs scalar oracle" "${result[kernel_tests]}"
 printf '  %-40s %s\n' "CUDA kernels vs D2D copy (table above)" "${result[kernel_bench]}"
 printf '  %-40s %s\n' "NCCL_NET plugin ABI, two processes" "${result[net_abi]}"
-printf '  %-40s %s\n' "NCCL job via NET/onebit, untagged exact" "${result[nccl_job]}"
-printf '  %-40s %s\n' "ncclAllReduce interposer (tagged)" "not built yet (issue 6)"
+printf '  %-40s %s\n' "NCCL job: NET/onebit + ncclAllReduce preload" "${result[nccl_job]}"
 for v in "${result[@]}"; do [ "$v" = FAIL ] && exit 1; done
 exit 0
