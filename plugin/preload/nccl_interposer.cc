@@ -213,6 +213,9 @@ DeviceState& state_for(ncclComm_t comm, const Tag& tag, std::size_t n) {
   }
   st->inputs = static_cast<const std::uint8_t**>(alloc(w * sizeof(void*)));
   ONEBIT_CUDA(cudaMemcpy(st->inputs, inputs.data(), w * sizeof(void*), cudaMemcpyHostToDevice));
+  // The zeroing ran on the legacy default stream, which a non-blocking caller stream does not wait
+  // for: finish it here, once per tag (never during capture: see ncclAllReduce).
+  ONEBIT_CUDA(cudaDeviceSynchronize());
   ONEBIT_LOG(INFO, "nccl preload: tag '", tag.name, "': ", n, " elements on communicator ", comm, " (rank ", st->rank,
              " of ", w, "): device state allocated");
   slot = std::move(st);
