@@ -65,7 +65,7 @@ TEST(BenchOptions, BadInputNamesTheFlagAndValue) {
   EXPECT_NE(error_of({"-b", "6"}).find("multiples of 4"), std::string::npos);
   EXPECT_NE(error_of({"-n", "0"}).find("-n '0' must be an integer in 1.."), std::string::npos);
   EXPECT_NE(error_of({"-c", "2"}).find("-c '2'"), std::string::npos);
-  EXPECT_NE(error_of({"--algo", "nccl"}).find("--algo 'nccl' is not compressed, ring, gloo or all"), std::string::npos);
+  EXPECT_NE(error_of({"--algo", "nccl"}).find("--algo 'nccl' is not compressed, ring, gloo, compressed-gloo or all"), std::string::npos);
   EXPECT_NE(error_of({"--ranks", "0"}).find("--ranks '0'"), std::string::npos);
   EXPECT_NE(error_of({"--link-rate", "fast"}).find("--link-rate 'fast'"), std::string::npos);
   EXPECT_NE(error_of({"--link-rate", "1tbit"}).find("unknown unit 'tbit'"), std::string::npos);

@@ -14,7 +14,8 @@ const char* usage() {
          "  -n ITERS       timed iterations per size, default 5\n"
          "  -w ITERS       warm-up iterations per size, default 1\n"
          "  -c 0|1         check every result (float64 reference / exact), default 0\n"
-         "  --algo LIST    compressed,ring,gloo or all (comma-separated), default all\n"
+         "  --algo LIST    compressed,ring,gloo or all (comma-separated), default all; also compressed-gloo:\n"
+         "                 the compressed allreduce over Gloo's own pairs (the Gloo front door's default)\n"
          "  --ranks N      spawn N local ranks on loopback; without it, one rank from the launcher\n"
          "                 environment (ONEBIT_RANK/RANK/OMPI_*/SLURM_*, ONEBIT_ROOT/MASTER_ADDR)\n"
          "  --host ADDR    this rank's address for Gloo's device, default 127.0.0.1\n"
@@ -95,8 +96,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
         if (name == "all") {
           o.algos.insert(o.algos.end(), {"compressed", "ring", "gloo"});
         } else {
-          ONEBIT_CHECK(name == "compressed" || name == "ring" || name == "gloo", ONEBIT_INVALID_ARGUMENT, "--algo '",
-                       name, "' is not compressed, ring, gloo or all");
+          ONEBIT_CHECK(name == "compressed" || name == "ring" || name == "gloo" || name == "compressed-gloo",
+                       ONEBIT_INVALID_ARGUMENT, "--algo '", name, "' is not compressed, ring, gloo, compressed-gloo or all");
           o.algos.push_back(name);
         }
         if (comma == std::string::npos) break;

@@ -3,6 +3,10 @@
 #include "common/error.h"
 
 #ifdef ONEBIT_HAVE_GLOO
+#include "transport/gloo/gloo_transport.h"
+#endif
+
+#ifdef ONEBIT_HAVE_GLOO
 #include <gloo/allreduce.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
@@ -39,6 +43,10 @@ void GlooAllreduce::sum(float* data, std::size_t count) {
   gloo::allreduce(options);
 }
 
+std::unique_ptr<Transport> GlooAllreduce::pairs_transport() {
+  return std::make_unique<gloo_transport::GlooTransport>(impl_->context.get());
+}
+
 bool GlooAllreduce::available() { return true; }
 #else
 struct GlooAllreduce::Impl {};
@@ -47,6 +55,7 @@ GlooAllreduce::GlooAllreduce(int, int, const std::string&, const std::string&) {
 }
 GlooAllreduce::~GlooAllreduce() = default;
 void GlooAllreduce::sum(float*, std::size_t) {}
+std::unique_ptr<Transport> GlooAllreduce::pairs_transport() { return nullptr; }
 bool GlooAllreduce::available() { return false; }
 #endif
 

@@ -6,6 +6,8 @@
 #include <memory>
 #include <string>
 
+#include "transport/transport.h"
+
 namespace onebit::bench {
 
 class GlooAllreduce {
@@ -16,6 +18,8 @@ class GlooAllreduce {
   ~GlooAllreduce();
   // In-place sum over all ranks.
   void sum(float* data, std::size_t count);
+  // onebit's transport over this context's pairs (transport/gloo), for --algo compressed-gloo.
+  std::unique_ptr<Transport> pairs_transport();
   static bool available();
 
  private:

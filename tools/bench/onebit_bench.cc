@@ -57,8 +57,8 @@ struct Row {
 
 class Bench {
  public:
-  Bench(const BenchOptions& options, Communicator& comm, GlooAllreduce* gloo)
-      : o_(options), comm_(comm), gloo_(gloo), world_(comm.size()), rank_(comm.rank()) {
+  Bench(const BenchOptions& options, Communicator& comm, GlooAllreduce* gloo, Communicator* over_gloo)
+      : o_(options), comm_(comm), gloo_(gloo), over_gloo_(over_gloo), world_(comm.size()), rank_(comm.rank()) {
     std::uint64_t largest = 0;
     for (std::uint64_t b : o_.sizes()) largest = std::max(largest, b);
     buffer_.resize(largest / 4);
@@ -114,9 +114,13 @@ class Bench {
     for (std::size_t i = 0; i < n; ++i) x[i] = integers ? integer_value(rank_, i) : input_value(rank_, i);
   }
 
+  static bool compressed(const std::string& algo) { return algo == "compressed" || algo == "compressed-gloo"; }
+  // The communicator an algorithm's calls and counters belong to.
+  Communicator& comm_for(const std::string& algo) { return algo == "compressed-gloo" ? *over_gloo_ : comm_; }
+
   // One call of the algorithm on the first n floats of the buffer; `tag` set for compressed.
   void call(const std::string& algo, std::size_t n) {
-    if (algo == "compressed") comm_.allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+    if (compressed(algo)) comm_for(algo).allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
     else if (algo == "ring") comm_.ring_allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
     else gloo_->sum(buffer_.data(), n);
   }
@@ -128,23 +132,23 @@ class Bench {
     row.bytes = bytes;
     row.redop = algo == "gloo" ? "sum" : "avg";
     const std::string tag = "bench/" + std::to_string(bytes);
-    if (algo == "compressed") TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
+    if (compressed(algo)) TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
     fill(n, false);
     for (int i = 0; i < o_.warmup; ++i) call(algo, n);
     barrier();
-    const onebit_stats_t before = comm_.stats();
-    const StageTimes stages_before = comm_.compressed_stage_times();
+    const onebit_stats_t before = comm_for(algo).stats();
+    const StageTimes stages_before = comm_for(algo).compressed_stage_times();
     const auto t0 = Clock::now();
     for (int i = 0; i < o_.iters; ++i) call(algo, n);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / o_.iters;
-    const onebit_stats_t after = comm_.stats();
-    const StageTimes stages_after = comm_.compressed_stage_times();
+    const onebit_stats_t after = comm_for(algo).stats();
+    const StageTimes stages_after = comm_for(algo).compressed_stage_times();
     row.stages.worker = (stages_after.worker - stages_before.worker) / o_.iters;
     row.stages.wait_inputs = (stages_after.wait_inputs - stages_before.wait_inputs) / o_.iters;
     row.stages.server = (stages_after.server - stages_before.server) / o_.iters;
     row.stages.wait_results = (stages_after.wait_results - stages_before.wait_results) / o_.iters;
     row.stages.unpack = (stages_after.unpack - stages_before.unpack) / o_.iters;
-    if (algo == "compressed") TagRegistry::instance().untag(buffer_.data());
+    if (compressed(algo)) TagRegistry::instance().untag(buffer_.data());
     // The stats calls' own barrier traffic is outside [before, after].
     const double ring_bytes = world_ > 1 ? 2.0 * (world_ - 1) / world_ * bytes : 0.0;
     row.wire_bytes = algo == "gloo" ? ring_bytes : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters;
@@ -153,7 +157,7 @@ class Bench {
     row.time_us = reduce_sum(static_cast<float>(seconds)) / world_ * 1e6;
     row.algbw = bytes / (row.time_us * 1e-6) / 1e9;
     row.busbw = row.algbw * (world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
-    if (algo == "compressed") {
+    if (compressed(algo)) {
       if (o_.link_bits_per_second > 0) row.wire_us = row.wire_bytes / (o_.link_bits_per_second / 8) * 1e6;
       // Bytes the kernels must touch on each rank: worker pass (read x, e; write e; bits), server
       // pass over its chunk (W chunks of bits in; read, write s; bits out), unpack (bits in, x out).
@@ -166,9 +170,8 @@ class Bench {
   }
 
   void check(Row& row, std::size_t n) {
-    const bool compressed = row.algo == "compressed";
     float wrong = 0;
-    if (!compressed) {
+    if (!compressed(row.algo)) {
       fill(n, true);
       call(row.algo, n);
       for (std::size_t i = 0; i < n; ++i) {
@@ -190,7 +193,7 @@ class Bench {
     scales[rank_] = static_cast<float>(std::sqrt(squares / n));
     comm_.ring_allreduce(scales.data(), world_, kernels::Dtype::kFloat32, ReduceOp::kSum);
     TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
-    call("compressed", n);
+    call(row.algo, n);
     TagRegistry::instance().untag(buffer_.data());
     const std::size_t chunk = ((n + world_ - 1) / world_ + 7) / 8 * 8;
     const std::size_t begin = std::min(n, rank_ * chunk), end = std::min(n, begin + chunk);
@@ -252,7 +255,7 @@ class Bench {
     std::printf("   %-10s %12llu %11llu %6s %5s %4d %11.1f %7.3f %7.3f %6s %12.0f %6.1fx %7s %10s %6s\n", r.algo.c_str(),
                 static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.bytes / 4), "float", r.redop, -1,
                 r.time_us, r.algbw, r.busbw, wrong, r.wire_bytes, r.ratio, relerr, bound_text, ratio_to_bound);
-    if (r.algo == "compressed") {
+    if (compressed(r.algo)) {
       std::printf("#  %-10s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
                   " | unpack %.0f\n", "", r.stages.worker * 1e6, r.stages.wait_inputs * 1e6, r.stages.server * 1e6,
                   r.stages.wait_results * 1e6, r.stages.unpack * 1e6);
@@ -301,7 +304,12 @@ class Bench {
     std::printf("# At %llu bytes:", static_cast<unsigned long long>(largest));
     if (!std::isnan(compressed) && !std::isnan(gloo)) std::printf(" compressed is %.2fx faster than gloo;", gloo / compressed);
     if (!std::isnan(compressed) && !std::isnan(ring)) std::printf(" compressed is %.2fx faster than ring;", ring / compressed);
-    if (!std::isnan(ring) && !std::isnan(gloo)) std::printf(" ring time / gloo time = %.3f", ring / gloo);
+    if (!std::isnan(ring) && !std::isnan(gloo)) std::printf(" ring time / gloo time = %.3f;", ring / gloo);
+    const double over_pairs = time_of("compressed-gloo");
+    if (!std::isnan(over_pairs) && !std::isnan(compressed)) {
+      std::printf(" compressed over gloo's pairs / over onebit's TCP = %.3f;", over_pairs / compressed);
+    }
+    if (!std::isnan(over_pairs) && !std::isnan(gloo)) std::printf(" compressed over gloo's pairs is %.2fx faster than gloo", gloo / over_pairs);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -309,6 +317,7 @@ class Bench {
   const BenchOptions& o_;
   Communicator& comm_;
   GlooAllreduce* gloo_;
+  Communicator* over_gloo_;  // --algo compressed-gloo: the same engine over the Gloo context's pairs
   const int world_;
   const int rank_;
   AlignedBuffer<float> buffer_;
@@ -316,18 +325,21 @@ class Bench {
   std::ofstream json_, csv_;
 };
 
-bool wants_gloo(const BenchOptions& o) {
+bool wants(const BenchOptions& o, const std::string& algo) {
   for (const auto& a : o.algos) {
-    if (a == "gloo") return true;
+    if (a == algo) return true;
   }
   return false;
 }
+bool wants_gloo(const BenchOptions& o) { return wants(o, "gloo") || wants(o, "compressed-gloo"); }
 
 int run_rank(const BenchOptions& options, const CommSetup& setup, const std::string& gloo_store) {
   Communicator comm(setup);
   std::unique_ptr<GlooAllreduce> gloo;
   if (wants_gloo(options)) gloo = std::make_unique<GlooAllreduce>(setup.rank, setup.size, gloo_store, options.host);
-  return Bench(options, comm, gloo.get()).run();
+  std::unique_ptr<Communicator> over_gloo;
+  if (wants(options, "compressed-gloo")) over_gloo = std::make_unique<Communicator>(gloo->pairs_transport());
+  return Bench(options, comm, gloo.get(), over_gloo.get()).run();
 }
 
 int free_loopback_port() {
