@@ -239,17 +239,17 @@ void Comm::send_side(Socket& socket) {
   }
 }
 
-// Reads into `into`; false when the socket has nothing now. Throws on EOF or error.
-#define ONEBIT_NET_READ(fd, into, bytes, got)                                                            \
-  do {                                                                                                    \
-    got = ::recv(fd, into, bytes, MSG_DONTWAIT);                                                          \
-    if (got == 0) fail_locked(ONEBIT_REMOTE_ERROR, peer_ + " closed the connection");                   \
-    if (got < 0) {                                                                                        \
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) got = -1;                           \
-      else fail_locked(errno == ECONNRESET ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR,                  \
-                       "receive from " + peer_ + ": " + errno_string(errno));                           \
-    }                                                                                                     \
-  } while (0)
+std::size_t Comm::read_some(int fd, void* into, std::size_t bytes) {
+  for (;;) {
+    const ssize_t got = ::recv(fd, into, bytes, MSG_DONTWAIT);
+    if (got > 0) return static_cast<std::size_t>(got);
+    if (got == 0) fail_locked(ONEBIT_REMOTE_ERROR, peer_ + " closed the connection");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    fail_locked(errno == ECONNRESET ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR,
+                "receive from " + peer_ + ": " + errno_string(errno));
+  }
+}
 
 void Comm::on_header() {
   std::int32_t tag;
@@ -294,10 +294,10 @@ void Comm::receive_side(std::size_t index) {
     if (socket.queue.empty()) {
       // Socket 0 between messages: the next header, if a receive waits for one.
       if (index != 0 || posted_.empty()) return;
-      ssize_t got;
-      ONEBIT_NET_READ(socket.fd.get(), incoming_header_.data() + header_read_, incoming_header_.size() - header_read_, got);
-      if (got < 0) return;
-      header_read_ += static_cast<std::size_t>(got);
+      const std::size_t got =
+          read_some(socket.fd.get(), incoming_header_.data() + header_read_, incoming_header_.size() - header_read_);
+      if (got == 0) return;
+      header_read_ += got;
       if (header_read_ < incoming_header_.size()) continue;
       header_read_ = 0;
       on_header();
@@ -305,11 +305,10 @@ void Comm::receive_side(std::size_t index) {
     }
     Piece& piece = socket.queue.front();
     while (piece.left > 0) {
-      ssize_t got;
-      ONEBIT_NET_READ(socket.fd.get(), piece.data, piece.left, got);
-      if (got < 0) return;
+      const std::size_t got = read_some(socket.fd.get(), piece.data, piece.left);
+      if (got == 0) return;
       piece.data += got;
-      piece.left -= static_cast<std::size_t>(got);
+      piece.left -= got;
     }
     piece_done(piece.request);
     socket.queue.pop_front();

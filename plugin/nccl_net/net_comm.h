@@ -113,6 +113,8 @@ class Comm {
   void send_side(Socket& socket);
   void receive_side(std::size_t index);
   void on_header();
+  // What one non-blocking read gave (0: nothing now); the end of the stream or an error fails the comm.
+  std::size_t read_some(int fd, void* into, std::size_t bytes);
   void piece_done(Request* request);
   [[noreturn]] void fail_locked(onebit_result_t code, const std::string& message);
 
