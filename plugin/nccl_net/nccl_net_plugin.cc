@@ -25,8 +25,7 @@ namespace {
 struct Plugin {
   std::mutex mutex;
   ncclDebugLogger_t logger = nullptr;
-  std::vector<Device> devices;
-  std::vector<std::unique_ptr<char[]>> names;  // getProperties hands out char*; kept for the process
+  std::vector<Device> devices;  // set once by init and kept: getProperties hands out their names
   bool initialized = false;
 };
 
@@ -119,17 +118,10 @@ ncclResult_t net_devices(int* ndev) {
 void fill_properties(int dev, ncclNetProperties_v11_t* props) {
   ONEBIT_CHECK(props != nullptr, ONEBIT_INVALID_ARGUMENT, "props is NULL");
   const Device& d = device_at(dev);
-  Plugin& p = plugin();
-  std::lock_guard<std::mutex> lock(p.mutex);
-  auto keep = [&](const std::string& text) -> char* {
-    if (text.empty()) return nullptr;
-    p.names.push_back(std::make_unique<char[]>(text.size() + 1));
-    std::memcpy(p.names.back().get(), text.c_str(), text.size() + 1);
-    return p.names.back().get();
-  };
   *props = ncclNetProperties_v11_t{};
-  props->name = keep(d.name);
-  props->pciPath = keep(d.pci_path);
+  // NCCL reads these strings, never writes them; the device list lives as long as the process.
+  props->name = const_cast<char*>(d.name.c_str());
+  props->pciPath = d.pci_path.empty() ? nullptr : const_cast<char*>(d.pci_path.c_str());
   props->guid = static_cast<uint64_t>(dev);
   props->ptrSupport = NCCL_PTR_HOST;
   props->regIsGlobal = 0;

@@ -55,24 +55,6 @@ tcp::Address address_of(const Handle& handle) {
   return address;
 }
 
-bool matches(const std::string& spec, const std::string& name, bool loopback) {
-  if (spec.empty()) return !loopback;
-  std::string pattern = spec;
-  const bool exclude = pattern[0] == '^';
-  if (exclude) pattern = pattern.substr(1);
-  const bool exact = !pattern.empty() && pattern[0] == '=';
-  if (exact) pattern = pattern.substr(1);
-  bool any = false;
-  std::size_t start = 0;
-  while (start <= pattern.size()) {  // a comma-separated list, as NCCL_SOCKET_IFNAME
-    const std::size_t end = std::min(pattern.find(',', start), pattern.size());
-    const std::string one = pattern.substr(start, end - start);
-    if (!one.empty() && (exact ? name == one : name.rfind(one, 0) == 0)) any = true;
-    start = end + 1;
-  }
-  return exclude ? !any && !loopback : any;
-}
-
 int interface_speed(const std::string& name) {
   std::ifstream in("/sys/class/net/" + name + "/speed");
   int speed = 0;
@@ -105,7 +87,7 @@ std::vector<Device> find_devices() {
     const std::string name = it->ifa_name;
     const bool loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
     auto& into = loopback && spec.empty() ? loopbacks : devices;
-    if (!(loopback && spec.empty()) && !matches(spec, name, loopback)) continue;
+    if (!(loopback && spec.empty()) && !tcp::interface_matches(spec, name, loopback)) continue;
     // One device per interface: its first IPv4 address, else its first IPv6 one.
     auto same = std::find_if(into.begin(), into.end(), [&](const Device& d) { return d.name == name; });
     if (same != into.end() && !(same->address.storage.ss_family == AF_INET6 && family == AF_INET)) continue;

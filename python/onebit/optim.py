@@ -66,6 +66,7 @@ class OnebitAdam(torch.optim.Optimizer):
         self._grad = torch.zeros(total)
         self._m = torch.zeros(total)
         self._v = torch.zeros(total)
+        self._m_before = torch.zeros(total)  # the momentum before a compressed step, to undo a failed one
         offset = 0
         for p in self._params():
             n = p.numel()
@@ -125,7 +126,7 @@ class OnebitAdam(torch.optim.Optimizer):
                                                         _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
                                                         ctypes.c_size_t(hi - lo)))
         else:
-            m_before = self._m.clone()
+            self._m_before.copy_(self._m)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
                                                           _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
@@ -133,7 +134,7 @@ class OnebitAdam(torch.optim.Optimizer):
                 try:
                     dist.all_reduce(self._m, group=self._group)  # tagged: compressed, W × the average
                 except RuntimeError:
-                    self._m.copy_(m_before)  # a failed step changes nothing
+                    self._m.copy_(self._m_before)  # a failed step changes nothing
                     raise
                 self._m.div_(self._world)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):

@@ -106,6 +106,11 @@ void* accept_one(const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe, void** l
   return recv_comm;
 }
 
+// Closes what accept_one opened; false if either close fails.
+bool close_receiver(const ncclNet_v11_t* net, void* recv_comm, void* listen_comm) {
+  return net->closeRecv(recv_comm) == ncclSuccess && net->closeListen(listen_comm) == ncclSuccess;
+}
+
 // Connects with retries to `handle`; null on failure.
 void* connect_to(const ncclNet_v11_t* net, void* ctx, char* handle) {
   void* send_comm = nullptr;
@@ -223,7 +228,7 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
       void* flush = &flush;
       if (net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr) return 15;
       if (net->deregMr(recv_comm, mh) != ncclSuccess) return 16;
-      if (net->closeRecv(recv_comm) != ncclSuccess || net->closeListen(listen_comm) != ncclSuccess) return 17;
+      if (!close_receiver(net, recv_comm, listen_comm)) return 17;
       return net->finalize(ctx) == ncclSuccess ? 0 : 18;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
@@ -338,9 +343,7 @@ TEST(NcclNetPlugin, AKilledPeerFailsTheReceiveInsteadOfHanging) {
     if (wait(net, request, nullptr) != ncclRemoteError) return 6;  // the peer is gone: not success, not a hang
     int done = 0;
     if (net->test(request, &done, nullptr) != ncclRemoteError) return 7;  // and it stays failed
-    net->closeRecv(recv_comm);
-    net->closeListen(listen_comm);
-    return 0;
+    return close_receiver(net, recv_comm, listen_comm) ? 0 : 19;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -372,9 +375,7 @@ TEST(NcclNetPlugin, AForgedHandleIsRefusedAndTheRealOneStillConnects) {
     void* request = nullptr;
     if (net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess) return 5;
     if (wait(net, request, &got) != ncclSuccess || got != 5 || std::memcmp(buffer.data(), "real", 5) != 0) return 6;
-    net->closeRecv(recv_comm);
-    net->closeListen(listen_comm);
-    return 0;
+    return close_receiver(net, recv_comm, listen_comm) ? 0 : 19;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};

@@ -45,7 +45,12 @@ def rank_main(rank, case, store, out_dir):
         with open(os.path.join(out_dir, "error.txt"), "w") as f:
             f.write(message)
         assert torch.equal(t, before), "the tensor changed in a failed call"
-        return
+        # Leave without interpreter teardown: once, in about 40 runs under load, torch 1.13's
+        # teardown of a process group whose collective had failed aborted with "terminate called
+        # without an active exception" (cause not found; the closing note of 2026-12-02 says so).
+        # This test checks the error and the tensor, which are settled by now.
+        sys.stdout.flush()
+        os._exit(0)
     raise AssertionError("the all_reduce did not fail")
 
 

@@ -11,6 +11,8 @@
 #include <dlfcn.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,7 +23,6 @@
 #include <cstring>
 #include <fstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "plugin/nccl_net/nccl_net_abi.h"
@@ -43,21 +44,28 @@ std::size_t parse_size(const std::string& text) {
   return static_cast<std::size_t>(value * scale);
 }
 
-// The store directory carries small files from one rank to the other; the reader waits for the
-// writer's atomic rename.
+// The store directory carries small files from one rank to the other: the writer renames a finished
+// file into place; the reader waits for that rename with inotify (no polling), up to 60 s.
 void put(const std::string& dir, const std::string& name, const void* data, std::size_t bytes) {
   const std::string tmp = dir + "/" + name + ".tmp";
   std::ofstream(tmp, std::ios::binary).write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
   if (std::rename(tmp.c_str(), (dir + "/" + name).c_str()) != 0) die("rename in " + dir);
 }
 void get(const std::string& dir, const std::string& name, void* data, std::size_t bytes) {
+  const int watch = inotify_init1(IN_CLOEXEC);
+  if (watch < 0 || inotify_add_watch(watch, dir.c_str(), IN_MOVED_TO) < 0) die("inotify on " + dir);
   const auto until = Clock::now() + std::chrono::seconds(60);
   for (;;) {
+    // Checked after the watch is set, so a rename in between is not missed.
     std::ifstream in(dir + "/" + name, std::ios::binary);
-    if (in && in.read(static_cast<char*>(data), static_cast<std::streamsize>(bytes))) return;
-    if (Clock::now() > until) die("the other rank did not write " + name + " within 60 s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (in && in.read(static_cast<char*>(data), static_cast<std::streamsize>(bytes))) break;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    pollfd p{watch, POLLIN, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) die("the other rank did not write " + name + " within 60 s");
+    alignas(inotify_event) char events[4096];
+    if (::read(watch, events, sizeof(events)) < 0) die("reading inotify events");
   }
+  ::close(watch);
 }
 
 void logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {

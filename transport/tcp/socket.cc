@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -112,11 +113,25 @@ Address parse_host_port(const std::string& text, const char* what) {
   return address;
 }
 
+bool interface_matches(const std::string& spec, const std::string& name, bool loopback) {
+  if (spec.empty()) return !loopback;
+  std::string pattern = spec;
+  const bool exclude = pattern[0] == '^';
+  if (exclude) pattern = pattern.substr(1);
+  const bool exact = !pattern.empty() && pattern[0] == '=';
+  if (exact) pattern = pattern.substr(1);
+  bool any = false;
+  std::size_t start = 0;
+  while (start <= pattern.size()) {
+    const std::size_t end = std::min(pattern.find(',', start), pattern.size());
+    const std::string one = pattern.substr(start, end - start);
+    if (!one.empty() && (exact ? name == one : name.rfind(one, 0) == 0)) any = true;
+    start = end + 1;
+  }
+  return exclude ? !any && !loopback : any;
+}
+
 Address interface_address(const std::string& ifname) {
-  bool exclude = false, exact = false;
-  std::string name = ifname;
-  if (!name.empty() && name[0] == '^') exclude = true, name = name.substr(1);
-  if (!name.empty() && name[0] == '=') exact = true, name = name.substr(1);
   ifaddrs* list = nullptr;
   ONEBIT_CHECK(getifaddrs(&list) == 0, ONEBIT_SYSTEM_ERROR, "getifaddrs: ", errno_text(errno));
   Address chosen;
@@ -126,9 +141,7 @@ Address interface_address(const std::string& ifname) {
     if (!(it->ifa_flags & IFF_UP)) continue;
     const std::string candidate = it->ifa_name;
     seen += (seen.empty() ? "" : ", ") + candidate;
-    const bool matches = exact ? candidate == name : candidate.rfind(name, 0) == 0;
-    if (matches == exclude) continue;
-    if (exclude && (it->ifa_flags & IFF_LOOPBACK)) continue;  // like NCCL: exclusion never picks lo
+    if (!interface_matches(ifname, candidate, (it->ifa_flags & IFF_LOOPBACK) != 0)) continue;
     // Prefer IPv4: the first IPv4 address wins over an earlier IPv6 one.
     if (chosen.length != 0 && !(chosen.storage.ss_family == AF_INET6 && it->ifa_addr->sa_family == AF_INET)) continue;
     chosen.length = it->ifa_addr->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);

@@ -52,8 +52,13 @@ struct Address {
 // "host:port", "[v6]:port". Resolves names. Throws Error(ONEBIT_INVALID_ARGUMENT) naming `what`.
 Address parse_host_port(const std::string& text, const char* what);
 
-// The address of interface `ifname` (NCCL_SOCKET_IFNAME syntax: a prefix; "=name" for an exact
-// name; "^prefix" to exclude). Throws when none matches.
+// Whether interface `name` is selected by `spec`, in NCCL_SOCKET_IFNAME's syntax: comma-separated
+// prefixes; "=name,..." for exact names; a leading "^" to exclude instead (exclusion never selects
+// a loopback interface, as in NCCL). An empty spec selects every interface but loopback.
+bool interface_matches(const std::string& spec, const std::string& name, bool loopback);
+
+// The address of the first interface `ifname` selects (see interface_matches; IPv4 preferred).
+// Throws when none matches.
 Address interface_address(const std::string& ifname);
 
 // A listening socket bound to `address` (port 0: any). Throws Error(ONEBIT_SYSTEM_ERROR).
