@@ -123,6 +123,27 @@ struct BootstrapReplyHead {
   static BootstrapReplyHead decode(const std::uint8_t* in, const std::string& from);
 };
 
+// The NCCL_NET plugin's per-message header (transport/tcp/net_comm.h), on socket 0 ahead of the
+// payload: NCCL's tag, how many sockets carry the payload's stripes, and its size. No magic: it
+// runs on a connection whose hello was proven, and every field is checked against the posted
+// receive (net_comm.cc).
+struct NetMessageHeader {
+  static constexpr std::size_t kSize = 16;
+  std::int32_t tag = 0;
+  std::uint32_t stripes = 0;
+  std::uint64_t size = 0;
+
+  void encode(std::uint8_t* out) const { Writer(out).put(tag).put(stripes).put(size); }
+  static NetMessageHeader decode(const std::uint8_t* in) {
+    Reader r(in);
+    NetMessageHeader h;
+    h.tag = r.get<std::int32_t>();
+    h.stripes = r.get<std::uint32_t>();
+    h.size = r.get<std::uint64_t>();
+    return h;
+  }
+};
+
 // What a message is, within one collective call.
 enum class Kind : std::uint8_t {
   kWorkerBits = 1,    // compressed stage 1: block `part` of the sender's bits of the receiver's chunk

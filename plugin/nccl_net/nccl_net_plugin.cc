@@ -1,7 +1,7 @@
 // libnccl-net-onebit.so: onebit's TCP connections as an NCCL network (NCCL_NET_PLUGIN=onebit).
-// Exports ncclNetPlugin_v8 … v11 (NCCL 2.28 tries v11 first). Every entry point catches
-// everything: onebit::Error becomes ncclSystemError / ncclRemoteError / ncclInternalError with a
-// "NET/onebit" line through NCCL's logger, and nothing throws across the ABI.
+// Exports ncclNetPlugin_v8 … v11 (NCCL 2.28 tries v11 first). Every entry point runs inside
+// nccl_guard (plugin/capi/nccl_guard.h): onebit::Error becomes NCCL's code by the table the ncclAllReduce
+// front door uses too, with a "NET/onebit" line through NCCL's logger; nothing throws across the ABI.
 //
 // Memory: host only (ptrSupport = NCCL_PTR_HOST). NCCL then stages CUDA buffers through host
 // memory for this network, as it does for its own socket transport; registering CUDA or DMA-BUF
@@ -16,16 +16,19 @@
 
 #include "common/log.h"
 #include "common/params.h"
+#include "plugin/capi/nccl_guard.h"
 #include "plugin/nccl_net/nccl_net_abi.h"
-#include "plugin/nccl_net/net_comm.h"
+#include "transport/tcp/net_comm.h"
 
 namespace onebit::nccl_net {
 namespace {
 
+using namespace ::onebit::tcp;  // the connections: transport/tcp/net_comm.h
+
 struct Plugin {
   std::mutex mutex;
   ncclDebugLogger_t logger = nullptr;
-  std::vector<Device> devices;  // set once by init and kept: getProperties hands out their names
+  std::vector<NetDevice> devices;  // set once by init and kept: getProperties hands out their names
   bool initialized = false;
 };
 
@@ -45,42 +48,15 @@ void log_line(ncclDebugLogLevel level, const std::string& text) {
   }
 }
 
-ncclResult_t to_nccl(onebit_result_t code) {
-  switch (code) {
-    case ONEBIT_SUCCESS:
-      return ncclSuccess;
-    case ONEBIT_REMOTE_ERROR:
-    case ONEBIT_TIMEOUT:
-      return ncclRemoteError;
-    case ONEBIT_SYSTEM_ERROR:
-      return ncclSystemError;
-    default:
-      return ncclInternalError;
-  }
-}
-
-// Runs `body`; every error becomes an ncclResult_t and a WARN line naming the call.
+// Every entry point's body runs here: one line through NCCL's logger, and the shared code table.
 template <typename Body>
 ncclResult_t guard(const char* call, Body&& body) {
-  try {
-    body();
-    return ncclSuccess;
-  } catch (const Error& error) {
-    log_line(NCCL_LOG_WARN, std::string(call) + ": " + error.what());
-    return to_nccl(error.code());
-  } catch (const std::bad_alloc&) {
-    log_line(NCCL_LOG_WARN, std::string(call) + ": out of memory");
-    return ncclSystemError;
-  } catch (const std::exception& error) {
-    log_line(NCCL_LOG_WARN, std::string(call) + ": " + error.what());
-    return ncclInternalError;
-  } catch (...) {
-    log_line(NCCL_LOG_WARN, std::string(call) + ": unknown exception");
-    return ncclInternalError;
-  }
+  return nccl_guard<ncclResult_t>(
+      call, [](bool warning, const std::string& text) { log_line(warning ? NCCL_LOG_WARN : NCCL_LOG_INFO, text); },
+      std::forward<Body>(body));
 }
 
-const Device& device_at(int dev) {
+const NetDevice& device_at(int dev) {
   Plugin& p = plugin();
   ONEBIT_CHECK(p.initialized, ONEBIT_INVALID_ARGUMENT, "the plugin is not initialized (init was not called)");
   ONEBIT_CHECK(dev >= 0 && dev < static_cast<int>(p.devices.size()), ONEBIT_INVALID_ARGUMENT, "device ", dev,
@@ -117,7 +93,7 @@ ncclResult_t net_devices(int* ndev) {
 // The properties every version shares, filled into the newest layout.
 void fill_properties(int dev, ncclNetProperties_v11_t* props) {
   ONEBIT_CHECK(props != nullptr, ONEBIT_INVALID_ARGUMENT, "props is NULL");
-  const Device& d = device_at(dev);
+  const NetDevice& d = device_at(dev);
   *props = ncclNetProperties_v11_t{};
   // NCCL reads these strings, never writes them; the device list lives as long as the process.
   props->name = const_cast<char*>(d.name.c_str());
@@ -167,9 +143,9 @@ ncclResult_t properties_v8(int dev, ncclNetProperties_v8_t* props) {
 ncclResult_t net_listen(int dev, void* handle, void** listen_comm) {
   return guard("listen", [&] {
     ONEBIT_CHECK(handle != nullptr && listen_comm != nullptr, ONEBIT_INVALID_ARGUMENT, "handle or listenComm is NULL");
-    auto made = std::make_unique<Listen>(device_at(dev), static_cast<int>(param::SocketsPerPeer()));
+    auto made = std::make_unique<NetListener>(device_at(dev), static_cast<int>(param::SocketsPerPeer()));
     std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
-    std::memcpy(handle, &made->handle(), sizeof(Handle));
+    std::memcpy(handle, &made->handle(), sizeof(NetHandle));
     log_line(NCCL_LOG_INFO, "listening on " + describe(made->handle()));
     *listen_comm = made.release();
   });
@@ -182,9 +158,9 @@ ncclResult_t net_connect(int dev, void* handle, void** send_comm, ncclNetDeviceH
     ONEBIT_CHECK(send_dev_comm == nullptr || *send_dev_comm == nullptr, ONEBIT_INVALID_ARGUMENT,
                  "device offload was requested; this network is host-only");
     *send_comm = nullptr;
-    Handle h;
+    NetHandle h;
     std::memcpy(&h, handle, sizeof(h));
-    std::unique_ptr<Comm> comm = connect_step(h);
+    std::unique_ptr<NetComm> comm = connect_step(h);
     std::memcpy(handle, &h, sizeof(h));  // the pending connect lives in NCCL's copy of the handle
     if (comm) {
       log_line(NCCL_LOG_INFO, "connected to " + comm->peer());
@@ -200,7 +176,7 @@ ncclResult_t net_accept(void* listen_comm, void** recv_comm, ncclNetDeviceHandle
     ONEBIT_CHECK(recv_dev_comm == nullptr || *recv_dev_comm == nullptr, ONEBIT_INVALID_ARGUMENT,
                  "device offload was requested; this network is host-only");
     *recv_comm = nullptr;
-    std::unique_ptr<Comm> comm = static_cast<Listen*>(listen_comm)->accept();
+    std::unique_ptr<NetComm> comm = static_cast<NetListener*>(listen_comm)->accept();
     if (comm) {
       log_line(NCCL_LOG_INFO, "accepted a connection from " + comm->peer());
       *recv_comm = comm.release();
@@ -231,7 +207,7 @@ ncclResult_t isend_sized(void* send_comm, void* data, size_t size, int tag, void
   return guard("isend", [&] {
     ONEBIT_CHECK(send_comm != nullptr && request != nullptr, ONEBIT_INVALID_ARGUMENT, "sendComm or request is NULL");
     ONEBIT_CHECK(data != nullptr || size == 0, ONEBIT_INVALID_ARGUMENT, "data is NULL for ", size, " bytes");
-    *request = static_cast<Comm*>(send_comm)->isend(data, size, tag);
+    *request = static_cast<NetComm*>(send_comm)->isend(data, size, tag);
   });
 }
 
@@ -239,7 +215,9 @@ ncclResult_t irecv_sized(void* recv_comm, int n, void** data, const size_t* size
   return guard("irecv", [&] {
     ONEBIT_CHECK(recv_comm != nullptr && request != nullptr && data != nullptr && sizes != nullptr,
                  ONEBIT_INVALID_ARGUMENT, "recvComm, request, data or sizes is NULL");
-    *request = static_cast<Comm*>(recv_comm)->irecv(n, data, sizes, tags);
+    ONEBIT_CHECK(n >= 1 && n <= kMaxRecvs, ONEBIT_INVALID_ARGUMENT, "irecv of ", n, " buffers; this plugin groups 1 to ",
+                 kMaxRecvs, " (maxRecvs)");
+    *request = static_cast<NetComm*>(recv_comm)->irecv(n, data, sizes, tags);
   });
 }
 
@@ -262,7 +240,8 @@ ncclResult_t irecv_v9(void* recv_comm, int n, void** data, size_t* sizes, int* t
 }
 ncclResult_t irecv_v8(void* recv_comm, int n, void** data, int* sizes, int* tags, void**, void** request) {
   size_t wide[kMaxRecvs];
-  if (n < 1 || n > kMaxRecvs || sizes == nullptr) return irecv_sized(recv_comm, n, data, nullptr, tags, request);
+  // Out of range or NULL: irecv_sized names the problem.
+  if (n < 1 || n > kMaxRecvs || sizes == nullptr) return irecv_sized(recv_comm, n, data, sizes == nullptr ? nullptr : wide, tags, request);
   for (int i = 0; i < n; ++i) wide[i] = sizes[i] < 0 ? 0 : static_cast<size_t>(sizes[i]);
   return irecv_sized(recv_comm, n, data, wide, tags, request);
 }
@@ -275,19 +254,19 @@ ncclResult_t iflush(void*, int, void**, int*, void**, void** request) {
 ncclResult_t net_test(void* request, int* done, int* sizes) {
   return guard("test", [&] {
     ONEBIT_CHECK(request != nullptr && done != nullptr, ONEBIT_INVALID_ARGUMENT, "request or done is NULL");
-    auto* r = static_cast<Request*>(request);
+    auto* r = static_cast<NetRequest*>(request);
     *done = r->comm->test(r, sizes) ? 1 : 0;
   });
 }
 
 ncclResult_t close_send(void* send_comm) {
-  return guard("closeSend", [&] { delete static_cast<Comm*>(send_comm); });
+  return guard("closeSend", [&] { delete static_cast<NetComm*>(send_comm); });
 }
 ncclResult_t close_recv(void* recv_comm) {
-  return guard("closeRecv", [&] { delete static_cast<Comm*>(recv_comm); });
+  return guard("closeRecv", [&] { delete static_cast<NetComm*>(recv_comm); });
 }
 ncclResult_t close_listen(void* listen_comm) {
-  return guard("closeListen", [&] { delete static_cast<Listen*>(listen_comm); });
+  return guard("closeListen", [&] { delete static_cast<NetListener*>(listen_comm); });
 }
 
 ncclResult_t get_device_mr(void*, void*, void**) {

@@ -11,8 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -78,6 +81,18 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int
   // Wait on pidfds with poll: no sleeping, and a hard deadline after which the rest are killed.
   std::vector<pollfd> fds(world);
   for (int r = 0; r < world; ++r) fds[r] = pollfd{static_cast<int>(::syscall(SYS_pidfd_open, pids[r], 0)), POLLIN, 0};
+  // Without pidfds (Linux before 5.3) there is nothing to wait on: kill and reap every rank and
+  // fail loudly, rather than poll no descriptor forever.
+  if (std::any_of(fds.begin(), fds.end(), [](const pollfd& p) { return p.fd < 0; })) {
+    const int error = errno;
+    for (int r = 0; r < world; ++r) {
+      ::kill(pids[r], SIGKILL);
+      ::waitpid(pids[r], nullptr, 0);
+      if (fds[r].fd >= 0) ::close(fds[r].fd);
+    }
+    throw std::runtime_error(std::string("run_ranks: pidfd_open failed (") + std::strerror(error) +
+                             "); these tests need Linux 5.3 or later");
+  }
   const auto until = std::chrono::steady_clock::now() + deadline;
   int remaining = world;
   bool killed = false;

@@ -23,10 +23,7 @@ std::optional<Listener::Accepted> Listener::accept(
     try {
       std::uint8_t bytes[wire::Hello::kSize];
       read_all(fd.get(), bytes, sizeof(bytes), std::min(deadline, Clock::now() + kHelloGrace), who);
-      const wire::Hello hello = wire::Hello::decode(bytes, who);
-      // Membership first: nothing a connection says counts before it proves it.
-      ONEBIT_CHECK(mac_equal(hello.mac, hello.compute_mac(key)), ONEBIT_REMOTE_ERROR, who,
-                   " fails the job's handshake MAC (not of this job, or a different ONEBIT_AUTH_KEY)");
+      const wire::Hello hello = verify_hello(bytes, key, who);
       check(hello, who);
       return Accepted{std::move(fd), hello};
     } catch (const Error& error) {
@@ -36,10 +33,22 @@ std::optional<Listener::Accepted> Listener::accept(
   }
 }
 
+std::array<std::uint8_t, wire::Hello::kSize> signed_hello(wire::Hello hello, const SipKey& key) {
+  hello.mac = hello.compute_mac(key);
+  return hello.encode();
+}
+
+wire::Hello verify_hello(const std::uint8_t* bytes, const SipKey& key, const std::string& who) {
+  const wire::Hello hello = wire::Hello::decode(bytes, who);
+  // Membership first: nothing a connection says counts before it proves it.
+  ONEBIT_CHECK(mac_equal(hello.mac, hello.compute_mac(key)), ONEBIT_REMOTE_ERROR, who,
+               " fails the handshake MAC (not of this job or connection, or a different ONEBIT_AUTH_KEY)");
+  return hello;
+}
+
 Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name) {
   Fd fd = connect_to(handle, deadline, peer_name);
-  hello.mac = hello.compute_mac(key);
-  const auto bytes = hello.encode();
+  const auto bytes = signed_hello(hello, key);
   write_all(fd.get(), bytes.data(), bytes.size(), deadline, peer_name);
   return fd;
 }

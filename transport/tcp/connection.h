@@ -1,10 +1,13 @@
-// One data connection, set up the way NCCL's net API sets one up, so that the NCCL_NET plugin and
-// the engine's mesh share it: a Listener gives a handle (its address); connect(handle) opens a
-// socket and sends a hello that proves, with a MAC under the job's data key, that it belongs to
-// the job; Listener::accept hands over only connections whose hello proves it and passes the
-// caller's checks — anything else is logged, closed and forgotten.
+// One data connection, set up the way NCCL's net API sets one up: a Listener gives a handle (its
+// address); connect(handle) opens a socket and sends a hello that proves, with a MAC under the
+// job's data key, that it belongs to the job; Listener::accept hands over only connections whose
+// hello proves it and passes the caller's checks — anything else is logged, closed and forgotten.
+//
+// The handshake itself (signed_hello, verify_hello) is shared with the NCCL_NET plugin's
+// connections (net_comm.h), which run the same exchange without blocking.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -36,6 +39,12 @@ class Listener {
  private:
   Fd fd_;
 };
+
+// The bytes a connecting socket sends: `hello` with its MAC under `key`.
+std::array<std::uint8_t, wire::Hello::kSize> signed_hello(wire::Hello hello, const SipKey& key);
+// Decodes a received hello and proves it (constant-time MAC comparison) before anything it says
+// counts; throws Error(ONEBIT_REMOTE_ERROR) naming `who` otherwise.
+wire::Hello verify_hello(const std::uint8_t* bytes, const SipKey& key, const std::string& who);
 
 // Opens a data connection to `handle` and sends `hello` with its MAC under `key`.
 Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name);

@@ -5,10 +5,12 @@
 // A connection: the listener's handle carries its address, the socket count and a 128-bit secret
 // made at listen time; connect opens that many non-blocking sockets and sends on each a hello
 // (transport/wire.h's Hello: job_id = a random connection id, socket_index) with its MAC under the
-// secret. accept groups the sockets of one connection id and refuses any hello whose MAC fails, so
-// only a holder of the handle (NCCL's bootstrap hands it out) can connect.
+// secret — the handshake of connection.h (signed_hello / verify_hello), run without blocking.
+// accept groups the sockets of one connection id and refuses any hello whose MAC fails, so only a
+// holder of the handle (NCCL's bootstrap hands it out) can connect; a connection that sends no
+// hello, or a group whose other sockets never come, is dropped after ONEBIT_TIMEOUT_MS.
 //
-// A message: a 16-byte header {tag, stripes, size} on socket 0, then the payload cut into
+// A message: a 16-byte header (wire::NetMessageHeader) on socket 0, then the payload cut into
 // `stripes` contiguous pieces, piece i on socket i. Each socket carries its pieces in message
 // order, so the receiver knows where each byte goes once it has read the header. Messages under
 // kStripeBytes per stripe use fewer sockets; a zero-byte message is a header alone.
@@ -34,15 +36,15 @@
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
-namespace onebit::nccl_net {
+namespace onebit::tcp {
 
 constexpr int kMaxRequests = 32;        // NCCL_NET_MAX_REQUESTS
 constexpr int kMaxRecvs = 8;            // grouped receives per irecv
-constexpr int kMaxSockets = 16;
+constexpr int kMaxSockets = 64;  // ONEBIT_SOCKETS_PER_PEER's range, as for the engine's mesh
 constexpr std::size_t kStripeBytes = 64 * 1024;  // a stripe is at least this (except the last)
 
 // What NCCL exchanges between the two sides; fits NCCL_NET_HANDLE_MAXSIZE (128).
-struct Handle {
+struct NetHandle {
   std::uint32_t magic;
   std::uint16_t version;
   std::uint16_t sockets;
@@ -52,11 +54,11 @@ struct Handle {
   // retry of connect): the connection being set up.
   void* pending;
 };
-static_assert(sizeof(Handle) <= 128);
+static_assert(sizeof(NetHandle) <= 128);
 
-struct Device {
+struct NetDevice {
   std::string name;  // interface
-  tcp::Address address;
+  Address address;
   int speed_mbps = 10000;
   std::string pci_path;  // empty when not a PCI device
 };
@@ -64,14 +66,14 @@ struct Device {
 // The interfaces NCCL may use: NCCL_SOCKET_IFNAME's syntax in ONEBIT_SOCKET_IFNAME (or
 // NCCL_SOCKET_IFNAME when that is unset); by default every interface that is up except loopback,
 // and loopback when there is nothing else.
-std::vector<Device> find_devices();
+std::vector<NetDevice> find_devices();
 
-class Comm;
+class NetComm;
 
-struct Request {
+struct NetRequest {
   enum class Kind { kFree, kSend, kRecv };
   Kind kind = Kind::kFree;
-  Comm* comm = nullptr;
+  NetComm* comm = nullptr;
   int n = 0;
   std::array<std::uint8_t*, kMaxRecvs> data{};
   std::array<std::size_t, kMaxRecvs> capacity{};
@@ -80,51 +82,51 @@ struct Request {
   std::array<bool, kMaxRecvs> matched{};
   int matched_count = 0;
   int pending_pieces = 0;  // header and stripes not yet fully moved
-  std::array<std::uint8_t, 16> header{};
+  std::array<std::uint8_t, wire::NetMessageHeader::kSize> header{};
 };
 
 // One direction of one connection, either end.
-class Comm {
+class NetComm {
  public:
-  Comm(bool sending, std::vector<tcp::Fd> sockets, std::string peer);
-  ~Comm();
+  NetComm(bool sending, std::vector<Fd> sockets, std::string peer);
+  ~NetComm();
 
   // Null when every request slot is in use (NCCL then retries).
-  Request* isend(const void* data, std::size_t size, int tag);
-  Request* irecv(int n, void* const* data, const std::size_t* sizes, const int* tags);
+  NetRequest* isend(const void* data, std::size_t size, int tag);
+  NetRequest* irecv(int n, void* const* data, const std::size_t* sizes, const int* tags);
   // Progresses, then reports; a finished request is released. Throws the comm's failure.
-  bool test(Request* request, int* sizes);
+  bool test(NetRequest* request, int* sizes);
 
   const std::string& peer() const { return peer_; }
 
  private:
   struct Piece {
-    Request* request;
+    NetRequest* request;
     std::uint8_t* data;
     std::size_t left;
   };
   struct Socket {
-    tcp::Fd fd;
+    Fd fd;
     std::deque<Piece> queue;  // in wire order
   };
 
-  Request* take_slot();
+  NetRequest* take_slot();
   void progress_locked();
   void send_side(Socket& socket);
   void receive_side(std::size_t index);
   void on_header();
   // What one non-blocking read gave (0: nothing now); the end of the stream or an error fails the comm.
   std::size_t read_some(int fd, void* into, std::size_t bytes);
-  void piece_done(Request* request);
+  void piece_done(NetRequest* request);
   [[noreturn]] void fail_locked(onebit_result_t code, const std::string& message);
 
   const bool sending_;
   const std::string peer_;
   std::mutex mutex_;
   std::vector<Socket> sockets_;
-  std::array<Request, kMaxRequests> requests_;
-  std::deque<Request*> posted_;  // receives with unmatched slots, oldest first
-  std::array<std::uint8_t, 16> incoming_header_{};
+  std::array<NetRequest, kMaxRequests> requests_;
+  std::deque<NetRequest*> posted_;  // receives with unmatched slots, oldest first
+  std::array<std::uint8_t, wire::NetMessageHeader::kSize> incoming_header_{};
   std::size_t header_read_ = 0;
   bool failed_ = false;
   onebit_result_t failure_code_ = ONEBIT_SUCCESS;
@@ -132,38 +134,45 @@ class Comm {
 };
 
 // Connection set-up, both ends, non-blocking: each call does what it can and returns.
-class Listen {
+class NetListener {
  public:
-  Listen(const Device& device, int sockets);
-  ~Listen();
-  const Handle& handle() const { return handle_; }
+  NetListener(const NetDevice& device, int sockets);
+  ~NetListener();
+  const NetHandle& handle() const { return handle_; }
   // A finished connection, or null (call again).
-  std::unique_ptr<Comm> accept();
+  std::unique_ptr<NetComm> accept();
 
  private:
+  // Dropped when their deadline passes first (a stranger, a peer that died mid-connect).
   struct Incoming {
-    tcp::Fd fd;
+    Fd fd;
     std::array<std::uint8_t, wire::Hello::kSize> hello{};
     std::size_t read = 0;
+    Deadline deadline;
   };
-  tcp::Fd fd_;
-  Handle handle_{};
+  struct PendingGroup {
+    std::vector<Fd> sockets;  // by socket index
+    std::string from;
+    Deadline deadline;
+  };
+  Fd fd_;
+  NetHandle handle_{};
   SipKey key_{};
   std::vector<Incoming> incoming_;
-  std::map<std::uint64_t, std::vector<tcp::Fd>> groups_;  // connection id → sockets by index
+  std::map<std::uint64_t, PendingGroup> groups_;  // by connection id
 };
 
-class PendingConnect;
+class PendingNetConnect;
 // Starts or continues connecting to `handle` (its `pending` field holds the state between
 // calls). Returns the comm once every socket is connected and has sent its hello.
-std::unique_ptr<Comm> connect_step(Handle& handle);
+std::unique_ptr<NetComm> connect_step(NetHandle& handle);
 // Frees a connect that NCCL abandoned (handle destroyed without finishing). Not normally needed.
-void abandon_connect(Handle& handle);
+void abandon_connect(NetHandle& handle);
 
-std::string describe(const Handle& handle);
+std::string describe(const NetHandle& handle);
 
 // Where set-up messages (refused connections) go: the plugin points this at NCCL's logger.
 using LogSink = void (*)(bool warning, const std::string& text);
 void set_log_sink(LogSink sink);
 
-}  // namespace onebit::nccl_net
+}  // namespace onebit::tcp

@@ -1,4 +1,4 @@
-#include "plugin/nccl_net/net_comm.h"
+#include "transport/tcp/net_comm.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
@@ -16,12 +16,15 @@
 
 #include "common/log.h"
 #include "common/params.h"
+#include "transport/tcp/connection.h"
 
-namespace onebit::nccl_net {
+namespace onebit::tcp {
 namespace {
 
 constexpr std::uint32_t kHandleMagic = 0x4F424E31;  // "OBN1"
 constexpr std::uint16_t kHandleVersion = 1;
+// A connection from a stranger gets this long (at most ONEBIT_TIMEOUT_MS) to send its hello.
+constexpr std::chrono::milliseconds kHelloGrace{5000};
 
 std::string errno_string(int error) { return std::strerror(error); }
 
@@ -41,14 +44,14 @@ std::uint64_t random64() {
   return (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
 }
 
-SipKey key_of(const Handle& handle) {
+SipKey key_of(const NetHandle& handle) {
   SipKey key;
   std::memcpy(key.data(), handle.secret, sizeof(handle.secret));
   return key;
 }
 
-tcp::Address address_of(const Handle& handle) {
-  tcp::Address address;
+Address address_of(const NetHandle& handle) {
+  Address address;
   unsigned length = 0;
   wire::from_wire(handle.address, &address.storage, &length);
   address.length = length;
@@ -71,7 +74,7 @@ std::string pci_path(const std::string& name) {
 
 }  // namespace
 
-std::vector<Device> find_devices() {
+std::vector<NetDevice> find_devices() {
   std::string spec = param::SocketIfname();
   if (spec.empty()) {
     const char* nccl = std::getenv("NCCL_SOCKET_IFNAME");
@@ -79,7 +82,7 @@ std::vector<Device> find_devices() {
   }
   ifaddrs* list = nullptr;
   ONEBIT_CHECK(getifaddrs(&list) == 0, ONEBIT_SYSTEM_ERROR, "getifaddrs: ", errno_string(errno));
-  std::vector<Device> devices, loopbacks;
+  std::vector<NetDevice> devices, loopbacks;
   for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
     if (it->ifa_addr == nullptr || !(it->ifa_flags & IFF_UP)) continue;
     const int family = it->ifa_addr->sa_family;
@@ -87,12 +90,12 @@ std::vector<Device> find_devices() {
     const std::string name = it->ifa_name;
     const bool loopback = (it->ifa_flags & IFF_LOOPBACK) != 0;
     auto& into = loopback && spec.empty() ? loopbacks : devices;
-    if (!(loopback && spec.empty()) && !tcp::interface_matches(spec, name, loopback)) continue;
+    if (!(loopback && spec.empty()) && !interface_matches(spec, name, loopback)) continue;
     // One device per interface: its first IPv4 address, else its first IPv6 one.
-    auto same = std::find_if(into.begin(), into.end(), [&](const Device& d) { return d.name == name; });
+    auto same = std::find_if(into.begin(), into.end(), [&](const NetDevice& d) { return d.name == name; });
     if (same != into.end() && !(same->address.storage.ss_family == AF_INET6 && family == AF_INET)) continue;
     if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr)) continue;
-    Device device;
+    NetDevice device;
     device.name = name;
     device.address.length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     std::memcpy(&device.address.storage, it->ifa_addr, device.address.length);
@@ -112,28 +115,28 @@ std::vector<Device> find_devices() {
   return devices;
 }
 
-std::string describe(const Handle& handle) { return address_of(handle).to_string(); }
+std::string describe(const NetHandle& handle) { return address_of(handle).to_string(); }
 
 void set_log_sink(LogSink sink) { log_sink = sink != nullptr ? sink : default_sink; }
 
 // ---------------------------------------------------------------- data path
 
-Comm::Comm(bool sending, std::vector<tcp::Fd> sockets, std::string peer) : sending_(sending), peer_(std::move(peer)) {
-  for (tcp::Fd& fd : sockets) {
-    tcp::set_nonblocking(fd.get());
-    tcp::tune_data_socket(fd.get());
+NetComm::NetComm(bool sending, std::vector<Fd> sockets, std::string peer) : sending_(sending), peer_(std::move(peer)) {
+  for (Fd& fd : sockets) {
+    set_nonblocking(fd.get());
+    tune_data_socket(fd.get());
     sockets_.push_back(Socket{std::move(fd), {}});
   }
-  for (Request& r : requests_) r.comm = this;
+  for (NetRequest& r : requests_) r.comm = this;
 }
 
-Comm::~Comm() {
+NetComm::~NetComm() {
   for (Socket& s : sockets_) {
     if (s.fd) ::shutdown(s.fd.get(), SHUT_RDWR);
   }
 }
 
-void Comm::fail_locked(onebit_result_t code, const std::string& message) {
+void NetComm::fail_locked(onebit_result_t code, const std::string& message) {
   if (!failed_) {
     failed_ = true;
     failure_code_ = code;
@@ -143,30 +146,26 @@ void Comm::fail_locked(onebit_result_t code, const std::string& message) {
   ::onebit::fail(failure_code_, failure_);
 }
 
-Request* Comm::take_slot() {
-  for (Request& r : requests_) {
-    if (r.kind == Request::Kind::kFree) return &r;
+NetRequest* NetComm::take_slot() {
+  for (NetRequest& r : requests_) {
+    if (r.kind == NetRequest::Kind::kFree) return &r;
   }
   return nullptr;
 }
 
-Request* Comm::isend(const void* data, std::size_t size, int tag) {
+NetRequest* NetComm::isend(const void* data, std::size_t size, int tag) {
   std::lock_guard<std::mutex> lock(mutex_);
   ONEBIT_CHECK(sending_, ONEBIT_INVALID_ARGUMENT, "isend on a receiving comm (from ", peer_, ")");
   if (failed_) ::onebit::fail(failure_code_, failure_);
-  Request* r = take_slot();
+  NetRequest* r = take_slot();
   if (r == nullptr) return nullptr;
   const std::size_t sockets = sockets_.size();
   const std::uint32_t stripes =
       size == 0 ? 0 : static_cast<std::uint32_t>(std::min(sockets, std::max<std::size_t>(1, size / kStripeBytes)));
-  r->kind = Request::Kind::kSend;
+  r->kind = NetRequest::Kind::kSend;
   r->n = 1;
   r->sizes[0] = size;
-  const std::int32_t wire_tag = tag;
-  const std::uint64_t wire_size = size;
-  std::memcpy(r->header.data(), &wire_tag, 4);
-  std::memcpy(r->header.data() + 4, &stripes, 4);
-  std::memcpy(r->header.data() + 8, &wire_size, 8);
+  wire::NetMessageHeader{tag, stripes, size}.encode(r->header.data());
   r->pending_pieces = 1 + static_cast<int>(stripes);
   sockets_[0].queue.push_back(Piece{r, r->header.data(), r->header.size()});
   auto* bytes = static_cast<std::uint8_t*>(const_cast<void*>(data));
@@ -177,15 +176,15 @@ Request* Comm::isend(const void* data, std::size_t size, int tag) {
   return r;
 }
 
-Request* Comm::irecv(int n, void* const* data, const std::size_t* sizes, const int* tags) {
+NetRequest* NetComm::irecv(int n, void* const* data, const std::size_t* sizes, const int* tags) {
   std::lock_guard<std::mutex> lock(mutex_);
   ONEBIT_CHECK(!sending_, ONEBIT_INVALID_ARGUMENT, "irecv on a sending comm (to ", peer_, ")");
   ONEBIT_CHECK(n >= 1 && n <= kMaxRecvs, ONEBIT_INVALID_ARGUMENT, "irecv of ", n, " buffers; this plugin groups 1 to ",
                kMaxRecvs, " (maxRecvs)");
   if (failed_) ::onebit::fail(failure_code_, failure_);
-  Request* r = take_slot();
+  NetRequest* r = take_slot();
   if (r == nullptr) return nullptr;
-  r->kind = Request::Kind::kRecv;
+  r->kind = NetRequest::Kind::kRecv;
   r->n = n;
   r->matched_count = 0;
   r->pending_pieces = 0;
@@ -200,9 +199,9 @@ Request* Comm::irecv(int n, void* const* data, const std::size_t* sizes, const i
   return r;
 }
 
-void Comm::piece_done(Request* request) { --request->pending_pieces; }
+void NetComm::piece_done(NetRequest* request) { --request->pending_pieces; }
 
-void Comm::send_side(Socket& socket) {
+void NetComm::send_side(Socket& socket) {
   while (!socket.queue.empty()) {
     Piece& piece = socket.queue.front();
     while (piece.left > 0) {
@@ -221,7 +220,7 @@ void Comm::send_side(Socket& socket) {
   }
 }
 
-std::size_t Comm::read_some(int fd, void* into, std::size_t bytes) {
+std::size_t NetComm::read_some(int fd, void* into, std::size_t bytes) {
   for (;;) {
     const ssize_t got = ::recv(fd, into, bytes, MSG_DONTWAIT);
     if (got > 0) return static_cast<std::size_t>(got);
@@ -233,15 +232,10 @@ std::size_t Comm::read_some(int fd, void* into, std::size_t bytes) {
   }
 }
 
-void Comm::on_header() {
-  std::int32_t tag;
-  std::uint32_t stripes;
-  std::uint64_t size;
-  std::memcpy(&tag, incoming_header_.data(), 4);
-  std::memcpy(&stripes, incoming_header_.data() + 4, 4);
-  std::memcpy(&size, incoming_header_.data() + 8, 8);
+void NetComm::on_header() {
+  const auto [tag, stripes, size] = wire::NetMessageHeader::decode(incoming_header_.data());
   ONEBIT_CHECK(!posted_.empty(), ONEBIT_INTERNAL_ERROR, "a header arrived with no receive posted");
-  Request* r = posted_.front();
+  NetRequest* r = posted_.front();
   int slot = -1;
   for (int i = 0; i < r->n && slot < 0; ++i) {
     if (!r->matched[i] && r->tags[i] == tag) slot = i;
@@ -270,7 +264,7 @@ void Comm::on_header() {
   if (r->matched_count == r->n) posted_.pop_front();
 }
 
-void Comm::receive_side(std::size_t index) {
+void NetComm::receive_side(std::size_t index) {
   Socket& socket = sockets_[index];
   for (;;) {
     if (socket.queue.empty()) {
@@ -297,7 +291,7 @@ void Comm::receive_side(std::size_t index) {
   }
 }
 
-void Comm::progress_locked() {
+void NetComm::progress_locked() {
   if (failed_) ::onebit::fail(failure_code_, failure_);
   for (std::size_t i = 0; i < sockets_.size(); ++i) {
     if (sending_) {
@@ -308,49 +302,50 @@ void Comm::progress_locked() {
   }
 }
 
-bool Comm::test(Request* r, int* sizes) {
+bool NetComm::test(NetRequest* r, int* sizes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  ONEBIT_CHECK(r->kind != Request::Kind::kFree, ONEBIT_INVALID_ARGUMENT, "test of a request that is not in flight");
+  ONEBIT_CHECK(r->kind != NetRequest::Kind::kFree, ONEBIT_INVALID_ARGUMENT, "test of a request that is not in flight");
   progress_locked();
-  const bool done = r->pending_pieces == 0 && (r->kind == Request::Kind::kSend || r->matched_count == r->n);
+  const bool done = r->pending_pieces == 0 && (r->kind == NetRequest::Kind::kSend || r->matched_count == r->n);
   if (!done) return false;
   if (sizes != nullptr) {
     for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(std::min<std::size_t>(r->sizes[i], INT_MAX));
   }
-  r->kind = Request::Kind::kFree;
+  r->kind = NetRequest::Kind::kFree;
   return true;
 }
 
 // ---------------------------------------------------------------- set-up
 
-Listen::Listen(const Device& device, int sockets) {
+NetListener::NetListener(const NetDevice& device, int sockets) {
   ONEBIT_CHECK(sockets >= 1 && sockets <= kMaxSockets, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
                " must be 1..", kMaxSockets);
-  fd_ = tcp::listen_on(device.address, 16384);
-  tcp::set_nonblocking(fd_.get());
+  fd_ = listen_on(device.address, 16384);
+  set_nonblocking(fd_.get());
   handle_.magic = kHandleMagic;
   handle_.version = kHandleVersion;
   handle_.sockets = static_cast<std::uint16_t>(sockets);
-  handle_.address = wire::to_wire(tcp::local_address(fd_.get()).storage);
+  handle_.address = wire::to_wire(local_address(fd_.get()).storage);
   key_ = {random64(), random64()};
   std::memcpy(handle_.secret, key_.data(), sizeof(handle_.secret));
   handle_.pending = nullptr;
 }
 
-Listen::~Listen() = default;
+NetListener::~NetListener() = default;
 
-std::unique_ptr<Comm> Listen::accept() {
+std::unique_ptr<NetComm> NetListener::accept() {
   for (;;) {  // everything waiting in the backlog
     const int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
       ::onebit::fail(ONEBIT_SYSTEM_ERROR, "accept on ", describe(handle_), ": ", errno_string(errno));
     }
-    incoming_.push_back(Incoming{tcp::Fd(fd), {}, 0});
+    incoming_.push_back(Incoming{Fd(fd), {}, 0, Clock::now() + std::min(kHelloGrace, std::chrono::milliseconds(param::TimeoutMs()))});
   }
+  const auto now = Clock::now();
   for (auto it = incoming_.begin(); it != incoming_.end();) {
     const ssize_t got = ::recv(it->fd.get(), it->hello.data() + it->read, it->hello.size() - it->read, MSG_DONTWAIT);
-    const std::string from = tcp::peer_address(it->fd.get()).to_string();
+    const std::string from = peer_address(it->fd.get()).to_string();
     if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
       log_sink(true, "a connection from " + from + " to " + describe(handle_) + " closed before its hello");
       it = incoming_.erase(it);
@@ -358,38 +353,57 @@ std::unique_ptr<Comm> Listen::accept() {
     }
     if (got > 0) it->read += static_cast<std::size_t>(got);
     if (it->read < it->hello.size()) {
-      ++it;
+      if (now >= it->deadline) {
+        log_sink(true, "dropped a connection from " + from + " to " + describe(handle_) + ": no hello within " +
+                           std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
+        it = incoming_.erase(it);
+      } else {
+        ++it;
+      }
       continue;
     }
     try {
-      const wire::Hello hello = wire::Hello::decode(it->hello.data(), from);
-      ONEBIT_CHECK(hello.mac == hello.compute_mac(key_), ONEBIT_REMOTE_ERROR, "its MAC does not match this handle");
+      const wire::Hello hello = verify_hello(it->hello.data(), key_, "connection from " + from);
       ONEBIT_CHECK(hello.sockets_per_peer == handle_.sockets && hello.socket_index < handle_.sockets,
                    ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " of ", hello.sockets_per_peer, ", expected ",
                    handle_.sockets);
-      std::vector<tcp::Fd>& group = groups_[hello.job_id];
-      group.resize(handle_.sockets);
-      ONEBIT_CHECK(!group[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " came twice");
-      group[hello.socket_index] = std::move(it->fd);
+      PendingGroup& group = groups_[hello.job_id];
+      if (group.sockets.empty()) {
+        group.sockets.resize(handle_.sockets);
+        group.from = from;
+        group.deadline = now + std::chrono::milliseconds(param::TimeoutMs());
+      }
+      ONEBIT_CHECK(!group.sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " came twice");
+      group.sockets[hello.socket_index] = std::move(it->fd);
     } catch (const Error& error) {
       log_sink(true, "refused a connection from " + from + " to " + describe(handle_) + ": " + error.what());
     }
     it = incoming_.erase(it);
   }
-  for (auto it = groups_.begin(); it != groups_.end(); ++it) {
-    const bool complete = std::all_of(it->second.begin(), it->second.end(), [](const tcp::Fd& fd) { return bool(fd); });
-    if (!complete) continue;
-    const std::string peer = tcp::peer_address(it->second[0].get()).to_string();
-    auto comm = std::make_unique<Comm>(false, std::move(it->second), peer);
-    groups_.erase(it);
-    return comm;
+  for (auto it = groups_.begin(); it != groups_.end();) {
+    const auto arrived = std::count_if(it->second.sockets.begin(), it->second.sockets.end(), [](const Fd& fd) { return bool(fd); });
+    if (arrived == static_cast<long>(it->second.sockets.size())) {
+      const std::string peer = peer_address(it->second.sockets[0].get()).to_string();
+      auto comm = std::make_unique<NetComm>(false, std::move(it->second.sockets), peer);
+      groups_.erase(it);
+      return comm;
+    }
+    if (now >= it->second.deadline) {
+      // A peer that died mid-connect: its sockets would otherwise stay open as long as the listener.
+      log_sink(true, "dropped an incomplete connection from " + it->second.from + " to " + describe(handle_) + ": " +
+                         std::to_string(arrived) + " of " + std::to_string(it->second.sockets.size()) + " sockets within " +
+                         std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
+      it = groups_.erase(it);
+      continue;
+    }
+    ++it;
   }
   return nullptr;
 }
 
-class PendingConnect {
+class PendingNetConnect {
  public:
-  explicit PendingConnect(const Handle& handle)
+  explicit PendingNetConnect(const NetHandle& handle)
       : address_(address_of(handle)), deadline_(Clock::now() + std::chrono::milliseconds(param::TimeoutMs())) {
     ONEBIT_CHECK(handle.magic == kHandleMagic && handle.version == kHandleVersion, ONEBIT_INVALID_ARGUMENT,
                  "not a onebit NCCL net handle (magic ", handle.magic, ", version ", handle.version,
@@ -400,7 +414,7 @@ class PendingConnect {
     const std::uint64_t connection = random64();
     for (int i = 0; i < handle.sockets; ++i) {
       Outgoing out;
-      out.fd = tcp::Fd(::socket(address_.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      out.fd = Fd(::socket(address_.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       ONEBIT_CHECK(out.fd, ONEBIT_SYSTEM_ERROR, "socket: ", errno_string(errno));
       const int rc = ::connect(out.fd.get(), reinterpret_cast<const sockaddr*>(&address_.storage), address_.length);
       ONEBIT_CHECK(rc == 0 || errno == EINPROGRESS, ONEBIT_SYSTEM_ERROR, "connect to ", address_.to_string(), ": ",
@@ -409,13 +423,12 @@ class PendingConnect {
       hello.socket_index = static_cast<std::uint16_t>(i);
       hello.sockets_per_peer = handle.sockets;
       hello.job_id = connection;
-      hello.mac = hello.compute_mac(key);
-      out.hello = hello.encode();
+      out.hello = signed_hello(hello, key);
       out_.push_back(std::move(out));
     }
   }
 
-  std::unique_ptr<Comm> step() {
+  std::unique_ptr<NetComm> step() {
     bool all = true;
     for (Outgoing& out : out_) {
       if (out.sent == out.hello.size()) continue;
@@ -445,27 +458,27 @@ class PendingConnect {
                    param::TimeoutMs(), " ms (ONEBIT_TIMEOUT_MS)");
       return nullptr;
     }
-    std::vector<tcp::Fd> fds;
+    std::vector<Fd> fds;
     for (Outgoing& out : out_) fds.push_back(std::move(out.fd));
-    return std::make_unique<Comm>(true, std::move(fds), address_.to_string());
+    return std::make_unique<NetComm>(true, std::move(fds), address_.to_string());
   }
 
  private:
   struct Outgoing {
-    tcp::Fd fd;
+    Fd fd;
     bool connected = false;
     std::array<std::uint8_t, wire::Hello::kSize> hello{};
     std::size_t sent = 0;
   };
-  tcp::Address address_;
+  Address address_;
   Deadline deadline_;
   std::vector<Outgoing> out_;
 };
 
-std::unique_ptr<Comm> connect_step(Handle& handle) {
-  if (handle.pending == nullptr) handle.pending = new PendingConnect(handle);
-  auto* pending = static_cast<PendingConnect*>(handle.pending);
-  std::unique_ptr<Comm> comm;
+std::unique_ptr<NetComm> connect_step(NetHandle& handle) {
+  if (handle.pending == nullptr) handle.pending = new PendingNetConnect(handle);
+  auto* pending = static_cast<PendingNetConnect*>(handle.pending);
+  std::unique_ptr<NetComm> comm;
   try {
     comm = pending->step();
   } catch (...) {
@@ -480,9 +493,9 @@ std::unique_ptr<Comm> connect_step(Handle& handle) {
   return comm;
 }
 
-void abandon_connect(Handle& handle) {
-  delete static_cast<PendingConnect*>(handle.pending);
+void abandon_connect(NetHandle& handle) {
+  delete static_cast<PendingNetConnect*>(handle.pending);
   handle.pending = nullptr;
 }
 
-}  // namespace onebit::nccl_net
+}  // namespace onebit::tcp
