@@ -39,16 +39,9 @@ template <typename... Args>
 
 }  // namespace onebit
 
-// Checks that name both operands, like GLOO_ENFORCE_EQ: "rank 3: count 10 != 12 (...)".
+// Throws Error(code, message parts) unless `cond` holds. The message names what the check is
+// about (rank, tag, sizes), as every message in onebit does.
 #define ONEBIT_CHECK(cond, code, ...)                                         \
   do {                                                                        \
     if (!(cond)) ::onebit::fail((code), __VA_ARGS__);                         \
-  } while (0)
-
-#define ONEBIT_CHECK_EQ(a, b, code, ...)                                      \
-  do {                                                                        \
-    const auto& onebit_a_ = (a);                                              \
-    const auto& onebit_b_ = (b);                                              \
-    if (!(onebit_a_ == onebit_b_))                                            \
-      ::onebit::fail((code), __VA_ARGS__, " (" #a " = ", onebit_a_, ", " #b " = ", onebit_b_, ")"); \
   } while (0)

@@ -134,7 +134,37 @@ __global__ void unpack_kernel(const std::uint8_t* bits, const float* scale, floa
   }
 }
 
+// One thread: decides, and restores the two scales (which the copy kernel does not read).
+__global__ void verdict_kernel(const float* worker_scales, const float* server_scales, int ranks, Revert r) {
+  bool finite = true;
+  for (int p = 0; p < ranks; ++p) finite = finite && isfinite(worker_scales[p]) && isfinite(server_scales[p]);
+  *r.verdict = finite ? 0 : 1;
+  if (!finite) {
+    *r.worker_scale = r.saved_scales[0];
+    *r.server_scale = r.saved_scales[1];
+    atomicAdd(r.failures, 1u);
+  }
+}
+
+__global__ void revert_kernel(Revert r) {
+  if (*r.verdict == 0) return;
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.n; i += stride) {
+    r.e_next[i] = r.e_prev[i];
+  }
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.server_n; i += stride) {
+    r.s_next[i] = r.s_prev[i];
+  }
+}
+
 }  // namespace
+
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks, const Revert& revert,
+                                 cudaStream_t stream) {
+  verdict_kernel<<<1, 1, 0, stream>>>(worker_scales, server_scales, ranks, revert);
+  revert_kernel<<<blocks_for(revert.n > revert.server_n ? revert.n : revert.server_n), kThreads, 0, stream>>>(revert);
+  return cudaGetLastError();
+}
 
 std::size_t workspace_bytes(std::size_t n) { return static_cast<std::size_t>(blocks_for(n)) * sizeof(double); }
 

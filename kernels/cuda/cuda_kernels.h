@@ -46,4 +46,30 @@ cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, in
 cudaError_t unpack(const std::uint8_t* bits, const float* scale, float factor, void* out, Dtype dtype, std::size_t n,
                    cudaStream_t stream);
 
+// What a call replaced, for revert_unless_finite: both error buffers of this rank, and the two
+// scales it owns as they were before the call (saved_scales[0] the worker's, [1] the server's).
+struct Revert {
+  const float* e_prev;
+  float* e_next;
+  std::size_t n;
+  const float* s_prev;
+  float* s_next;
+  std::size_t server_n;
+  const float* saved_scales;
+  float* worker_scale;  // where the call left its worker scale (the next call's a_prev)
+  float* server_scale;  // likewise b_prev
+  int* verdict;         // device scratch: 1 when the call is reverted
+  unsigned* failures;   // incremented on every revert (mapped host memory, read by the host later)
+};
+
+// algorithm.md's non-finite rule on the device, where the host cannot look without a sync: after a
+// call's unpack, if any of the `ranks` worker scales or server scales (device arrays) is NaN or Inf —
+// some rank's input held one, and every rank sees the same scales — the call must change no state:
+// e_next ← e_prev, s_next ← s_prev, the owned scales back to saved_scales, ++*failures. Otherwise
+// nothing. Its output is then non-finite on every rank (the scales are), like NCCL's own allreduce
+// of a NaN, and the next call starts from the state before it. Two kernels: the verdict, then the
+// copy, which returns at once when the verdict is "finite".
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks, const Revert& revert,
+                                 cudaStream_t stream);
+
 }  // namespace onebit::kernels::cuda

@@ -189,13 +189,6 @@ onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* by
 }
 
 namespace {
-// The one state of a tag for a checkpoint: null before its first call.
-onebit::TagState* checkpoint_state(onebit::Tag& tag) {
-  ONEBIT_CHECK(tag.states.size() <= 1, ONEBIT_INVALID_ARGUMENT, "tag '", tag.name, "' has been used on ",
-               tag.states.size(), " communicators; a checkpoint holds one state");
-  return tag.states.empty() ? nullptr : tag.states.begin()->second.get();
-}
-
 std::shared_ptr<onebit::Tag> named_tag(const char* name) {
   ONEBIT_CHECK(name != nullptr, ONEBIT_INVALID_ARGUMENT, "name is NULL");
   auto tag = onebit::TagRegistry::instance().find_name(name);
@@ -209,9 +202,7 @@ onebit_result_t onebit_tag_state_size(const char* name, size_t* worker_count, si
     ONEBIT_CHECK(worker_count != nullptr && server_count != nullptr, ONEBIT_INVALID_ARGUMENT, "a count pointer is NULL");
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
-    onebit::TagState* state = checkpoint_state(*tag);
-    *worker_count = tag->count;
-    *server_count = state != nullptr ? state->server[0].size() : (tag->restored ? tag->restored_server.size() : 0);
+    tag->saved_sizes(worker_count, server_count);
   });
 }
 
@@ -219,21 +210,7 @@ onebit_result_t onebit_tag_state_save(const char* name, float* worker, float* se
   return onebit::abi_guard("onebit_tag_state_save", [&] {
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
-    onebit::TagState* state = checkpoint_state(*tag);
-    ONEBIT_CHECK(worker != nullptr || tag->count == 0, ONEBIT_INVALID_ARGUMENT, "worker is NULL");
-    if (state == nullptr) {
-      if (tag->restored) {  // restored and not used yet: save what was restored
-        std::copy(tag->restored_worker.begin(), tag->restored_worker.end(), worker);
-        if (server != nullptr) std::copy(tag->restored_server.begin(), tag->restored_server.end(), server);
-      } else {
-        std::fill(worker, worker + tag->count, 0.0f);
-      }
-      return;
-    }
-    const std::size_t server_count = state->server[0].size();
-    ONEBIT_CHECK(server != nullptr || server_count == 0, ONEBIT_INVALID_ARGUMENT, "server is NULL");
-    onebit::kernels::materialize_error(state->worker[state->current].data(), state->worker_scale, worker, tag->count);
-    onebit::kernels::materialize_error(state->server[state->current].data(), state->server_scale, server, server_count);
+    tag->save(worker, server);
   });
 }
 
@@ -242,15 +219,7 @@ onebit_result_t onebit_tag_state_load(const char* name, const float* worker, siz
   return onebit::abi_guard("onebit_tag_state_load", [&] {
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
-    ONEBIT_CHECK(tag->states.empty(), ONEBIT_INVALID_ARGUMENT, "tag '", tag->name,
-                 "' has already run; load its state before its first allreduce");
-    ONEBIT_CHECK(worker_count == tag->count, ONEBIT_INVALID_ARGUMENT, "tag '", tag->name, "' has ", tag->count,
-                 " elements; the saved worker error has ", worker_count);
-    ONEBIT_CHECK((worker != nullptr || worker_count == 0) && (server != nullptr || server_count == 0),
-                 ONEBIT_INVALID_ARGUMENT, "worker or server is NULL");
-    tag->restored_worker.assign(worker, worker + worker_count);
-    tag->restored_server.assign(server, server + server_count);
-    tag->restored = true;
+    tag->load(worker, worker_count, server, server_count);
   });
 }
 

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "plugin/engine/chunk_geometry.h"
 #include "plugin/engine/communicator.h"
 
 namespace onebit {
@@ -57,12 +58,10 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   if (!slot) slot = std::make_unique<TagState>();
   TagState& st = *slot;
 
-  // Chunks: length c = ceil(n / W) rounded up to a multiple of 8, so each chunk's bits start on a
-  // byte; the last chunks may be shorter or empty.
-  const std::size_t chunk = ((n + world - 1) / world + 7) / 8 * 8;
-  auto begin = [&](int j) { return std::min(n, static_cast<std::size_t>(j) * chunk); };
-  auto length = [&](int j) { return std::min(n, begin(j) + chunk) - begin(j); };
-  const std::size_t chunk_bytes = chunk / 8;
+  const ChunkGeometry geometry(n, world);
+  auto begin = [&](int j) { return geometry.begin(j); };
+  auto length = [&](int j) { return geometry.length(j); };
+  const std::size_t chunk_bytes = geometry.chunk_bytes();
   const std::size_t result_stride = kResultHead + chunk_bytes;
   const std::size_t element = kernels::dtype_size(dtype);
   auto* x = static_cast<std::uint8_t*>(buffer);

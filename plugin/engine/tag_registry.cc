@@ -3,6 +3,8 @@
 #include "common/error.h"
 #include "common/log.h"
 
+#include <algorithm>
+
 namespace onebit {
 
 TagRegistry& TagRegistry::instance() {
@@ -73,7 +75,59 @@ void TagRegistry::forget_communicator(std::uint64_t comm_id) {
   for (auto& [name, tag] : by_name_) {
     std::lock_guard<std::mutex> busy(tag->busy);
     tag->states.erase(comm_id);
+    tag->device_states.erase(comm_id);
   }
+}
+
+namespace {
+void check_one_state(const Tag& tag) {
+  const std::size_t used = tag.states.size() + tag.device_states.size();
+  ONEBIT_CHECK(used <= 1, ONEBIT_INVALID_ARGUMENT, "tag '", tag.name, "' has been used on ", used,
+               " communicators; a checkpoint holds one state");
+}
+}  // namespace
+
+void Tag::saved_sizes(std::size_t* worker_count, std::size_t* server_count) const {
+  check_one_state(*this);
+  *worker_count = count;
+  if (!states.empty()) {
+    *server_count = states.begin()->second->server[0].size();
+  } else if (!device_states.empty()) {
+    *server_count = device_states.begin()->second->server_count();
+  } else {
+    *server_count = restored ? restored_server.size() : 0;
+  }
+}
+
+void Tag::save(float* worker, float* server) const {
+  std::size_t worker_count = 0, server_count = 0;
+  saved_sizes(&worker_count, &server_count);
+  ONEBIT_CHECK(worker != nullptr || worker_count == 0, ONEBIT_INVALID_ARGUMENT, "worker is NULL");
+  ONEBIT_CHECK(server != nullptr || server_count == 0, ONEBIT_INVALID_ARGUMENT, "server is NULL");
+  if (!states.empty()) {
+    const TagState& state = *states.begin()->second;
+    kernels::materialize_error(state.worker[state.current].data(), state.worker_scale, worker, worker_count);
+    kernels::materialize_error(state.server[state.current].data(), state.server_scale, server, server_count);
+  } else if (!device_states.empty()) {
+    device_states.begin()->second->save(worker, server);
+  } else if (restored) {  // restored and not used yet: save what was restored
+    std::copy(restored_worker.begin(), restored_worker.end(), worker);
+    std::copy(restored_server.begin(), restored_server.end(), server);
+  } else {
+    std::fill(worker, worker + worker_count, 0.0f);
+  }
+}
+
+void Tag::load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count) {
+  ONEBIT_CHECK(!has_run(), ONEBIT_INVALID_ARGUMENT, "tag '", name,
+               "' has already run; load its state before its first allreduce");
+  ONEBIT_CHECK(worker_count == count, ONEBIT_INVALID_ARGUMENT, "tag '", name, "' has ", count,
+               " elements; the saved worker error has ", worker_count);
+  ONEBIT_CHECK((worker != nullptr || worker_count == 0) && (server != nullptr || server_count == 0),
+               ONEBIT_INVALID_ARGUMENT, "worker or server is NULL");
+  restored_worker.assign(worker, worker + worker_count);
+  restored_server.assign(server, server + server_count);
+  restored = true;
 }
 
 }  // namespace onebit

@@ -40,6 +40,17 @@ struct TagState {
   std::vector<const std::uint8_t*> block_bits;  // the same, at one block
 };
 
+// A tag's state kept by a front door outside the engine's host memory: the NCCL door's device
+// buffers (plugin/engine/cuda_allreduce.h). Owned by the Tag like TagState, so untag frees it with
+// the tag and forget_communicator drops it; a re-tagged name starts from a new Tag and new state.
+struct DeviceState {
+  virtual ~DeviceState() = default;
+  // The elements of this rank's server error (its chunk on that communicator).
+  virtual std::size_t server_count() const = 0;
+  // The true errors e and s (checkpoints): waits for the state's last call to finish.
+  virtual void save(float* worker, float* server) const = 0;
+};
+
 struct Tag {
   std::string name;
   std::uint64_t id = 0;  // FNV-1a of the name; never 0 (0 is the untagged stream)
@@ -49,11 +60,19 @@ struct Tag {
 
   std::mutex busy;  // held for the duration of a call: one call per tag at a time
   std::map<std::uint64_t, std::unique_ptr<TagState>> states;  // by communicator id
+  std::map<std::uint64_t, std::unique_ptr<DeviceState>> device_states;  // by the front door's communicator id
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
   // A state restored from a checkpoint, applied by the tag's first call on a communicator.
   std::vector<float> restored_worker, restored_server;
   bool restored = false;
+
+  // Checkpoints (onebit_tag_state_*); the caller holds `busy`. A tag has one state to save: the
+  // one of the one communicator it ran on, host or device, or what was restored and not used yet.
+  void saved_sizes(std::size_t* worker_count, std::size_t* server_count) const;
+  void save(float* worker, float* server) const;  // zeros before the first call
+  void load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count);
+  bool has_run() const { return !states.empty() || !device_states.empty(); }
 };
 
 class TagRegistry {

@@ -144,8 +144,8 @@ ncclResult_t net_listen(int dev, void* handle, void** listen_comm) {
   return guard("listen", [&] {
     ONEBIT_CHECK(handle != nullptr && listen_comm != nullptr, ONEBIT_INVALID_ARGUMENT, "handle or listenComm is NULL");
     auto made = std::make_unique<NetListener>(device_at(dev), static_cast<int>(param::SocketsPerPeer()));
-    std::memset(handle, 0, NCCL_NET_HANDLE_MAXSIZE);
-    std::memcpy(handle, &made->handle(), sizeof(NetHandle));
+    static_assert(kHandleBytes == NCCL_NET_HANDLE_MAXSIZE);
+    encode_handle(made->handle(), static_cast<std::uint8_t*>(handle));
     log_line(NCCL_LOG_INFO, "listening on " + describe(made->handle()));
     *listen_comm = made.release();
   });
@@ -158,10 +158,9 @@ ncclResult_t net_connect(int dev, void* handle, void** send_comm, ncclNetDeviceH
     ONEBIT_CHECK(send_dev_comm == nullptr || *send_dev_comm == nullptr, ONEBIT_INVALID_ARGUMENT,
                  "device offload was requested; this network is host-only");
     *send_comm = nullptr;
-    NetHandle h;
-    std::memcpy(&h, handle, sizeof(h));
+    NetHandle h = decode_handle(static_cast<const std::uint8_t*>(handle));
     std::unique_ptr<NetComm> comm = connect_step(h);
-    std::memcpy(handle, &h, sizeof(h));  // the pending connect lives in NCCL's copy of the handle
+    encode_handle(h, static_cast<std::uint8_t*>(handle));  // the pending connect lives in NCCL's copy
     if (comm) {
       log_line(NCCL_LOG_INFO, "connected to " + comm->peer());
       *send_comm = comm.release();

@@ -181,5 +181,39 @@ TEST(CudaKernels, LoadsWithoutADevice) {
   EXPECT_EQ(cuda::workspace_bytes(0), sizeof(double));
 }
 
+// D6: a non-finite scale on any rank must leave the state as it was before the call; a finite
+// call must leave the call's new state alone.
+TEST(CudaKernels, RevertUnlessFiniteRestoresTheStateOnlyAfterANonFiniteScale) {
+  SKIP_WITHOUT_GPU();
+  const std::size_t n = 70001, server_n = 17501;
+  for (bool poisoned : {false, true}) {
+    const auto e_prev = normal(n, 1), e_next = normal(n, 2), s_prev = normal(server_n, 3), s_next = normal(server_n, 4);
+    DeviceArray<float> d_e_prev(n), d_e_next(n), d_s_prev(server_n), d_s_next(server_n);
+    d_e_prev.put(e_prev.data()), d_e_next.put(e_next.data()), d_s_prev.put(s_prev.data()), d_s_next.put(s_next.data());
+    std::vector<float> worker_scales = {0.5f, 0.75f, 1.0f, 2.0f}, server_scales = {0.1f, 0.2f, 0.3f, 0.4f};
+    if (poisoned) server_scales[2] = NAN;  // what every rank sees when rank r's input held a NaN
+    DeviceArray<float> d_worker(4), d_server(4), d_saved(2);
+    d_worker.put(worker_scales.data()), d_server.put(server_scales.data());
+    const float saved[2] = {7.0f, 9.0f};
+    d_saved.put(saved);
+    DeviceArray<int> verdict(1);
+    DeviceArray<unsigned> failures(1);
+    const unsigned zero = 0;
+    failures.put(&zero);
+    // This rank (1) owns worker_scales[1] and server_scales[1].
+    cuda::Revert r{d_e_prev.ptr, d_e_next.ptr, n, d_s_prev.ptr, d_s_next.ptr, server_n, d_saved.ptr,
+             d_worker.ptr + 1, d_server.ptr + 1, verdict.ptr, failures.ptr};
+    ASSERT_EQ(cuda::revert_unless_finite(d_worker.ptr, d_server.ptr, 4, r, nullptr), cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto& want_e = poisoned ? e_prev : e_next;
+    const auto& want_s = poisoned ? s_prev : s_next;
+    EXPECT_EQ(std::memcmp(d_e_next.get().data(), want_e.data(), n * 4), 0) << "poisoned " << poisoned;
+    EXPECT_EQ(std::memcmp(d_s_next.get().data(), want_s.data(), server_n * 4), 0) << "poisoned " << poisoned;
+    EXPECT_EQ(d_worker.get()[1], poisoned ? 7.0f : 0.75f);
+    EXPECT_EQ(d_server.get()[1], poisoned ? 9.0f : 0.2f);
+    EXPECT_EQ(failures.get()[0], poisoned ? 1u : 0u);
+  }
+}
+
 }  // namespace
 }  // namespace onebit::kernels

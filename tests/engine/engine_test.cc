@@ -6,10 +6,13 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <atomic>
+#include <algorithm>
 #include <sched.h>
 #include <cstdlib>
 #include <vector>
 
+#include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
@@ -112,10 +115,12 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
       for (int r = 0; r < world; ++r) {
         const float* out = rank0 + r * n;
         ASSERT_EQ(0, std::memcmp(out, rank0, n * 4)) << "rank " << r << " disagrees with rank 0, W=" << world << " n=" << n;
-        ambiguous = expect_matches(out, ref, reference.ambiguous(), "W=" + std::to_string(world) + " n=" +
-                                                                        std::to_string(n) + " call " + std::to_string(call));
+        ambiguous = std::max(ambiguous, expect_matches(out, ref, reference.ambiguous(),
+                                                       "W=" + std::to_string(world) + " n=" + std::to_string(n) +
+                                                           " call " + std::to_string(call)));
       }
     }
+    // The worst rank and call, not the last one.
     EXPECT_LE(ambiguous, n / 10000 + 1) << "too many sign-ambiguous elements, W=" << world << " n=" << n;
     offset += n;
   }
@@ -196,7 +201,7 @@ TEST(CompressedAllreduce, ConcurrentTagsFromThreads) {
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_comm_t comm = join(rank, world, port);
-    int failures = 0;
+    std::atomic<int> failures{0};  // both threads count into it
     auto worker = [&](int t) {
       std::vector<float> buffer(n);
       const std::string name = "thread" + std::to_string(t);
@@ -212,7 +217,7 @@ TEST(CompressedAllreduce, ConcurrentTagsFromThreads) {
     a.join();
     b.join();
     onebit_comm_destroy(comm);
-    return failures;
+    return failures.load();
   });
   for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
   for (int t = 0; t < 2; ++t) {
@@ -303,6 +308,16 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
             half[i] = values[(i + rank) % 4];
           }
           if (onebit_allreduce(comm, half.data(), n, ONEBIT_FLOAT16, ONEBIT_SUM) != ONEBIT_SUCCESS) return 4;
+          const std::uint16_t values[] = {0x3C00, 0x4000, 0x4200, 0xC000};
+          for (std::size_t i = 0; i < n; ++i) {
+            float sum = 0;
+            for (int r = 0; r < world; ++r) sum += kernels::half_to_float(values[(i + r) % 4]);
+            if (kernels::half_to_float(half[i]) != sum) {
+              std::fprintf(stderr, "rank %d W=%d n=%zu fp16 i=%zu: %g != %g\n", rank, world, n, i,
+                           kernels::half_to_float(half[i]), sum);
+              return 5;
+            }
+          }
         }
       }
       onebit_comm_destroy(comm);

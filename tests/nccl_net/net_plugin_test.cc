@@ -432,8 +432,7 @@ TEST(NcclNetPluginInChild, DISABLED_IncompleteConnectionIsDropped) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listen_comm = nullptr;
   ASSERT_EQ(net->listen(ctx, 0, handle, &listen_comm), ncclSuccess);
-  tcp::NetHandle h;
-  std::memcpy(&h, handle, sizeof(h));
+  const tcp::NetHandle h = tcp::decode_handle(reinterpret_cast<const std::uint8_t*>(handle));
   ASSERT_EQ(h.sockets, 2) << "ONEBIT_SOCKETS_PER_PEER=2 for this test";
   tcp::Address address;
   unsigned length = 0;

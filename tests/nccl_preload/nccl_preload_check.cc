@@ -5,11 +5,19 @@
 // ncclInvalidArgument, proving the call got there), and groups pass through. The compressed path
 // needs a GPU: tools/gpu-check.sh.
 //
-//   nccl_preload_check PATH/TO/libnccl.so.2
+// Also: calls deferred by a group each run and each failure is logged with its tag (D4), the
+// communicator calls the door interposes reach NCCL, and — with the argument `bad-enable` and
+// ONEBIT_ENABLE=banana — a bad setting is an error code with a message, not an exception through
+// the C ABI (D2).
+//
+//   nccl_preload_check PATH/TO/libnccl.so.2 [bad-enable]
 #include <dlfcn.h>
 #include <nccl.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "onebit/preload.h"
@@ -17,7 +25,44 @@
 using AllReduce = ncclResult_t (*)(const void*, void*, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t);
 using Group = ncclResult_t (*)();
 
+// Runs `body` with this process's stderr (where onebit logs) going to a file; returns what it wrote.
+template <typename Body>
+std::string captured_stderr(Body&& body) {
+  std::fflush(stderr);
+  std::FILE* file = std::tmpfile();
+  const int saved = ::dup(2);
+  ::dup2(fileno(file), 2);
+  body();
+  std::fflush(stderr);
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::string text;
+  std::rewind(file);
+  char chunk[4096];
+  for (std::size_t got; (got = std::fread(chunk, 1, sizeof(chunk), file)) > 0;) text.append(chunk, got);
+  std::fclose(file);
+  std::fputs(text.c_str(), stderr);
+  return text;
+}
+
+int bad_enable() {
+  auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
+  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(dlsym(RTLD_DEFAULT, "onebit_tag"));
+  if (!all_reduce || !tag) return 3;
+  std::vector<float> host(100);
+  if (tag("grad", host.data(), host.size(), ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 4;
+  ncclResult_t r = ncclSuccess;
+  const std::string log = captured_stderr([&] { r = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr); });
+  if (r != ncclInvalidArgument || log.find("ONEBIT_ENABLE") == std::string::npos) {
+    std::printf("FAIL: ONEBIT_ENABLE=banana must give ncclInvalidArgument and a message naming it; got %d\n", static_cast<int>(r));
+    return 5;
+  }
+  std::printf("OK: a bad ONEBIT_ENABLE is ncclInvalidArgument with a message, not an exception\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 3 && std::strcmp(argv[2], "bad-enable") == 0) return bad_enable();
   if (argc != 2) return 2;
   auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
   auto* group_start = reinterpret_cast<Group>(dlsym(RTLD_DEFAULT, "ncclGroupStart"));
@@ -64,8 +109,37 @@ int main(int argc, char** argv) {
     return 11;
   }
   if (stats(&s) != ONEBIT_SUCCESS || s.forwarded_calls != 3) return 12;
+  // Two tagged calls deferred by a group: both run at its end, both failures are logged with their
+  // tags (the communicator is NULL), and the group returns the first failure's code.
+  std::vector<float> second(100);
+  if (tag("grad2", second.data(), second.size(), ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 13;
+  ncclResult_t grouped = ncclSuccess, queued1 = ncclInternalError, queued2 = ncclInternalError;
+  const std::string log = captured_stderr([&] {
+    group_start();
+    queued1 = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+    queued2 = all_reduce(second.data(), second.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+    grouped = group_end();
+  });
+  if (queued1 != ncclSuccess || queued2 != ncclSuccess || grouped == ncclSuccess ||
+      log.find("tag 'grad'") == std::string::npos || log.find("tag 'grad2'") == std::string::npos) {
+    std::printf("FAIL: deferred calls: queued %d %d, group end %d; both tags must be named in the log\n",
+                static_cast<int>(queued1), static_cast<int>(queued2), static_cast<int>(grouped));
+    return 14;
+  }
+  // The communicator calls reach NCCL's own (which answer a NULL communicator as they do).
+  using CommCall = ncclResult_t (*)(ncclComm_t);
+  auto* destroy = reinterpret_cast<CommCall>(dlsym(RTLD_DEFAULT, "ncclCommDestroy"));
+  auto* real_destroy = reinterpret_cast<CommCall>(dlsym(nccl, "pncclCommDestroy"));
+  auto* abort_comm = reinterpret_cast<CommCall>(dlsym(RTLD_DEFAULT, "ncclCommAbort"));
+  auto* real_abort = reinterpret_cast<CommCall>(dlsym(nccl, "pncclCommAbort"));
+  if (!destroy || !real_destroy || !abort_comm || !real_abort || destroy(nullptr) != real_destroy(nullptr) ||
+      abort_comm(nullptr) != real_abort(nullptr)) {
+    std::printf("FAIL: ncclCommDestroy/ncclCommAbort must reach NCCL's pncclCommDestroy/pncclCommAbort\n");
+    return 15;
+  }
   std::printf("OK: without NCCL calls fail with ncclSystemError; with NCCL loaded RTLD_LOCAL untagged calls reach "
-              "pncclAllReduce (ncclResult %d for a NULL comm), a tagged call fails cleanly (%d), groups pass through\n",
-              static_cast<int>(r), static_cast<int>(tagged));
+              "pncclAllReduce (ncclResult %d for a NULL comm), a tagged call fails cleanly (%d), groups pass through, "
+              "every deferred call runs and is named when it fails (group end %d), communicator calls reach NCCL\n",
+              static_cast<int>(r), static_cast<int>(tagged), static_cast<int>(grouped));
   return 0;
 }

@@ -26,7 +26,7 @@ struct BootstrapResult {
 };
 
 // Rank 0's root service. Runs until every rank has its answer, or the deadline passes; errors go to
-// the ranks (and are rethrown to the caller of join_root via the reply rank 0 itself receives).
+// the ranks (and reach rank 0's own caller through the reply rank 0 itself receives, as every rank's do).
 void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const std::optional<SipKey>& auth);
 
 // Every rank's side. `data_listener` is bound here: to ifname's address, or to the local address of

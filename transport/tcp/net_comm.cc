@@ -117,6 +117,29 @@ std::vector<NetDevice> find_devices() {
 
 std::string describe(const NetHandle& handle) { return address_of(handle).to_string(); }
 
+void encode_handle(const NetHandle& handle, std::uint8_t* out) {
+  std::memset(out, 0, kHandleBytes);
+  wire::Writer w(out);
+  w.put(handle.magic).put(handle.version).put(handle.sockets);
+  w.put(handle.address.family).put(handle.address.port).bytes(handle.address.ip.data(), handle.address.ip.size());
+  w.bytes(handle.secret, sizeof(handle.secret));
+  std::memcpy(out + kPendingOffset, &handle.pending, sizeof(handle.pending));
+}
+
+NetHandle decode_handle(const std::uint8_t* in) {
+  wire::Reader r(in);
+  NetHandle handle{};
+  handle.magic = r.get<std::uint32_t>();
+  handle.version = r.get<std::uint16_t>();
+  handle.sockets = r.get<std::uint16_t>();
+  handle.address.family = r.get<std::uint16_t>();
+  handle.address.port = r.get<std::uint16_t>();
+  r.bytes(handle.address.ip.data(), handle.address.ip.size());
+  r.bytes(handle.secret, sizeof(handle.secret));
+  std::memcpy(&handle.pending, in + kPendingOffset, sizeof(handle.pending));
+  return handle;
+}
+
 void set_log_sink(LogSink sink) { log_sink = sink != nullptr ? sink : default_sink; }
 
 // ---------------------------------------------------------------- data path

@@ -43,18 +43,24 @@ constexpr int kMaxRecvs = 8;            // grouped receives per irecv
 constexpr int kMaxSockets = 64;  // ONEBIT_SOCKETS_PER_PEER's range, as for the engine's mesh
 constexpr std::size_t kStripeBytes = 64 * 1024;  // a stripe is at least this (except the last)
 
-// What NCCL exchanges between the two sides; fits NCCL_NET_HANDLE_MAXSIZE (128).
+// What NCCL's bootstrap carries from the listening side to the connecting one, in its 128-byte
+// handle (NCCL_NET_HANDLE_MAXSIZE), encoded field by field (docs/wire_format.md).
 struct NetHandle {
   std::uint32_t magic;
   std::uint16_t version;
   std::uint16_t sockets;
   wire::WireAddress address;
   std::uint8_t secret[16];
-  // Used by the connecting side only, in its own copy (NCCL passes the same handle on every
-  // retry of connect): the connection being set up.
+  // The connecting side's own state between retries of connect (NCCL passes the same handle
+  // bytes on every retry): a pointer that never leaves the process, at kPendingOffset.
   void* pending;
 };
-static_assert(sizeof(NetHandle) <= 128);
+
+constexpr std::size_t kHandleBytes = 128;   // NCCL_NET_HANDLE_MAXSIZE
+constexpr std::size_t kHandleRecordBytes = 44;
+constexpr std::size_t kPendingOffset = 64;
+void encode_handle(const NetHandle& handle, std::uint8_t* out);  // kHandleBytes
+NetHandle decode_handle(const std::uint8_t* in);                 // checked by connect_step
 
 struct NetDevice {
   std::string name;  // interface

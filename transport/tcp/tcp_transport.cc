@@ -293,12 +293,6 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
   }
 }
 
-bool TcpTransport::test(Request& request) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (request.state == Request::State::kFailed || failed_) throw_failure_locked();
-  return request.state == Request::State::kDone;
-}
-
 void TcpTransport::wait_all(const std::vector<Request*>& requests, Deadline deadline,
                             const std::function<std::string(const Request&)>& describe) {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -324,16 +318,6 @@ void TcpTransport::wait_all(const std::vector<Request*>& requests, Deadline dead
                                     " is stalled, dead or not in this call");
   }
   if (!all_done()) throw_failure_locked();
-}
-
-void TcpTransport::fail(onebit_result_t code, const std::string& message) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  fail_locked(code, message);
-}
-
-bool TcpTransport::failed() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return failed_;
 }
 
 TransportStats TcpTransport::stats() const {

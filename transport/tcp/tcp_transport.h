@@ -1,9 +1,10 @@
 // onebit's TCP transport: a full mesh of W ranks, several sockets per peer, messages striped across
 // them, non-blocking sockets driven by one progress thread (epoll) per transport.
 //
-// Its pieces have the shape of NCCL's net API, which the NCCL_NET plugin will wrap: a Listener
-// (listen → handle), connect(handle) and accept with a handshake, and isend / irecv / test on
-// requests. The mesh is built from those at construction, after a bootstrap at the root.
+// Its pieces have the shape of NCCL's net API: a Listener (listen → handle), connect(handle) and
+// accept with the handshake of connection.h — which the NCCL_NET plugin's connections (net_comm.h)
+// share — and isend / irecv / wait_all on requests. The mesh is built from those at construction,
+// after a bootstrap at the root.
 //
 // Failure model: any error — a peer closing, a bad header, a mismatch, a timeout — breaks the whole
 // transport: every socket is shut down (so peers learn at once), every pending request fails with
@@ -39,9 +40,6 @@ struct TransportOptions {
   std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
 };
 
-using Request = ::onebit::Request;
-using TransportStats = ::onebit::TransportStats;
-
 class TcpTransport final : public Transport {
  public:
   // Rank `rank` of `size` joins the job whose bootstrap root listens at `root` (rank 0 serves it).
@@ -54,23 +52,16 @@ class TcpTransport final : public Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return options_.timeout; }
-  std::uint64_t job_id() const { return job_id_; }
-  const TransportOptions& options() const { return options_; }
 
   // The channel is not needed here (keys carry the tag and the call's sequence) and is ignored.
   void isend(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,
              const wire::CallShape& shape, const void* data, std::size_t bytes) override;
   void irecv(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,
              const wire::CallShape& shape, void* data, std::size_t bytes) override;
-  // True once the request has completed; throws its error if it failed.
-  bool test(Request& request);
 
   void wait_all(const std::vector<Request*>& requests, Deadline deadline,
                 const std::function<std::string(const Request&)>& describe) override;
 
-  // Breaks the transport (see above). Idempotent: the first error is the one reported.
-  void fail(onebit_result_t code, const std::string& message);
-  bool failed() const;
 
   TransportStats stats() const override;
 

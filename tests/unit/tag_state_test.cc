@@ -1,0 +1,96 @@
+// The tag registry's ownership of error-feedback state, and checkpoints through the C ABI, in one
+// process with the engine (onebit_core + the C ABI's objects, no shared library in between). The
+// NCCL front door keeps its device buffers as a Tag's DeviceState; a GPU is not needed to check
+// the lifetime and checkpoint rules it relies on, so a host-memory DeviceState stands in for it.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "onebit/onebit.h"
+#include "plugin/engine/tag_registry.h"
+
+namespace onebit {
+namespace {
+
+// A DeviceState that says what a device state would, and records its own destruction.
+struct FakeDeviceState : DeviceState {
+  FakeDeviceState(std::size_t n, std::size_t server, bool* destroyed) : n(n), server(server), destroyed(destroyed) {}
+  ~FakeDeviceState() override { *destroyed = true; }
+  std::size_t server_count() const override { return server; }
+  void save(float* worker, float* server_out) const override {
+    for (std::size_t i = 0; i < n; ++i) worker[i] = 0.5f + static_cast<float>(i);
+    for (std::size_t i = 0; i < server; ++i) server_out[i] = -0.25f - static_cast<float>(i);
+  }
+  std::size_t n, server;
+  bool* destroyed;
+};
+
+TEST(TagState, ReTaggingANameWithFewerElementsStartsFromFreshDeviceState) {
+  // D1: the NCCL door kept device state by (communicator, FNV of the name), so a name untagged
+  // and tagged again with fewer elements reused buffers sized for the old count. Owned by the Tag,
+  // the old state goes with the old tag.
+  std::vector<float> big(100), small(50);
+  ASSERT_EQ(onebit_tag("retag/m", big.data(), big.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  bool destroyed = false;
+  {
+    auto tag = TagRegistry::instance().find(big.data());
+    ASSERT_NE(tag, nullptr);
+    tag->device_states[1] = std::make_unique<FakeDeviceState>(100, 56, &destroyed);
+  }
+  ASSERT_EQ(onebit_untag(big.data()), ONEBIT_SUCCESS);
+  EXPECT_TRUE(destroyed) << "untag frees the device state with the tag";
+  ASSERT_EQ(onebit_tag("retag/m", small.data(), small.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  auto tag = TagRegistry::instance().find(small.data());
+  ASSERT_NE(tag, nullptr);
+  EXPECT_EQ(tag->count, 50u);
+  EXPECT_TRUE(tag->device_states.empty()) << "a re-tagged name must not see the old tag's device state";
+  EXPECT_FALSE(tag->has_run());
+  ASSERT_EQ(onebit_untag(small.data()), ONEBIT_SUCCESS);
+}
+
+TEST(TagState, ForgettingACommunicatorDropsItsDeviceState) {
+  std::vector<float> x(8);
+  ASSERT_EQ(onebit_tag("forget/m", x.data(), x.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  bool first = false, second = false;
+  auto tag = TagRegistry::instance().find(x.data());
+  tag->device_states[7] = std::make_unique<FakeDeviceState>(8, 8, &first);
+  tag->device_states[8] = std::make_unique<FakeDeviceState>(8, 8, &second);
+  TagRegistry::instance().forget_communicator(7);  // the NCCL door calls this from ncclCommDestroy
+  EXPECT_TRUE(first);
+  EXPECT_FALSE(second);
+  EXPECT_EQ(tag->device_states.count(7), 0u);
+  ASSERT_EQ(onebit_untag(x.data()), ONEBIT_SUCCESS);
+}
+
+TEST(TagState, ACheckpointOfADeviceTagSavesItsStateNotZeros) {
+  // D7: a tag that ran on the GPU path had no host TagState, and onebit_tag_state_save returned
+  // success with zeros. It now saves what the device state holds.
+  std::vector<float> x(10);
+  ASSERT_EQ(onebit_tag("checkpoint/gpu", x.data(), x.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  bool destroyed = false;
+  auto tag = TagRegistry::instance().find(x.data());
+  tag->device_states[3] = std::make_unique<FakeDeviceState>(10, 8, &destroyed);
+  size_t workers = 0, servers = 0;
+  ASSERT_EQ(onebit_tag_state_size("checkpoint/gpu", &workers, &servers), ONEBIT_SUCCESS);
+  EXPECT_EQ(workers, 10u);
+  EXPECT_EQ(servers, 8u);
+  std::vector<float> worker(workers, 9.0f), server(servers, 9.0f);
+  ASSERT_EQ(onebit_tag_state_save("checkpoint/gpu", worker.data(), server.data()), ONEBIT_SUCCESS);
+  for (std::size_t i = 0; i < workers; ++i) EXPECT_EQ(worker[i], 0.5f + static_cast<float>(i)) << i;
+  for (std::size_t i = 0; i < servers; ++i) EXPECT_EQ(server[i], -0.25f - static_cast<float>(i)) << i;
+  // A server array is required when the state has a server part.
+  EXPECT_EQ(onebit_tag_state_save("checkpoint/gpu", worker.data(), nullptr), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("server is NULL"), std::string::npos) << onebit_last_error();
+  // A state that ran cannot be overwritten by a load.
+  EXPECT_EQ(onebit_tag_state_load("checkpoint/gpu", worker.data(), workers, server.data(), servers),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("has already run"), std::string::npos) << onebit_last_error();
+  // Two communicators' states do not fit one checkpoint: a clear error, not one of them.
+  tag->device_states[4] = std::make_unique<FakeDeviceState>(10, 8, &destroyed);
+  EXPECT_EQ(onebit_tag_state_save("checkpoint/gpu", worker.data(), server.data()), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("used on 2 communicators"), std::string::npos) << onebit_last_error();
+  ASSERT_EQ(onebit_untag(x.data()), ONEBIT_SUCCESS);
+}
+
+}  // namespace
+}  // namespace onebit

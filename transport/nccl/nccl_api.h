@@ -1,0 +1,35 @@
+// NCCL's own entry points, for the ncclAllReduce front door: the strong pncclX twins of the calls
+// the door defines (facts.md: NCCL's public calls are weak), looked up in the libnccl.so.2 the
+// process has loaded. Nothing here links NCCL, so the door loads, and does nothing, in a process
+// without NCCL or a GPU.
+#pragma once
+
+#include <nccl.h>
+
+namespace onebit::nccl {
+
+struct NcclApi {
+  decltype(&pncclAllReduce) all_reduce = nullptr;
+  decltype(&pncclSend) send = nullptr;
+  decltype(&pncclRecv) recv = nullptr;
+  decltype(&pncclGroupStart) group_start = nullptr;
+  decltype(&pncclGroupEnd) group_end = nullptr;
+  decltype(&pncclCommCount) comm_count = nullptr;
+  decltype(&pncclCommUserRank) comm_user_rank = nullptr;
+  decltype(&pncclCommDestroy) comm_destroy = nullptr;
+  decltype(&pncclCommAbort) comm_abort = nullptr;
+
+  // Everything the compressed path calls.
+  bool complete() const {
+    return all_reduce && send && recv && group_start && group_end && comm_count && comm_user_rank;
+  }
+};
+
+// Looked up until complete: a program may call in before it has loaded NCCL (then its calls fail
+// with ncclSystemError), and succeed once it has.
+const NcclApi& nccl_api();
+
+// Throws onebit::Error naming `what` and NCCL's code when `result` is not ncclSuccess.
+void check_nccl(ncclResult_t result, const char* what);
+
+}  // namespace onebit::nccl
