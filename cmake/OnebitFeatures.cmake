@@ -50,11 +50,14 @@ if(NOT ONEBIT_WITH_CUDA STREQUAL "OFF")
 endif()
 onebit_feature_resolve(CUDA ${_cuda_ok} "${_cuda_why}")
 
-# NCCL: nccl.h and libnccl.so (the toolkit's copy, or NCCL_HOME).
+# NCCL: nccl.h and libnccl (the toolkit's copy, or NCCL_HOME as a CMake or environment variable).
+# The nvidia-nccl pip wheel (what pip PyTorch loads) ships nvidia/nccl/include/nccl.h and
+# lib/libnccl.so.2 only, no unversioned libnccl.so: the versioned name is searched too.
 set(_nccl_ok FALSE)
 if(NOT ONEBIT_WITH_NCCL STREQUAL "OFF")
-  find_path(NCCL_INCLUDE_DIR nccl.h HINTS $ENV{NCCL_HOME}/include /usr/local/cuda/include)
-  find_library(NCCL_LIBRARY nccl HINTS $ENV{NCCL_HOME}/lib /usr/local/cuda/lib64 /usr/local/cuda/lib)
+  find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${NCCL_HOME}/include $ENV{NCCL_HOME}/include /usr/local/cuda/include)
+  find_library(NCCL_LIBRARY NAMES nccl libnccl.so.2
+    HINTS ${NCCL_HOME}/lib $ENV{NCCL_HOME}/lib /usr/local/cuda/lib64 /usr/local/cuda/lib)
   if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
     set(_nccl_ok TRUE)
   endif()

@@ -15,6 +15,11 @@ in the compression stage:
 
 Without DDP the optimizer averages the gradients itself during warmup.
 
+Parameters on a CUDA device (all on one) work the same way under libonebit-nccl-preload.so: the
+flat buffers live on that device, the tagged momentum's all_reduce goes through NCCL and is
+compressed there, and the same update rule runs as torch operations on the device (the C core
+works on host memory); the phase decision is still the C core's.
+
 state_dict() holds step, m, v and this rank's error-feedback state (the anchors keep none): save
 one per rank, load each into the same rank of a job of the same size, and training continues bit
 for bit (docs/usage.md, "Restarting a job").
@@ -52,21 +57,26 @@ class OnebitAdam(torch.optim.Optimizer):
         # Each group is one contiguous range of the flat buffers, in param_groups order.
         self._ranges = []
         offset = 0
+        devices = {p.device for group in self.param_groups for p in group["params"]}
+        if len(devices) != 1 or next(iter(devices)).type not in ("cpu", "cuda"):
+            raise ValueError(f"OnebitAdam: parameters must all be on one CPU or CUDA device, not {sorted(map(str, devices))}")
+        self._device = next(iter(devices))
         for group in self.param_groups:
             start = offset
             for p in group["params"]:
-                if p.dtype != torch.float32 or p.device.type != "cpu":
-                    raise ValueError(f"OnebitAdam: parameters must be float32 CPU tensors, not {p.dtype} on {p.device}")
+                if p.dtype != torch.float32:
+                    raise ValueError(f"OnebitAdam: parameters must be float32, not {p.dtype}")
                 offset += p.numel()
             self._ranges.append((start, offset))
         total = offset
         # One flat buffer each for parameters, gradients, momentum and variance; the parameters
-        # become views into theirs, so the C core updates them in place.
-        self._flat = torch.zeros(total)
-        self._grad = torch.zeros(total)
-        self._m = torch.zeros(total)
-        self._v = torch.zeros(total)
-        self._m_before = torch.zeros(total)  # the momentum before a compressed step, to undo a failed one
+        # become views into theirs, so the C core (or, on CUDA, the torch kernels) updates them in place.
+        zeros = lambda: torch.zeros(total, device=self._device)
+        self._flat = zeros()
+        self._grad = zeros()
+        self._m = zeros()
+        self._v = zeros()
+        self._m_before = zeros()  # the momentum before a compressed step, to undo a failed one
         offset = 0
         for p in self._params():
             n = p.numel()
@@ -122,12 +132,21 @@ class OnebitAdam(torch.optim.Optimizer):
                 dist.all_reduce(self._grad, group=self._group)  # untagged: gloo, full precision
                 self._grad.div_(self._world)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                if self._device.type == "cuda":
+                    _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
+                    beta2 = group["betas"][1]
+                    self._v[lo:hi].mul_(beta2).addcmul_(self._grad[lo:hi], self._grad[lo:hi], value=1.0 - beta2)
+                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
+                    continue
                 _check(lib, lib.onebit_adam_warmup_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
                                                         _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
                                                         ctypes.c_size_t(hi - lo)))
         else:
             self._m_before.copy_(self._m)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                if self._device.type == "cuda":
+                    _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
+                    continue
                 _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
                                                           _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
             if self._world > 1:
@@ -138,6 +157,9 @@ class OnebitAdam(torch.optim.Optimizer):
                     raise
                 self._m.div_(self._world)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                if self._device.type == "cuda":
+                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
+                    continue
                 _check(lib, lib.onebit_adam_apply_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
                                                        ctypes.c_size_t(hi - lo)))
@@ -185,6 +207,19 @@ class OnebitAdam(torch.optim.Optimizer):
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
         untag(self._m)
+
+
+# The C core's rule (plugin/optim/onebit_adam.cc) as torch operations, for CUDA parameters.
+def _momentum_on_device(group, m, g):
+    beta1 = group["betas"][0]
+    m.mul_(beta1).add_(g, alpha=1.0 - beta1)
+
+
+def _apply_on_device(group, p, m, v):
+    update = m / v.sqrt().add_(group["eps"])
+    if group["weight_decay"]:
+        update.add_(p, alpha=group["weight_decay"])
+    p.add_(update, alpha=-group["lr"])
 
 
 def ddp_comm_hook(state, bucket):

@@ -1,9 +1,14 @@
 """Two ranks of torch.distributed's NCCL backend on one GPU, connected through onebit's NCCL_NET
 plugin (distinct NCCL_HOSTID per rank makes NCCL treat them as two hosts; SHM/P2P off leaves it the
-network), with libonebit-nccl-preload.so preloaded. Checks: NCCL's log shows NET/onebit; untagged
-all_reduces of integer-valued tensors are exact; a tagged CUDA tensor's all_reduce equals the
-float64 reference of algorithm.md over 3 calls, for float32 and float16; onebit.stats() counts the
-compressed calls.
+network), with libonebit-nccl-preload.so preloaded. Checks, each naming what failed:
+  - NCCL's log shows NET/onebit;
+  - untagged all_reduces of integer-valued tensors are exact (1 to 16 Mi + 3 floats);
+  - a tagged CUDA tensor's all_reduce equals the float64 reference of algorithm.md over 3 calls,
+    float32, float16 and bfloat16;
+  - a NaN in one rank's input makes that call's result non-finite on both ranks and leaves the
+    error state as it was: the next call equals the reference that never saw the NaN call;
+  - untag + re-tag of the name with fewer elements starts from fresh state (the reference anew);
+  - onebit.stats() counts the compressed calls.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR
 """
@@ -12,45 +17,81 @@ import subprocess
 import sys
 import tempfile
 
-
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "tests", "python"))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+N = 5003
+
+
+def fail(rank, what):
+    print(f"rank {rank}: FAIL: {what}", flush=True)
+    sys.exit(4)
+
+
+def tagged_calls(rank, name, n, dtype, tolerance, reference, calls, start=0):
+    import torch
+    import torch.distributed as dist
+    from reference import inputs_of, mismatches
+    t = torch.zeros(n, device="cuda", dtype=dtype)
+    import onebit
+    onebit.tag(t, name)
+    for call in range(start, start + calls):
+        t.copy_(inputs_of(name, n, rank, call, dtype))
+        dist.all_reduce(t)
+        want = reference.step([inputs_of(name, n, r, call, dtype) for r in range(2)])
+        bad = mismatches(t, want, tolerance)
+        if bad > n // 10000 + 1:
+            fail(rank, f"tagged {dtype} '{name}' call {call}: {bad} of {n} elements off the float64 reference")
+    return t
 
 
 def rank_main(rank, store):
-    import numpy as np
     import torch
     import torch.distributed as dist
     import onebit
-    from gloo_preload_check import inputs_of, reference
+    from reference import Reference, inputs_of, mismatches
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", init_method=f"file://{store}", rank=rank, world_size=2)
-    for dtype, tolerance in ((torch.float32, 1e-4), (torch.float16, 2e-3)):
+    compressed = 0
+    for dtype, tolerance in ((torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
         name = f"momentum-{dtype}"
-        t = torch.zeros(5003, device="cuda", dtype=dtype)
-        onebit.tag(t, name)
-        np_dtype = np.float32 if dtype == torch.float32 else np.float16
-        for call in range(3):
-            t.copy_(torch.from_numpy(inputs_of(name, 5003, rank, call, np_dtype)))
-            dist.all_reduce(t)
-            want = reference([[inputs_of(name, 5003, r, c, np_dtype) for r in range(2)] for c in range(call + 1)])[call]
-            got = t.float().cpu().numpy().astype(np.float64)
-            err = np.max(np.abs(got - want) / np.maximum(np.abs(want), 1e-30))
-            if not err < tolerance:
-                print(f"rank {rank}: tagged {dtype} call {call}: relative error {err}", flush=True)
-                sys.exit(4)
+        t = tagged_calls(rank, name, N, dtype, tolerance, Reference(2, N), 3)
         onebit.untag(t)
-    if onebit.stats()["compressed_calls"] != 6:
-        print(f"rank {rank}: stats {onebit.stats()}", flush=True)
-        sys.exit(5)
+        compressed += 3
+    # NaN on rank 1 at the second call: non-finite everywhere, then the third call is the
+    # reference's second (the NaN call changed no state).
+    reference = Reference(2, N)
+    t = tagged_calls(rank, "nan", N, torch.float32, 1e-4, reference, 1)
+    t.copy_(inputs_of("nan", N, rank, 1))
+    if rank == 1:
+        t[17] = float("nan")
+    dist.all_reduce(t)
+    if torch.isfinite(t).all():
+        fail(rank, "a NaN in rank 1's input gave a finite result")
+    t.copy_(inputs_of("nan", N, rank, 2))
+    dist.all_reduce(t)
+    want = reference.step([inputs_of("nan", N, r, 2) for r in range(2)])
+    bad = mismatches(t, want, 1e-4)
+    if bad > N // 10000 + 1:
+        fail(rank, f"after the NaN call the error state was not the one before it ({bad} elements off)")
+    onebit.untag(t)
+    compressed += 3
+    # Re-tag the name with fewer elements: fresh state, nothing of the old one.
+    t = tagged_calls(rank, "retag", N, torch.float32, 1e-4, Reference(2, N), 2)
+    onebit.untag(t)
+    t = tagged_calls(rank, "retag", 1001, torch.float32, 1e-4, Reference(2, 1001), 2, start=5)
+    onebit.untag(t)
+    compressed += 4
+    stats = onebit.stats()
+    if stats["compressed_calls"] != compressed:
+        fail(rank, f"stats count {stats['compressed_calls']} compressed calls, want {compressed}: {stats}")
     for n in (1, 1000, 1 << 20, (16 << 20) + 3):
         t = (torch.arange(n, device="cuda", dtype=torch.float32) % 1000) + rank
         dist.all_reduce(t)
         want = 2 * (torch.arange(n, device="cuda", dtype=torch.float32) % 1000) + 1
         if not torch.equal(t, want):
-            print(f"rank {rank}: all_reduce of {n} floats is not exact", flush=True)
-            sys.exit(3)
+            fail(rank, f"untagged all_reduce of {n} floats is not exact")
     torch.cuda.synchronize()
     dist.destroy_process_group()
 
@@ -64,25 +105,34 @@ def main():
         store = os.path.join(tmp, "store")
         procs, logs = [], []
         for rank in range(2):
-            env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"), NCCL_NET_PLUGIN="onebit", NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1",
-                       NCCL_P2P_DISABLE="1", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
+            env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"), NCCL_NET_PLUGIN="onebit",
+                       NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1",
+                       NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
                        LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
             log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
             logs.append(log)
             procs.append(subprocess.Popen([sys.executable, __file__, "rank", str(rank), store], env=env, stdout=log,
                                           stderr=subprocess.STDOUT))
-        codes = [p.wait(timeout=300) for p in procs]
+        try:
+            codes = [p.wait(timeout=240) for p in procs]
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            codes = [p.wait() for p in procs]
+            print("nccl job: timed out after 240 s (a hang)")
         text = ""
         for log in logs:
             log.seek(0)
             text += log.read()
     used = "NET/onebit" in text
     print(f"nccl job: exit codes {codes}; NET/onebit in NCCL's log: {used}")
+    failures = [line for line in text.splitlines() if "FAIL" in line]
     if not used or any(codes):
-        print(text[-4000:])
+        print("\n".join(failures) if failures else text[-4000:])
         return 1
     print("nccl job: over onebit's NCCL_NET plugin (2 ranks, one GPU, distinct NCCL_HOSTID): untagged all_reduces "
-          "exact; tagged float32/float16 all_reduces match the float64 reference over 3 calls")
+          "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
+          "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh")
     return 0
 
 
