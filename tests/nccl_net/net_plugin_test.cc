@@ -463,6 +463,7 @@ TEST(NcclNetPluginInChild, DISABLED_IncompleteConnectionIsDropped) {
   EXPECT_TRUE(warned("dropped an incomplete connection")) << "and said so";
   EXPECT_TRUE(warned("1 of 2 sockets"));
   EXPECT_EQ(net->closeListen(listen_comm), ncclSuccess);
+  EXPECT_EQ(net->finalize(ctx), ncclSuccess);
 }
 
 TEST(NcclNetPlugin, IncompleteConnectionsAreDropped) {

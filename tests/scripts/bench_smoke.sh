@@ -7,9 +7,13 @@ bench=$1 plot=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$bench" --ranks 3 -b 4K -e 1M -f 16 -n 1 -w 1 -c 1 --algo all,compressed-gloo --json "$dir/rows.jsonl" --csv "$dir/rows.csv" | tee "$dir/out.txt"
-grep -q "^# Avg bus bandwidth (compressed)" "$dir/out.txt"
-grep -q "^# Avg bus bandwidth (gloo)" "$dir/out.txt"
-grep -q "^# Avg bus bandwidth (compressed-gloo)" "$dir/out.txt"
+# nccl-tests' table: its columns in its order (the algorithm after #wrong), its footer lines.
+grep -Eq "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +algo " "$dir/out.txt"
+grep -Eq "^ +4096 +1024 +float +avg +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +compressed " "$dir/out.txt"
+grep -q "^# Out of bounds values : 0 OK$" "$dir/out.txt"
+grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed\)$" "$dir/out.txt"
+grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(gloo\)$" "$dir/out.txt"
+grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed-gloo\)$" "$dir/out.txt"
 rows=$(wc -l < "$dir/rows.jsonl")
 [ "$rows" -eq 12 ] || { echo "FAIL: expected 12 JSON rows (3 sizes x 4 algorithms), got $rows"; exit 1; }
 csv_lines=$(wc -l < "$dir/rows.csv")

@@ -234,8 +234,13 @@ class Bench {
     std::printf("# wire: bytes each rank sends per call (onebit: measured, headers included; gloo: ring payload)\n");
     std::printf("# ratio: fp32 ring bytes / wire; relerr: |out - exact average| / |exact average| (compressed, -c 1)\n");
     std::printf("# bound: max(wire time at the link rate, kernel memory time at the measured memcpy rate)\n#\n");
-    std::printf("#  %-10s %12s %11s %6s %5s %4s %11s %7s %7s %6s %12s %7s %7s %10s %6s\n", "algo", "size", "count", "type",
-                "redop", "root", "time(us)", "algbw", "busbw", "#wrong", "wire/rank", "ratio", "relerr", "bound(us)", "t/bnd");
+    // nccl-tests' columns, in its order (in-place only), so its parsers read the table unchanged;
+    // the algorithm and onebit's extras come after #wrong.
+    std::printf("#                                                     in-place\n");
+    std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s  %-15s %12s %7s %7s %10s %6s\n", "size", "count", "type", "redop",
+                "root", "time", "algbw", "busbw", "#wrong", "algo", "wire/rank", "ratio", "relerr", "bound", "t/bnd");
+    std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s  %-15s %12s %7s %7s %10s %6s\n", "(B)", "(elements)", "", "", "",
+                "(us)", "(GB/s)", "(GB/s)", "", "", "(B)", "", "", "(us)", "");
     std::fflush(stdout);
     if (!o_.json_path.empty()) json_.open(o_.json_path, std::ios::app);
     if (!o_.csv_path.empty()) {
@@ -252,13 +257,14 @@ class Bench {
     std::snprintf(relerr, sizeof(relerr), std::isnan(r.relerr) ? "-" : "%.3f", r.relerr);
     std::snprintf(bound_text, sizeof(bound_text), std::isnan(bound) ? "-" : "%.0f", bound);
     std::snprintf(ratio_to_bound, sizeof(ratio_to_bound), std::isnan(bound) ? "-" : "%.2f", r.time_us / bound);
-    std::printf("   %-10s %12llu %11llu %6s %5s %4d %11.1f %7.3f %7.3f %6s %12.0f %6.1fx %7s %10s %6s\n", r.algo.c_str(),
+    std::printf("  %10llu %12llu %8s %6s %6d %9.1f %7.2f %7.2f %6s  %-15s %12.0f %6.1fx %7s %10s %6s\n",
                 static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.bytes / 4), "float", r.redop, -1,
-                r.time_us, r.algbw, r.busbw, wrong, r.wire_bytes, r.ratio, relerr, bound_text, ratio_to_bound);
+                r.time_us, r.algbw, r.busbw, wrong, r.algo.c_str(), r.wire_bytes, r.ratio, relerr, bound_text,
+                ratio_to_bound);
     if (compressed(r.algo)) {
-      std::printf("#  %-10s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
-                  " | unpack %.0f\n", "", r.stages.worker * 1e6, r.stages.wait_inputs * 1e6, r.stages.server * 1e6,
-                  r.stages.wait_results * 1e6, r.stages.unpack * 1e6);
+      std::printf("#   %s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
+                  " | unpack %.0f\n", r.algo.c_str(), r.stages.worker * 1e6, r.stages.wait_inputs * 1e6,
+                  r.stages.server * 1e6, r.stages.wait_results * 1e6, r.stages.unpack * 1e6);
     }
     std::fflush(stdout);
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
@@ -285,13 +291,18 @@ class Bench {
 
   void footer(const std::vector<Row>& rows) {
     if (rank_ != 0) return;
+    // nccl-tests' footer: the out-of-bounds line (onebit checks every value: #wrong), then the
+    // average bus bandwidth, one line per algorithm (the first algorithm's line comes first).
+    double wrong_total = 0;
+    for (const Row& r : rows) wrong_total += std::max(0.0, r.wrong);
+    std::printf("# Out of bounds values : %.0f %s\n", wrong_total, wrong_total > 0 ? "FAILED" : "OK");
     for (const std::string& algo : o_.algos) {
       double sum = 0;
       int count = 0;
       for (const Row& r : rows) {
         if (r.algo == algo) sum += r.busbw, ++count;
       }
-      std::printf("# Avg bus bandwidth (%s): %.3f GB/s\n", algo.c_str(), count ? sum / count : 0.0);
+      std::printf("# Avg bus bandwidth    : %g  (%s)\n", count ? sum / count : 0.0, algo.c_str());
     }
     const std::uint64_t largest = rows.empty() ? 0 : rows.back().bytes;
     auto time_of = [&](const std::string& algo) -> double {
