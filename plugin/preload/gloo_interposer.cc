@@ -2,6 +2,8 @@
 // function every dense CPU allreduce of PyTorch's gloo backend goes through — ahead of libgloo's.
 // A call on a tagged fp32 or fp16 buffer, in place, with a sum, runs onebit's compressed allreduce;
 // every other call goes to libgloo's own gloo::allreduce untouched (found with dlsym(RTLD_NEXT)).
+// Under a PyTorch that bundles its own gloo (pip wheels) it forwards everything: see
+// real_allreduce().
 //
 // Each gloo::Context gets one onebit communicator, made on the context's first tagged call. Its
 // transport (ONEBIT_TRANSPORT):
@@ -12,6 +14,9 @@
 // Every rank must decide alike, or the job hangs: the decision depends only on the tag (name,
 // element count, dtype) and the call's shape, which every rank of a correct program shares.
 #include <dlfcn.h>
+
+#include <cstring>
+#include <string>
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
@@ -36,17 +41,60 @@ namespace onebit::preload {
 namespace {
 
 using AllreduceFunction = void (*)(const gloo::AllreduceOptions&);
+constexpr const char* kAllreduceSymbol = "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE";
 
-AllreduceFunction real_allreduce() {
-  static const AllreduceFunction function = [] {
-    auto* found = reinterpret_cast<AllreduceFunction>(dlsym(RTLD_NEXT, "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE"));
-    if (found == nullptr) {
+// The gloo::allreduce the framework would have called without this library, and whose it is.
+//
+// Debian's PyTorch links libgloo.so.0, the gloo this library is built against: its options and
+// context layouts are ours, and dlsym(RTLD_NEXT) finds it (this library needs libgloo.so.0). pip
+// wheels bundle a gloo of their own inside libtorch_cpu.so — exported and called through the PLT,
+// so this definition still takes its calls, but of another gloo version, whose AllreduceOptions
+// and Context layouts this library does not know (reading them crashed in a test). There every
+// call goes to the bundled gloo::allreduce untouched, and nothing is compressed: the way in for
+// such a PyTorch is onebit's torch.distributed backend (python/onebit/backend.py), and the first
+// call says so in a WARN line.
+struct RealAllreduce {
+  AllreduceFunction function = nullptr;
+  bool bundled = false;  // the framework's own gloo, not libgloo.so.0
+  std::string library;
+};
+
+const RealAllreduce& real_allreduce() {
+  static const RealAllreduce real = [] {
+    RealAllreduce r;
+    // libtorch_cpu.so is loaded in a local scope (Python extensions are): look there first.
+    if (void* torch = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD)) {
+      void* own = dlsym(torch, kAllreduceSymbol);
+      Dl_info info{};
+      if (own != nullptr && dladdr(own, &info) != 0 && info.dli_fname != nullptr &&
+          std::strstr(info.dli_fname, "libtorch_cpu") != nullptr) {
+        r.function = reinterpret_cast<AllreduceFunction>(own);
+        r.bundled = true;
+        r.library = info.dli_fname;
+      }
+      dlclose(torch);  // NOLOAD took a reference; torch stays loaded
+    }
+    if (r.function == nullptr) {
+      r.function = reinterpret_cast<AllreduceFunction>(dlsym(RTLD_NEXT, kAllreduceSymbol));
+      Dl_info info{};
+      if (r.function != nullptr && dladdr(reinterpret_cast<void*>(r.function), &info) != 0 && info.dli_fname != nullptr) {
+        r.library = info.dli_fname;
+      }
+    }
+    if (r.function == nullptr) {
       ONEBIT_LOG(WARN, "preload: libgloo's gloo::allreduce not found (", dlerror(),
                  "); libonebit-preload.so must be linked after libgloo");
+    } else if (r.bundled) {
+      ONEBIT_LOG(WARN, "preload: this PyTorch bundles its own gloo (", r.library,
+                 ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: every allreduce goes to "
+                 "it untouched and nothing is compressed. Use onebit's torch.distributed backend instead: "
+                 "onebit.register_backend(); dist.init_process_group(\"onebit\", ...) (docs/usage.md)");
+    } else {
+      ONEBIT_LOG(INFO, "preload: forwarding to gloo::allreduce in ", r.library);
     }
-    return found;
+    return r;
   }();
-  return function;
+  return real;
 }
 
 using ReduceFunction = std::function<void(void*, const void*, const void*, std::size_t)>;
@@ -201,6 +249,8 @@ namespace gloo {
 
 // Declared a friend by gloo::AllreduceOptions, which is how it reads the call's options.
 void allreduce(const AllreduceOptions& opts) {
+  const auto& real = onebit::preload::real_allreduce();
+  if (real.bundled) return real.function(opts);  // another gloo's options: not ours to read
   bool taken = false;
   try {
     taken = onebit::preload::take(opts.impl_);
@@ -210,9 +260,8 @@ void allreduce(const AllreduceOptions& opts) {
   }
   if (taken) return;
   onebit::preload::forwarded(opts.impl_);
-  auto real = onebit::preload::real_allreduce();
-  if (real == nullptr) throw ::gloo::Exception("onebit: libgloo's gloo::allreduce is not available to forward to");
-  real(opts);
+  if (real.function == nullptr) throw ::gloo::Exception("onebit: libgloo's gloo::allreduce is not available to forward to");
+  real.function(opts);
 }
 
 }  // namespace gloo

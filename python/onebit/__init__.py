@@ -1,23 +1,32 @@
 """onebit for PyTorch: tag tensors whose allreduce onebit should compress.
 
-Run the training script with the front-door library preloaded, e.g.
+Two ways in (docs/usage.md):
+  - PyTorch 2.x from pip (its gloo is bundled in libtorch_cpu.so): the "onebit" backend,
+        onebit.register_backend(); dist.init_process_group("onebit", ...)
+    with libonebit.so found through ONEBIT_LIBRARY or the checkout's build tree;
+  - a PyTorch linked with the system libgloo.so.0 (Debian's python3-torch): the training script
+    run with LD_PRELOAD=/path/to/libonebit-preload.so and the gloo backend.
 
-    LD_PRELOAD=/path/to/libonebit-preload.so torchrun ... train.py
-
-then, in the script, ``onebit.tag(tensor, "name")`` makes every ``dist.all_reduce(tensor)`` of that
-exact tensor (gloo backend, float32 or float16, SUM) run onebit's 1-bit compressed,
-error-compensated allreduce; everything else is untouched. ``onebit.OnebitAdam`` is the optimizer
-that drives it, ``onebit.ddp_comm_hook`` its DDP hook (docs/usage.md).
+Then ``onebit.tag(tensor, "name")`` makes every ``dist.all_reduce(tensor)`` of that exact tensor
+(float32 or float16, SUM) run onebit's 1-bit compressed, error-compensated allreduce; everything
+else is untouched. ``onebit.OnebitAdam`` is the optimizer that drives it, ``onebit.ddp_comm_hook``
+its DDP hook. The NCCL front door (libonebit-nccl-preload.so, CUDA tensors) is a third.
 """
 import ctypes
+import ctypes.util
+import os
+import sys
 
-__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ddp_comm_hook"]
+__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ddp_comm_hook", "register_backend"]
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
     if name in ("OnebitAdam", "ddp_comm_hook"):
         from . import optim
         return getattr(optim, name)
+    if name == "register_backend":
+        from . import backend
+        return backend.register_backend
     raise AttributeError(f"module 'onebit' has no attribute {name!r}")
 
 _DTYPES = {"torch.float32": 0, "torch.float16": 1, "torch.bfloat16": 2}
@@ -37,13 +46,114 @@ class _PreloadStats(ctypes.Structure):  # onebit_preload_stats_t
     _fields_ = [("onebit", _Stats), ("forwarded_calls", ctypes.c_uint64), ("forwarded_bytes", ctypes.c_uint64)]
 
 
-def _library():
-    process = ctypes.CDLL(None)
-    if not hasattr(process, "onebit_preload_stats"):
+def _torch_bundles_gloo():
+    """Whether the imported torch carries its own gloo (pip wheels) rather than linking the system
+    libgloo.so.0: from libtorch_cpu.so's ELF dynamic section (DT_NEEDED), read without loading."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    path = os.path.realpath(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
+    try:
+        return b"libgloo.so" not in _needed_libraries(path)
+    except (OSError, ValueError):
+        return False
+
+
+def _needed_libraries(path):
+    """The DT_NEEDED names of an ELF64 little-endian shared object, joined by NULs."""
+    import struct
+    with open(path, "rb") as f:
+        head = f.read(64)
+        if head[:4] != b"\x7fELF" or head[4] != 2:
+            raise ValueError("not an ELF64 file")
+        phoff, = struct.unpack_from("<Q", head, 32)
+        phentsize, phnum = struct.unpack_from("<HH", head, 54)
+        f.seek(phoff)
+        table = f.read(phentsize * phnum)
+        loads, dynamic = [], None
+        for i in range(phnum):
+            kind, _, offset, vaddr, _, filesz, _, _ = struct.unpack_from("<IIQQQQQQ", table, i * phentsize)
+            if kind == 1:
+                loads.append((vaddr, offset, filesz))
+            elif kind == 2:
+                dynamic = (offset, filesz)
+        if dynamic is None:
+            return b""
+        f.seek(dynamic[0])
+        entries = f.read(dynamic[1])
+        needed, strtab = [], None
+        for i in range(0, len(entries) - 15, 16):
+            tag, value = struct.unpack_from("<qQ", entries, i)
+            if tag == 0:
+                break
+            if tag == 1:
+                needed.append(value)
+            elif tag == 5:
+                strtab = value
+        if strtab is None:
+            return b""
+        base = next(offset + strtab - vaddr for vaddr, offset, size in loads if vaddr <= strtab < vaddr + size)
+        names = []
+        for value in needed:
+            f.seek(base + value)
+            names.append(f.read(256).split(b"\0", 1)[0])
+        return b"\0".join(names)
+
+
+def _check_preload_fits_torch(process):
+    if hasattr(process, "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE") and _torch_bundles_gloo():
         raise OnebitNotLoaded(
-            "onebit is not loaded in this process: run with LD_PRELOAD=/path/to/libonebit-preload.so")
-    process.onebit_last_error.restype = ctypes.c_char_p
-    return process
+            "libonebit-preload.so is preloaded, but this PyTorch bundles its own gloo (a pip wheel): the preload's "
+            "system libgloo.so.0 breaks it (init_process_group crashes) and could not reach its calls anyway. "
+            "Unset LD_PRELOAD and use the onebit backend: onebit.register_backend(); "
+            "dist.init_process_group(\"onebit\", ...) (docs/usage.md)")
+
+
+def _library():
+    """onebit's C library: the front door preloaded into this process if there is one, else
+    libonebit.so (ONEBIT_LIBRARY, the build tree of the checkout this package sits in, or the
+    loader's search path)."""
+    global _loaded
+    if _loaded is not None:
+        return _loaded
+    process = ctypes.CDLL(None)
+    if hasattr(process, "onebit_tag"):
+        _check_preload_fits_torch(process)
+        lib = process
+    else:
+        here = os.path.dirname(os.path.abspath(__file__))
+        candidates = [os.environ.get("ONEBIT_LIBRARY"),
+                      os.path.join(here, "..", "..", "build", "release", "libonebit.so"),
+                      ctypes.util.find_library("onebit")]
+        lib = None
+        for candidate in candidates:
+            if candidate and (os.path.exists(candidate) or not os.path.isabs(candidate)):
+                try:
+                    lib = ctypes.CDLL(candidate)
+                    break
+                except OSError:
+                    continue
+        if lib is None:
+            raise OnebitNotLoaded(
+                "onebit's C library was not found: set ONEBIT_LIBRARY=/path/to/libonebit.so (with the onebit "
+                "backend), or run with LD_PRELOAD=/path/to/libonebit-preload.so (Debian's torch, gloo backend)")
+    lib.onebit_last_error.restype = ctypes.c_char_p
+    _loaded = lib
+    return lib
+
+
+_loaded = None
+# Tagged tensors, by data pointer: (name, elements, onebit dtype). The C registry is the truth;
+# this lets the onebit backend decide without a call into C per collective.
+_tags = {}
+
+
+def _tagged_dtype(tensor):
+    """The onebit dtype of a tensor tagged exactly as it is, or None."""
+    entry = _tags.get(tensor.data_ptr())
+    if entry is None or entry[1] != tensor.numel() or entry[2] != _DTYPES.get(str(tensor.dtype)):
+        return None
+    return entry[2]
 
 
 def _check(lib, result):
@@ -62,12 +172,17 @@ def tag(tensor, name):
         raise ValueError("onebit.tag: the tensor must be contiguous")
     _check(lib, lib.onebit_tag(name.encode(), ctypes.c_void_p(tensor.data_ptr()),
                                ctypes.c_size_t(tensor.numel()), ctypes.c_int(dtype)))
+    for ptr, entry in list(_tags.items()):
+        if entry[0] == name:  # the name moved to a new buffer (its state kept)
+            del _tags[ptr]
+    _tags[tensor.data_ptr()] = (name, tensor.numel(), dtype)
 
 
 def untag(tensor):
     """Stop compressing this tensor and free its error-feedback state."""
     lib = _library()
     _check(lib, lib.onebit_untag(ctypes.c_void_p(tensor.data_ptr())))
+    _tags.pop(tensor.data_ptr(), None)
 
 
 def stats():
@@ -79,9 +194,17 @@ def stats():
     2·(W−1)/W times that); full_precision_*: onebit's own ring, which the front door does not use.
     """
     lib = _library()
+    if not hasattr(lib, "onebit_preload_stats"):  # libonebit.so: the onebit backend's counts
+        from .backend import backend_stats
+        return backend_stats()
     out = _PreloadStats()
     _check(lib, lib.onebit_preload_stats(ctypes.byref(out)))
     result = {name: getattr(out.onebit, name) for name, _ in _Stats._fields_}
     result["forwarded_calls"] = out.forwarded_calls
     result["forwarded_bytes"] = out.forwarded_bytes
     return result
+
+
+# Said at import, before init_process_group would crash, when the script imported torch first.
+if "torch" in sys.modules:
+    _check_preload_fits_torch(ctypes.CDLL(None))

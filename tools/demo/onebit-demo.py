@@ -77,7 +77,10 @@ def rank_main(config):
 
     torch.set_num_threads(1)
     rank, world = config["rank"], config["world"]
-    dist.init_process_group("gloo", init_method=f"file://{config['store']}", rank=rank, world_size=world)
+    if config["backend"] == "onebit":  # pip torch: onebit's torch.distributed backend over gloo
+        onebit.register_backend()
+    dist.init_process_group(config["backend"] if config["backend"] == "onebit" else "gloo",
+                            init_method=f"file://{config['store']}", rank=rank, world_size=world)
     text = load_text()
     chars = sorted(set(text))
     data = torch.from_numpy(np.frombuffer(text.encode("ascii"), dtype=np.uint8).astype(np.int64))
@@ -171,13 +174,20 @@ def launch(config, ranks, out, preload, emulation=None):
     procs = []
     for rank in range(ranks):
         rank_config = dict(config, rank=rank, world=ranks, store=store, out=out)
-        env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+        if config["backend"] == "onebit":
+            env = dict(os.environ, ONEBIT_LIBRARY=os.path.join(os.path.dirname(preload), "libonebit.so"),
+                       MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+            env.pop("LD_PRELOAD", None)
+        else:
+            env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
         env.pop("ONEBIT_FREEZE_STEP", None)
         command = [sys.executable, os.path.abspath(__file__), "--rank-config", json.dumps(rank_config)]
         if emulation is not None:
             rank_config["interface"] = "eth0"
             command[-1] = json.dumps(rank_config)
             env["GLOO_SOCKET_IFNAME"] = "eth0"
+            # The onebit backend's own TCP bootstrap: rank 0's address inside the emulation.
+            env.update(MASTER_ADDR=emulation.address(0), ONEBIT_SOCKET_IFNAME="eth0")
             command = ["ip", "netns", "exec", emulation.rank_ns[rank]] + command
         procs.append(subprocess.Popen(command, env=env))
     codes = [p.wait() for p in procs]
@@ -252,6 +262,10 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "demo"))
     parser.add_argument("--preload", default=os.path.join(ROOT, "build", "release", "libonebit-preload.so"))
     parser.add_argument("--quick", action="store_true", help="CI: 2 ranks, 40 steps, small model, no emulation")
+    parser.add_argument("--backend", choices=("auto", "preload", "onebit"), default="auto",
+                        help="preload: gloo under libonebit-preload.so (a torch linked with the system libgloo, "
+                             "Debian's); onebit: onebit's torch.distributed backend (torch >= 2.0, pip's); auto: "
+                             "preload unless this torch bundles its own gloo")
     args = parser.parse_args()
     if args.rank_config:
         rank_main(json.loads(args.rank_config))
@@ -259,11 +273,16 @@ def main():
     if args.quick:
         args.ranks, args.steps, args.width, args.eval_every, args.val_batches, args.link = 2, 40, 64, 10, 2, []
     os.makedirs(args.out, exist_ok=True)
+    if args.backend == "auto":
+        import torch  # noqa: F401 (onebit asks the imported torch)
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+        import onebit
+        args.backend = "onebit" if onebit._torch_bundles_gloo() else "preload"
     freeze = max(1, int(round(args.warmup * args.steps)))
-    base = dict(steps=args.steps, freeze=freeze, lr=args.lr, width=args.width, layers=args.layers,
+    base = dict(backend=args.backend, steps=args.steps, freeze=freeze, lr=args.lr, width=args.width, layers=args.layers,
                 context=args.context, batch=args.batch, seed=args.seed, eval_every=args.eval_every,
                 val_batches=args.val_batches)
-    print(f"# onebit-demo: {args.ranks} ranks, {args.steps} steps, OnebitAdam freezes at step {freeze} "
+    print(f"# onebit-demo: {args.ranks} ranks ({args.backend}), {args.steps} steps, OnebitAdam freezes at step {freeze} "
           f"({100 * freeze / args.steps:.0f} %), text from {FORTUNES}", flush=True)
     results = {}
     for name in ("adam", "onebit", "uncompressed"):

@@ -1,0 +1,197 @@
+"""onebit as a torch.distributed backend: the way in for PyTorch 2.x as pip installs it.
+
+pip wheels bundle their own gloo inside libtorch_cpu.so, so the LD_PRELOAD front door (which
+interposes the system libgloo.so.0) cannot reach their calls (docs/design.md, "PyTorch from
+PyPI"). A backend registered with torch.distributed needs no interposition:
+
+    import onebit
+    onebit.register_backend()                      # once, before init_process_group
+    dist.init_process_group("onebit", ...)         # any init_method; CPU tensors
+
+Every collective goes to a gloo process group made on the same store (so untagged calls are
+bit-identical to a plain gloo job), except all_reduce of a tagged tensor (onebit.tag; float32,
+float16 or bfloat16; SUM), which runs onebit's compressed allreduce over onebit's own TCP
+transport (libonebit.so's C API), bootstrapped over the same store: rank 0 serves the bootstrap
+at ONEBIT_ROOT, or at MASTER_ADDR (127.0.0.1 when unset) on a free port it publishes in the store.
+
+The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
+package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
+"""
+import ctypes
+import os
+import socket
+import threading
+
+import torch
+import torch.distributed as dist
+
+from . import _check, _library, _tagged_dtype
+
+__all__ = ["register_backend", "BACKEND_NAME"]
+
+BACKEND_NAME = "onebit"
+
+_ONEBIT_SUM, _ONEBIT_AVG = 0, 1
+
+
+class _Config(ctypes.Structure):  # onebit_config_t
+    _fields_ = [("timeout_ms", ctypes.c_int64), ("sockets_per_peer", ctypes.c_int),
+                ("socket_ifname", ctypes.c_char_p), ("auth_key", ctypes.c_char_p)]
+
+
+def _work_done(result):
+    future = torch.futures.Future()
+    future.set_result(result)
+    return torch._C._distributed_c10d._create_work_from_future(future)
+
+
+def _root_address(store, rank):
+    """host:port of the bootstrap root, the same on every rank."""
+    if os.environ.get("ONEBIT_ROOT"):
+        return os.environ["ONEBIT_ROOT"]
+    if rank == 0:
+        host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
+        # A free port on rank 0's host. It is closed again before the bootstrap binds it, so another
+        # process could take it in between (then the bootstrap fails, naming the address): set
+        # ONEBIT_ROOT on hosts where ports are contended.
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        store.set("onebit/root", f"{host}:{port}")
+    return store.get("onebit/root").decode()
+
+
+class OnebitBackend(torch._C._distributed_c10d.Backend):
+    """A c10d backend: gloo for everything, onebit's compressed allreduce for tagged tensors."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._lib = _library()
+        self._rank, self._size = rank, size
+        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
+        self._comm = ctypes.c_void_p()
+        config = _Config(int(timeout.total_seconds() * 1000), 0, None, None)
+        root = _root_address(store, rank)
+        _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
+                                                            ctypes.byref(config)))
+        self._lock = threading.Lock()  # forwarded-call counters
+        self.forwarded_calls = 0
+        self.forwarded_bytes = 0
+        _backends.append(self)
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def _compressible(self, tensors, opts):
+        if len(tensors) != 1:
+            return None
+        t = tensors[0]
+        dtype = _tagged_dtype(t)
+        if dtype is None or t.device.type != "cpu":
+            return None
+        if opts.reduceOp == dist.ReduceOp.SUM:
+            return dtype, _ONEBIT_SUM
+        if opts.reduceOp == dist.ReduceOp.AVG:
+            return dtype, _ONEBIT_AVG
+        return None
+
+    def allreduce(self, tensors, opts=None):
+        opts = opts if opts is not None else dist.AllreduceOptions()
+        verdict = self._compressible(tensors, opts)
+        if verdict is None:
+            with self._lock:
+                self.forwarded_calls += 1
+                self.forwarded_bytes += sum(t.numel() * t.element_size() for t in tensors)
+            return self._gloo.allreduce(tensors, opts)
+        dtype, op = verdict
+        t = tensors[0]
+        # Synchronous: the tensor is complete (or untouched, with the error raised) on return.
+        _check(self._lib, self._lib.onebit_allreduce(self._comm, ctypes.c_void_p(t.data_ptr()),
+                                                     ctypes.c_size_t(t.numel()), dtype, op))
+        return _work_done(tensors)
+
+    # Everything else: gloo's, unchanged.
+    def allreduce_coalesced(self, tensors, opts):
+        return self._gloo.allreduce_coalesced(tensors, opts)
+
+    def broadcast(self, tensors, opts):
+        return self._gloo.broadcast(tensors, opts)
+
+    def allgather(self, outputs, inputs, opts):
+        return self._gloo.allgather(outputs, inputs, opts)
+
+    def _allgather_base(self, output, input, opts):
+        return self._gloo._allgather_base(output, input, opts)
+
+    def allgather_coalesced(self, outputs, inputs, opts):
+        return self._gloo.allgather_coalesced(outputs, inputs, opts)
+
+    def gather(self, outputs, inputs, opts):
+        return self._gloo.gather(outputs, inputs, opts)
+
+    def scatter(self, outputs, inputs, opts):
+        return self._gloo.scatter(outputs, inputs, opts)
+
+    def reduce(self, tensors, opts):
+        return self._gloo.reduce(tensors, opts)
+
+    def reduce_scatter(self, outputs, inputs, opts):
+        return self._gloo.reduce_scatter(outputs, inputs, opts)
+
+    def _reduce_scatter_base(self, output, input, opts):
+        return self._gloo._reduce_scatter_base(output, input, opts)
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
+        return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
+
+    def barrier(self, opts):
+        return self._gloo.barrier(opts)
+
+    def send(self, tensors, dst, tag):
+        return self._gloo.send(tensors, dst, tag)
+
+    def recv(self, tensors, src, tag):
+        return self._gloo.recv(tensors, src, tag)
+
+    def recv_anysource(self, tensors, tag):
+        return self._gloo.recv_anysource(tensors, tag)
+
+    def stats(self):
+        out = _CommStats()
+        _check(self._lib, self._lib.onebit_comm_stats(self._comm, ctypes.byref(out)))
+        return {name: getattr(out, name) for name, _ in _CommStats._fields_}
+
+
+_backends = []  # every live OnebitBackend of this process, for onebit.stats()
+_registered = False
+
+
+class _CommStats(ctypes.Structure):  # onebit_stats_t
+    _fields_ = [(name, ctypes.c_uint64) for name in (
+        "compressed_calls", "full_precision_calls", "bytes_sent", "bytes_received",
+        "compressed_bytes_sent", "full_precision_bytes_sent")]
+
+
+def register_backend():
+    """Registers the "onebit" backend with torch.distributed (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    if not hasattr(torch._C._distributed_c10d, "Backend"):
+        raise RuntimeError(f"onebit.register_backend: torch {torch.__version__} has no c10d Backend class "
+                           "(torch >= 2.0 needed); with this torch use LD_PRELOAD=libonebit-preload.so")
+    dist.Backend.register_backend(BACKEND_NAME, lambda store, rank, size, timeout: OnebitBackend(store, rank, size, timeout),
+                                  devices=["cpu"])
+    _registered = True
+
+
+def backend_stats():
+    """What every onebit backend of this process did, as onebit.stats() reports it."""
+    total = {name: 0 for name, _ in _CommStats._fields_}
+    total.update(forwarded_calls=0, forwarded_bytes=0)
+    for backend in _backends:
+        for name, value in backend.stats().items():
+            total[name] += value
+        total["forwarded_calls"] += backend.forwarded_calls
+        total["forwarded_bytes"] += backend.forwarded_bytes
+    return total

@@ -1,0 +1,41 @@
+#!/bin/sh
+# pip_torch_front_doors.sh BUILD_DIR: the LD_PRELOAD front doors under PyPI's torch (tools/pip-torch.sh).
+#   - libonebit-preload.so (built for the system libgloo.so.0) is refused with a message at
+#     `import onebit`, before init_process_group would crash in torch's own bundled gloo;
+#   - libonebit-nccl-preload.so loads into pip's torch, and against the nvidia-nccl wheel's own
+#     libnccl.so.2 it forwards, defers and maps errors as tests/nccl_preload checks (no GPU needed).
+# Skips (77) without the venv.
+set -u
+build=$1
+venv=${ONEBIT_PIP_TORCH_VENV:-/var/cache/onebit/pip-torch}
+python=$venv/bin/python
+if ! "$python" -W ignore -c "import torch" 2>/dev/null; then
+  echo "SKIP: no venv with PyPI's torch at $venv (tools/pip-torch.sh makes it; it needs PyPI)"
+  exit 77
+fi
+here=$(cd "$(dirname "$0")/../.." && pwd)
+fail() { echo "FAIL: $*"; exit 1; }
+
+out=$(LD_PRELOAD=$build/libonebit-preload.so PYTHONPATH=$here/python "$python" -W ignore -c "import torch, onebit" 2>&1)
+rc=$?
+[ "$rc" -ne 0 ] || fail "libonebit-preload.so under pip's torch: import onebit must refuse"
+case "$out" in *"bundles its own gloo"*"onebit.register_backend()"*) ;; *) fail "the refusal lacks its reason: $out" ;; esac
+echo "OK: libonebit-preload.so under pip's torch is refused at import, naming the backend to use"
+
+if [ -f "$build/libonebit-nccl-preload.so" ] && [ -x "$build/tests/nccl_preload_check" ]; then
+  nccl=$("$python" -W ignore -c "import glob, os, torch; print((glob.glob(os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), 'nvidia', 'nccl', 'lib', 'libnccl.so*')) + [''])[0])")
+  [ -n "$nccl" ] || fail "no nvidia-nccl wheel next to pip's torch"
+  LD_PRELOAD=$build/libonebit-nccl-preload.so "$build/tests/nccl_preload_check" "$nccl" || fail "the NCCL front door against $nccl"
+  out=$(LD_PRELOAD=$build/libonebit-nccl-preload.so PYTHONPATH=$here/python "$python" -W ignore -c "
+import ctypes, torch, onebit
+t = torch.zeros(16)
+onebit.tag(t, 'm')
+s = onebit.stats()
+assert s['compressed_calls'] == 0 and s['forwarded_calls'] == 0, s
+assert hasattr(ctypes.CDLL(None), 'ncclAllReduce')
+onebit.untag(t)
+print('torch', torch.__version__, 'cuda available:', torch.cuda.is_available())
+" 2>&1) || fail "libonebit-nccl-preload.so in pip's torch: $out"
+  echo "$out"
+  echo "OK: libonebit-nccl-preload.so loads into pip's torch and works against the wheel's NCCL ($nccl)"
+fi

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# A venv with the current PyTorch from PyPI, made the way docs/usage.md tells a user to make one
+# (python3 -m venv; pip install torch ./python), for the end-to-end tests that run against pip's
+# torch as well as Debian's. Reused while it imports (it is 5 GB: torch and its CUDA wheels); the
+# first run needs PyPI and a few minutes. Exit 77 with a message when PyPI cannot be reached, so
+# the tests that need it skip with that message instead of failing.
+#   tools/pip-torch.sh            # ONEBIT_PIP_TORCH_VENV, default /var/cache/onebit/pip-torch
+set -uo pipefail
+cd "$(dirname "$0")/.."
+venv=${ONEBIT_PIP_TORCH_VENV:-/var/cache/onebit/pip-torch}
+if ! "$venv/bin/python" -W ignore -c "import torch, numpy, matplotlib" 2>/dev/null; then
+  echo "tools/pip-torch.sh: making $venv with PyPI's torch (a few minutes, about 5 GB)"
+  rm -rf "$venv"
+  mkdir -p "$(dirname "$venv")"
+  if ! /usr/bin/python3 -m venv "$venv" || ! timeout 2400 "$venv/bin/pip" install -q --disable-pip-version-check torch numpy matplotlib; then
+    rm -rf "$venv"
+    echo "tools/pip-torch.sh: SKIP: could not install torch from PyPI into $venv (no network, or no wheel for this" \
+         "Python); the tests against pip's torch will skip" >&2
+    exit 77
+  fi
+fi
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation ./python >/dev/null || exit 1
+echo "tools/pip-torch.sh: $("$venv/bin/python" -W ignore -c 'import torch; print("torch", torch.__version__)') in $venv"
