@@ -25,7 +25,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _check, _library, _tagged_dtype
+from . import _Stats as _CommStats, _check, _library, _tagged_dtype
 
 __all__ = ["register_backend", "BACKEND_NAME"]
 
@@ -110,7 +110,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
                                                      ctypes.c_size_t(t.numel()), dtype, op))
         return _work_done(tensors)
 
-    # Everything else: gloo's, unchanged.
+    # Everything else: gloo's, unchanged. Spelled out one by one: c10d finds a Python override
+    # by its name on the class.
     def allreduce_coalesced(self, tensors, opts):
         return self._gloo.allreduce_coalesced(tensors, opts)
 
@@ -164,12 +165,6 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
 
 _backends = []  # every live OnebitBackend of this process, for onebit.stats()
 _registered = False
-
-
-class _CommStats(ctypes.Structure):  # onebit_stats_t
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "compressed_calls", "full_precision_calls", "bytes_sent", "bytes_received",
-        "compressed_bytes_sent", "full_precision_bytes_sent")]
 
 
 def register_backend():
