@@ -36,8 +36,9 @@
     "How long a rank waits for a peer (bootstrap, connections, every collective) before the "   \
     "call fails with ONEBIT_TIMEOUT naming that peer. A peer that exits is noticed at once.")   \
   X(SocketsPerPeer, Int, "SOCKETS_PER_PEER", "2",                                               \
-    "TCP connections between each pair of ranks (1..64); messages of 256 KiB and more are "     \
-    "striped over all of them. Every rank must use the same value.")                            \
+    "TCP connections between each pair of ranks, and per NCCL_NET plugin connection (1..64); "  \
+    "messages of 256 KiB (plugin: 64 KiB) and more are striped over all of them. Every rank "   \
+    "must use the same value.")                                                                 \
   X(SocketIfname, Str, "SOCKET_IFNAME", "",                                                     \
     "Interface for data connections, as NCCL_SOCKET_IFNAME: a name prefix (`eth`), `=eth0` for " \
     "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")        \
@@ -54,7 +55,10 @@
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
     "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
     "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \
-    "to join the job. Every rank must have the same value. Never logged.")
+    "to join the job. Every rank must have the same value. Never logged.")                      \
+  X(Library, Str, "LIBRARY", "",                                                                \
+    "Read by the Python shim only: the libonebit.so that onebit's torch.distributed backend "   \
+    "loads (pip's PyTorch). Empty: the checkout's build/release, then the loader's path.")
 
 namespace onebit::param {
 
