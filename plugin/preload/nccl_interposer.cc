@@ -155,12 +155,13 @@ bool compresses(AllReduceCall& call) {
   return true;  // in place or not: the worker reads send, the unpack writes recv
 }
 
-void forward(const AllReduceCall& c) {
+// NCCL's own answer goes back unchanged (ncclInProgress of a non-blocking communicator included).
+ncclResult_t forward(const AllReduceCall& c) {
   counters().forwarded_calls += 1;
   counters().forwarded_bytes += c.count * element_size(c.datatype);
   const auto all_reduce = nccl_api().all_reduce;
   ONEBIT_CHECK(all_reduce != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclAllReduce was not found: is libnccl.so.2 loaded?");
-  nccl::check_nccl(all_reduce(c.send, c.recv, c.count, c.datatype, c.op, c.comm, c.stream), "pncclAllReduce");
+  return all_reduce(c.send, c.recv, c.count, c.datatype, c.op, c.comm, c.stream);
 }
 
 void run_compressed(const AllReduceCall& call) {
@@ -199,13 +200,19 @@ extern "C" {
 __attribute__((visibility("default"))) ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                                                   ncclDataType_t datatype, ncclRedOp_t op,
                                                                   ncclComm_t comm, cudaStream_t stream) {
-  return guard("ncclAllReduce", [&] {
+  ncclResult_t result = ncclSuccess;
+  const ncclResult_t guarded = guard("ncclAllReduce", [&] {
     AllReduceCall call{sendbuff, recvbuff, count, datatype, op, comm, stream, nullptr};
     call.tag = onebit::TagRegistry::instance().find(recvbuff);
-    if (!compresses(call)) return forward(call);
-    if (group_depth > 0) return deferred.push_back(call);
-    run_compressed(call);
+    if (!compresses(call)) {
+      result = forward(call);
+    } else if (group_depth > 0) {
+      deferred.push_back(call);
+    } else {
+      run_compressed(call);
+    }
   });
+  return guarded != ncclSuccess ? guarded : result;
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclGroupStart() {
