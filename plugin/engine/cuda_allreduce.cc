@@ -71,7 +71,13 @@ class CudaTagState final : public DeviceState {
   std::size_t server_count() const override { return geometry.length(rank); }
 
   void save(float* worker_out, float* server_out) const override {
+    int caller_device = 0;
+    check_cuda(cudaGetDevice(&caller_device), "cudaGetDevice");
     check_cuda(cudaSetDevice(device), "cudaSetDevice");
+    struct RestoreDevice {
+      int device;
+      ~RestoreDevice() { cudaSetDevice(device); }  // the caller's thread keeps its current device
+    } restore{caller_device};
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the tag's last call, on whatever stream
     const std::size_t n = geometry.n, mine = server_count();
     std::vector<float> stored_worker(n), stored_server(mine);
