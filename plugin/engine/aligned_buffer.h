@@ -2,6 +2,8 @@
 // kernels' non-temporal stores apply to every chunk (see kernels/cpu/avx512.cc).
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -26,9 +28,12 @@ class AlignedBuffer {
   void resize(std::size_t n) {
     if (n <= size_ && data_ != nullptr) return;
     std::free(data_);
-    const std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64 + 64;
-    data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+    std::size_t bytes = (n * sizeof(T) + 63) / 64 * 64 + 64;
+    const bool huge = bytes >= kHugePage;
+    if (huge) bytes = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+    data_ = static_cast<T*>(std::aligned_alloc(huge ? kHugePage : 64, bytes));
     if (data_ == nullptr) throw std::bad_alloc();
+    if (huge) ::madvise(data_, bytes, MADV_HUGEPAGE);
     std::memset(static_cast<void*>(data_), 0, bytes);
     size_ = n;
   }
@@ -37,6 +42,7 @@ class AlignedBuffer {
   std::size_t size() const { return size_; }
 
  private:
+  static constexpr std::size_t kHugePage = std::size_t{2} << 20;
   T* data_ = nullptr;
   std::size_t size_ = 0;
 };

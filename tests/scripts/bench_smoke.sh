@@ -11,6 +11,13 @@ trap 'rm -rf "$dir"' EXIT
 grep -Eq "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +algo " "$dir/out.txt"
 grep -Eq "^ +4096 +1024 +float +avg +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +compressed " "$dir/out.txt"
 grep -q "^# Out of bounds values : 0 OK$" "$dir/out.txt"
+# What the kernel times depend on, in the header: the SIMD set that ran and the CPUs the ranks share.
+grep -Eq "^# kernels: (scalar|avx2|avx512) \(ONEBIT_SIMD chooses\); this rank may run on [0-9]+ CPU" "$dir/out.txt"
+# The compressed rows warm up until a call's time settles, and say how many calls that took.
+grep -Eq "^#   compressed stages on rank 0 .*; after [0-9]+ warm-up call\(s\)" "$dir/out.txt"
+grep -Eq "^#   compressed warm-up calls \(us\):( [0-9]+){2,}$" "$dir/out.txt"
+# ONEBIT_SIMD=scalar is what the header then names.
+ONEBIT_SIMD=scalar "$bench" --ranks 2 -b 4K -e 4K -n 1 --algo compressed | grep -q "^# kernels: scalar "
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed\)$" "$dir/out.txt"
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(gloo\)$" "$dir/out.txt"
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed-gloo\)$" "$dir/out.txt"

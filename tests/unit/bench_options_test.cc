@@ -33,6 +33,20 @@ TEST(BenchOptions, NcclTestsFlags) {
   EXPECT_TRUE(o.check);
 }
 
+TEST(BenchOptions, WarmupSettlesByDefault) {
+  const BenchOptions defaults = parse({});
+  EXPECT_EQ(defaults.warmup, 1);
+  EXPECT_DOUBLE_EQ(defaults.settle, 0.05);
+  EXPECT_EQ(defaults.warmup_max, 20);
+  const BenchOptions o = parse({"--settle", "10", "--warmup-max", "7", "-w", "3"});
+  EXPECT_DOUBLE_EQ(o.settle, 0.10);
+  EXPECT_EQ(o.warmup_max, 7);
+  EXPECT_EQ(parse({"--settle", "0", "-w", "50"}).warmup, 50);  // exactly -w calls: the cap does not apply
+  EXPECT_NE(error_of({"-w", "30"}).find("-w 30 is more than --warmup-max 20"), std::string::npos);
+  EXPECT_NE(error_of({"--settle", "101"}).find("--settle '101' must be an integer in 0..100"), std::string::npos);
+  EXPECT_NE(error_of({"--warmup-max", "0"}).find("--warmup-max '0'"), std::string::npos);
+}
+
 TEST(BenchOptions, SizesFollowTheFactorUpToTheLargest) {
   EXPECT_EQ(parse({"-b", "1K", "-e", "16K", "-f", "4"}).sizes(), (std::vector<std::uint64_t>{1024, 4096, 16384}));
   EXPECT_EQ(parse({"-b", "1M", "-e", "3M", "-f", "2"}).sizes(), (std::vector<std::uint64_t>{1 << 20, 2 << 20}));

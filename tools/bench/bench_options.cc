@@ -12,7 +12,10 @@ const char* usage() {
          "  -e SIZE        largest message, default 256M\n"
          "  -f FACTOR      size multiplier between rows, default 2\n"
          "  -n ITERS       timed iterations per size, default 5\n"
-         "  -w ITERS       warm-up iterations per size, default 1\n"
+         "  -w ITERS       warm-up iterations per size (at least), default 1\n"
+         "  --settle PCT   compressed algorithms keep warming up until a call's time (mean over ranks) is\n"
+         "                 within PCT % of the call before, default 5; 0: exactly -w calls\n"
+         "  --warmup-max N ... but stop at N warm-up calls in all, default 20\n"
          "  -c 0|1         check every result (float64 reference / exact), default 0\n"
          "  --algo LIST    compressed,ring,gloo or all (comma-separated), default all; also compressed-gloo:\n"
          "                 the compressed allreduce over Gloo's own pairs (the Gloo front door's default)\n"
@@ -79,6 +82,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
     else if (flag == "-f") o.factor = static_cast<std::uint64_t>(parse_int(value, "-f", 2, 1024));
     else if (flag == "-n") o.iters = parse_int(value, "-n", 1, 1000000);
     else if (flag == "-w") o.warmup = parse_int(value, "-w", 0, 1000000);
+    else if (flag == "--settle") o.settle = parse_int(value, "--settle", 0, 100) / 100.0;
+    else if (flag == "--warmup-max") o.warmup_max = parse_int(value, "--warmup-max", 1, 1000000);
     else if (flag == "-c") o.check = parse_int(value, "-c", 0, 1) == 1;
     else if (flag == "--ranks") o.ranks = parse_int(value, "--ranks", 1, 64);
     else if (flag == "--host") o.host = value;
@@ -111,6 +116,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
                "-b ", o.min_bytes, " and -e ", o.max_bytes, " must be multiples of 4 bytes (float32), at least 4");
   ONEBIT_CHECK(o.min_bytes <= o.max_bytes, ONEBIT_INVALID_ARGUMENT, "-b ", o.min_bytes, " is larger than -e ",
                o.max_bytes);
+  ONEBIT_CHECK(o.warmup <= o.warmup_max || o.settle == 0, ONEBIT_INVALID_ARGUMENT, "-w ", o.warmup,
+               " is more than --warmup-max ", o.warmup_max);
   return o;
 }
 

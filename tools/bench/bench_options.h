@@ -12,7 +12,9 @@ struct BenchOptions {
   std::uint64_t max_bytes = 256ull << 20;  // -e
   std::uint64_t factor = 2;               // -f
   int iters = 5;                          // -n
-  int warmup = 1;                         // -w
+  int warmup = 1;                         // -w: at least this many warm-up calls
+  double settle = 0.05;                   // --settle: compressed warms up until a call is within this of the last
+  int warmup_max = 20;                    // --warmup-max: ... or until this many warm-up calls in all
   bool check = false;                     // -c 0|1
   std::vector<std::string> algos = {"compressed", "ring", "gloo"};  // --algo
   int ranks = 0;                          // --ranks N: spawn N local ranks; 0: one rank from the launcher env

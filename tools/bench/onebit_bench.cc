@@ -4,6 +4,7 @@
 //
 //   onebit-bench --ranks 4 -b 1M -e 256M -f 4 -c 1            # 4 local ranks on loopback
 //   RANK=.. WORLD_SIZE=.. ONEBIT_ROOT=.. onebit-bench --gloo-store DIR --host ADDR ...   # one rank
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "plugin/engine/aligned_buffer.h"
 #include "plugin/engine/communicator.h"
 #include "tools/bench/bench_options.h"
@@ -53,6 +55,30 @@ struct Row {
   double relerr = NAN;          // vs the exact average, compressed with -c 1
   double wire_us = NAN, memory_us = NAN;  // lower bounds (compressed)
   StageTimes stages;                       // per call, rank 0 (compressed)
+  int warmup_calls = 0;                    // warm-up calls made before the timed ones
+  bool settled = true;                     // false: --warmup-max was reached first
+  std::vector<double> warmup_us;           // each settling warm-up call's time, mean over ranks
+  double steal = NAN;                      // share of CPU time the hypervisor took during the timed calls
+};
+
+// The machine's CPU time so far, from /proc/stat's first line: total and stolen (by the hypervisor of
+// a virtual machine: time this machine's CPUs were runnable but not running). Zeros if unreadable.
+struct CpuTimes {
+  double total = 0, steal = 0;
+  static CpuTimes now() {
+    CpuTimes t;
+    std::ifstream stat("/proc/stat");
+    std::string cpu;
+    stat >> cpu;
+    if (cpu != "cpu") return t;
+    for (int field = 0; field < 8; ++field) {  // user nice system idle iowait irq softirq steal
+      double ticks = 0;
+      if (!(stat >> ticks)) return CpuTimes{};
+      t.total += ticks;
+      if (field == 7) t.steal = ticks;
+    }
+    return t;
+  }
 };
 
 class Bench {
@@ -125,6 +151,35 @@ class Bench {
     else gloo_->sum(buffer_.data(), n);
   }
 
+  // -w calls; then, for the compressed algorithms (whose first calls size and fault in the tag's
+  // state and settle the transport), more until one call's time is within --settle of the call
+  // before, or --warmup-max calls in all. The time compared is the mean over ranks, so every rank
+  // takes the same decision; each call starts after a barrier, so one rank's lag is not another's.
+  void warm_up(Row& row, const std::string& algo, std::size_t n) {
+    const bool settle = compressed(algo) && o_.settle > 0;
+    double last = -1;
+    row.settled = !settle;
+    for (int i = 0; i < (settle ? o_.warmup_max : o_.warmup); ++i) {
+      if (!settle) {
+        call(algo, n);
+        ++row.warmup_calls;
+        continue;
+      }
+      barrier();
+      const auto t0 = Clock::now();
+      call(algo, n);
+      ++row.warmup_calls;
+      const double seconds =
+          reduce_sum(static_cast<float>(std::chrono::duration<double>(Clock::now() - t0).count())) / world_;
+      row.warmup_us.push_back(seconds * 1e6);
+      if (i + 1 >= o_.warmup && last > 0 && std::fabs(seconds - last) <= o_.settle * last) {
+        row.settled = true;
+        break;
+      }
+      last = seconds;
+    }
+  }
+
   Row run_one(const std::string& algo, std::uint64_t bytes) {
     const std::size_t n = bytes / 4;
     Row row;
@@ -134,13 +189,18 @@ class Bench {
     const std::string tag = "bench/" + std::to_string(bytes);
     if (compressed(algo)) TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
     fill(n, false);
-    for (int i = 0; i < o_.warmup; ++i) call(algo, n);
+    warm_up(row, algo, n);
     barrier();
     const onebit_stats_t before = comm_for(algo).stats();
     const StageTimes stages_before = comm_for(algo).compressed_stage_times();
+    const CpuTimes cpu_before = CpuTimes::now();
     const auto t0 = Clock::now();
     for (int i = 0; i < o_.iters; ++i) call(algo, n);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count() / o_.iters;
+    const CpuTimes cpu_after = CpuTimes::now();
+    if (cpu_after.total > cpu_before.total) {
+      row.steal = (cpu_after.steal - cpu_before.steal) / (cpu_after.total - cpu_before.total);
+    }
     const onebit_stats_t after = comm_for(algo).stats();
     const StageTimes stages_after = comm_for(algo).compressed_stage_times();
     row.stages.worker = (stages_after.worker - stages_before.worker) / o_.iters;
@@ -230,6 +290,21 @@ class Bench {
     if (rank_ != 0) return;
     std::printf("# onebit-bench: %d ranks, link %s, memcpy %.1f GB/s (all ranks together, measured now)\n", world_,
                 o_.link_name.empty() ? "(not emulated)" : o_.link_name.c_str(), memcpy_rate_ / 1e9);
+    // What the kernel times depend on: the SIMD set that ran, and how many CPUs the ranks share
+    // (rank 0's view; with --ranks every rank is on this machine).
+    cpu_set_t cpus;
+    const int cpu_count = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
+    std::printf("# kernels: %s (ONEBIT_SIMD chooses); this rank may run on %d CPU(s)", kernels::cpu_kernels().name,
+                cpu_count);
+    if (o_.ranks > cpu_count && cpu_count > 0) {
+      std::printf(": %d local ranks share them, so stage times include waiting for a CPU", o_.ranks);
+    }
+    std::printf("\n# warm-up: at least %d call(s)", o_.warmup);
+    if (o_.settle > 0) {
+      std::printf("; compressed until a call is within %.0f%% of the one before (at most %d)", o_.settle * 100,
+                  o_.warmup_max);
+    }
+    std::printf("\n");
     std::printf("# in-place allreduce of float32; GB = 1e9; busbw = algbw * 2(n-1)/n of the uncompressed size\n");
     std::printf("# wire: bytes each rank sends per call (onebit: measured, headers included; gloo: ring payload)\n");
     std::printf("# ratio: fp32 ring bytes / wire; relerr: |out - exact average| / |exact average| (compressed, -c 1)\n");
@@ -263,8 +338,18 @@ class Bench {
                 ratio_to_bound);
     if (compressed(r.algo)) {
       std::printf("#   %s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
-                  " | unpack %.0f\n", r.algo.c_str(), r.stages.worker * 1e6, r.stages.wait_inputs * 1e6,
-                  r.stages.server * 1e6, r.stages.wait_results * 1e6, r.stages.unpack * 1e6);
+                  " | unpack %.0f; after %d warm-up call(s)%s", r.algo.c_str(), r.stages.worker * 1e6,
+                  r.stages.wait_inputs * 1e6, r.stages.server * 1e6, r.stages.wait_results * 1e6, r.stages.unpack * 1e6,
+                  r.warmup_calls, r.settled ? "" : ", NOT settled (--warmup-max reached)");
+      // Stolen CPU time slows the kernels but not the wire: on a virtual machine it is the first
+      // suspect when a compressed row is slower than the last run's.
+      if (!std::isnan(r.steal)) std::printf("; CPU steal %.0f%%", r.steal * 100);
+      std::printf("\n");
+      if (!r.warmup_us.empty()) {
+        std::printf("#   %s warm-up calls (us):", r.algo.c_str());
+        for (double us : r.warmup_us) std::printf(" %.0f", us);
+        std::printf("\n");
+      }
     }
     std::fflush(stdout);
     auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
@@ -277,7 +362,8 @@ class Bench {
             << ",\"memory_us\":" << num(r.memory_us) << ",\"memcpy_bytes_per_second\":" << memcpy_rate_
             << ",\"stages_us\":{\"worker\":" << r.stages.worker * 1e6 << ",\"wait_inputs\":" << r.stages.wait_inputs * 1e6
             << ",\"server\":" << r.stages.server * 1e6 << ",\"wait_results\":" << r.stages.wait_results * 1e6
-            << ",\"unpack\":" << r.stages.unpack * 1e6 << "}}\n";
+            << ",\"unpack\":" << r.stages.unpack * 1e6 << "},\"warmup_calls\":" << r.warmup_calls
+            << ",\"settled\":" << (r.settled ? "true" : "false") << ",\"cpu_steal\":" << num(r.steal) << ",\"kernels\":\"" << kernels::cpu_kernels().name << "\"}\n";
       json_.flush();
     }
     if (csv_.is_open()) {
