@@ -46,9 +46,23 @@
     "0: the LD_PRELOAD front doors forward every call to the real implementation, tagged or "   \
     "not — onebit stays loaded but does nothing.")                                              \
   X(Transport, Str, "TRANSPORT", "gloo",                                                        \
-    "Transport of the calls the Gloo front door compresses. `gloo`: the intercepted "           \
-    "gloo::Context's own pairs, nothing to configure. `tcp`: onebit's TCP mesh (several "        \
-    "sockets per peer, striping), bootstrapped over the gloo context on the first tagged call.") \
+    "What onebit's collectives run over. The Gloo front door: `gloo`, the intercepted "         \
+    "gloo::Context's own pairs, nothing to configure; `tcp`, onebit's TCP mesh (several "       \
+    "sockets per peer, striping), bootstrapped over the gloo context on the first tagged call; " \
+    "`ibverbs`, onebit's verbs transport (InfiniBand or RoCE), bootstrapped the same way. "      \
+    "onebit's own communicators (the C API, the torch backend, onebit-bench): `ibverbs` selects " \
+    "the verbs transport, anything else onebit's TCP mesh.")                                    \
+  X(IbHca, Str, "IB_HCA", "",                                                                   \
+    "The RDMA device (and port) of ONEBIT_TRANSPORT=ibverbs, as NCCL_IB_HCA names one: "        \
+    "`mlx5_0` or `mlx5_0:1`. Empty: the first device with an active port.")                   \
+  X(IbGidIndex, Int, "IB_GID_INDEX", "-1",                                                      \
+    "GID index for ONEBIT_TRANSPORT=ibverbs, as NCCL_IB_GID_INDEX. -1: on RoCE the first RoCE " \
+    "v2 GID that holds an IPv4 address (then any RoCE v2, then any); on InfiniBand routing by " \
+    "LID. Every rank must reach the others through the GID it picks.")                          \
+  X(IbTimeout, Int, "IB_TIMEOUT", "18",                                                         \
+    "Verbs acknowledgement timeout exponent (1..31), as NCCL_IB_TIMEOUT: a lost packet is "     \
+    "retried after 4.096 us * 2^value, 7 times, before the transfer fails with the peer named. " \
+    "18: about 1 s per try. A peer that exits is noticed at once through its set-up socket.")  \
   X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
     "Overrides the optimizer shims' freeze_step (onebit.OnebitAdam, onebit::OnebitAdam): the first step of the " \
     "compression stage, so an existing script is tuned without edits. -1: the script's value.")  \

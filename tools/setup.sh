@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libbenchmark-dev                    # tests and benchmarks
   clang libclang-rt-14-dev                         # libFuzzer targets (the fuzz preset)
   libgloo-dev                                      # Gloo: the benchmark's external anchor, the Gloo front door
+  libibverbs-dev                                   # the verbs transport's header (libibverbs.so.1 is loaded at run time)
   iproute2                                         # network namespaces and tc for the Ethernet emulation
   python3-matplotlib                               # the benchmark's plot (Debian's /usr/bin/python3)
   python3-torch python3-numpy python3-venv         # the PyTorch front door's end-to-end tests

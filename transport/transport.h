@@ -1,8 +1,9 @@
 // The transport interface the engine's algorithms run over: W ranks, tagged point-to-point messages,
-// non-blocking sends and receives completed by wait_all. Two backends have this shape:
+// non-blocking sends and receives completed by wait_all. Three backends have this shape:
 //
-//   transport/tcp   onebit's own TCP mesh (the C API's communicators, ONEBIT_TRANSPORT=tcp);
-//   transport/gloo  a framework's gloo::Context, over its own pairs (the Gloo front door's default).
+//   transport/tcp      onebit's own TCP mesh (the C API's communicators, ONEBIT_TRANSPORT=tcp);
+//   transport/ibverbs  InfiniBand / RoCE queue pairs (ONEBIT_TRANSPORT=ibverbs);
+//   transport/gloo     a framework's gloo::Context, over its own pairs (the Gloo front door's default).
 //
 // Contract every backend keeps:
 //   - A message is matched by (peer, channel, key); messages with the same match are delivered in

@@ -153,6 +153,68 @@ SegmentHeader SegmentHeader::decode(const std::uint8_t* in, const std::string& f
   return h;
 }
 
+std::array<std::uint8_t, VerbsEndpoint::kSize> VerbsEndpoint::encode() const {
+  std::array<std::uint8_t, kSize> out{};
+  Writer(out.data()).put(kVerbsEndpointMagic).put(kProtocolVersion).put(link_layer).put(mtu).put(qp_num).put(psn)
+      .put(lid).put(std::uint16_t{0}).bytes(gid.data(), gid.size()).put(job_id).put(from_rank);
+  return out;
+}
+
+VerbsEndpoint VerbsEndpoint::decode(const std::uint8_t* in, const std::string& from) {
+  Reader r(in);
+  const auto magic = r.get<std::uint32_t>();
+  const auto version = r.get<std::uint16_t>();
+  check_magic(magic, kVerbsEndpointMagic, version, "verbs endpoint", from);
+  VerbsEndpoint e;
+  e.link_layer = r.get<std::uint8_t>();
+  e.mtu = r.get<std::uint8_t>();
+  e.qp_num = r.get<std::uint32_t>();
+  e.psn = r.get<std::uint32_t>();
+  e.lid = r.get<std::uint16_t>();
+  r.get<std::uint16_t>();
+  r.bytes(e.gid.data(), e.gid.size());
+  e.job_id = r.get<std::uint64_t>();
+  e.from_rank = r.get<std::uint32_t>();
+  ONEBIT_CHECK(e.link_layer == 1 || e.link_layer == 2, ONEBIT_REMOTE_ERROR, from, " sent a verbs endpoint with link layer ",
+               int(e.link_layer), " (1: InfiniBand, 2: Ethernet)");
+  ONEBIT_CHECK(e.mtu >= 1 && e.mtu <= 5, ONEBIT_REMOTE_ERROR, from, " sent a verbs endpoint with MTU code ", int(e.mtu),
+               " (1..5: 256..4096 bytes)");
+  ONEBIT_CHECK(e.psn < (1u << 24), ONEBIT_REMOTE_ERROR, from, " sent a packet sequence number wider than 24 bits");
+  return e;
+}
+
+std::array<std::uint8_t, ClearToSend::kSize> ClearToSend::encode() const {
+  std::array<std::uint8_t, kSize> out{};
+  Writer(out.data()).put(kClearToSendMagic).put(static_cast<std::uint8_t>(key.kind)).put(shape.dtype).put(shape.op)
+      .put(std::uint8_t{0}).put(key.part).put(std::uint16_t{0}).put(recv_id).put(key.stream).put(key.seq)
+      .put(shape.count).put(bytes).put(address).put(rkey).put(std::uint32_t{0});
+  return out;
+}
+
+ClearToSend ClearToSend::decode(const std::uint8_t* in, const std::string& from) {
+  Reader r(in);
+  const auto magic = r.get<std::uint32_t>();
+  ONEBIT_CHECK(magic == kClearToSendMagic, ONEBIT_REMOTE_ERROR, from, " sent a control message with magic 0x", std::hex,
+               magic, " (expected 0x", kClearToSendMagic, ")");
+  ClearToSend c;
+  const auto kind = r.get<std::uint8_t>();
+  ONEBIT_CHECK(kind >= 1 && kind <= 7, ONEBIT_REMOTE_ERROR, from, " offered a receive of unknown kind ", int(kind));
+  c.key.kind = static_cast<Kind>(kind);
+  c.shape.dtype = r.get<std::uint8_t>();
+  c.shape.op = r.get<std::uint8_t>();
+  r.get<std::uint8_t>();
+  c.key.part = r.get<std::uint16_t>();
+  r.get<std::uint16_t>();
+  c.recv_id = r.get<std::uint32_t>();
+  c.key.stream = r.get<std::uint64_t>();
+  c.key.seq = r.get<std::uint64_t>();
+  c.shape.count = r.get<std::uint64_t>();
+  c.bytes = r.get<std::uint64_t>();
+  c.address = r.get<std::uint64_t>();
+  c.rkey = r.get<std::uint32_t>();
+  return c;
+}
+
 WireAddress to_wire(const sockaddr_storage& address) {
   WireAddress w;
   if (address.ss_family == AF_INET) {

@@ -19,6 +19,8 @@ constexpr std::uint16_t kProtocolVersion = 1;
 constexpr std::uint32_t kHelloMagic = 0x4F424831;      // "OBH1": data-connection handshake
 constexpr std::uint32_t kBootstrapMagic = 0x4F424231;  // "OBB1": rank <-> root exchange
 constexpr std::uint32_t kMessageMagic = 0x4F424D31;    // "OBM1": a message segment
+constexpr std::uint32_t kVerbsEndpointMagic = 0x4F425631;  // "OBV1": a queue pair's address (verbs set-up)
+constexpr std::uint32_t kClearToSendMagic = 0x4F424331;    // "OBC1": a posted receive, offered for RDMA write
 
 // Little-endian field packing.
 class Writer {
@@ -193,6 +195,43 @@ struct SegmentHeader {
 
   std::array<std::uint8_t, kSize> encode() const;
   static SegmentHeader decode(const std::uint8_t* in, const std::string& from);
+};
+
+// The verbs transport (transport/ibverbs): what one rank tells a peer about the queue pair it made
+// for it, over their authenticated set-up socket, so that the peer can connect its own to it.
+struct VerbsEndpoint {
+  static constexpr std::size_t kSize = 48;
+  std::uint32_t magic = kVerbsEndpointMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint8_t link_layer = 0;  // IBV_LINK_LAYER_INFINIBAND (1) or _ETHERNET (2, RoCE)
+  std::uint8_t mtu = 0;         // the port's active MTU, an enum ibv_mtu (1: 256 .. 5: 4096)
+  std::uint32_t qp_num = 0;
+  std::uint32_t psn = 0;        // first packet sequence number, 24 bits
+  std::uint16_t lid = 0;        // InfiniBand: the port's LID
+  std::uint16_t reserved = 0;
+  std::array<std::uint8_t, 16> gid{};  // RoCE (and IB with ONEBIT_IB_GID_INDEX): the GID to route to
+  std::uint64_t job_id = 0;
+  std::uint32_t from_rank = 0;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  // Throws Error(ONEBIT_REMOTE_ERROR) naming what is wrong: magic, version, MTU, link layer.
+  static VerbsEndpoint decode(const std::uint8_t* in, const std::string& from);
+};
+
+// The verbs transport's one control message, a SEND on the queue pair: the receiver of a message
+// has posted its receive and offers the buffer (address, rkey) for the sender's RDMA write, whose
+// immediate data is `recv_id`. The sender checks key, shape and size against its own send.
+struct ClearToSend {
+  static constexpr std::size_t kSize = 64;
+  MessageKey key;
+  CallShape shape;
+  std::uint64_t bytes = 0;
+  std::uint64_t address = 0;
+  std::uint32_t rkey = 0;
+  std::uint32_t recv_id = 0;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  static ClearToSend decode(const std::uint8_t* in, const std::string& from);
 };
 
 WireAddress to_wire(const ::sockaddr_storage& address);

@@ -7,6 +7,9 @@
 #include "common/params.h"
 #include "common/siphash.h"
 #include "transport/tcp/tcp_transport.h"
+#ifdef ONEBIT_HAVE_IBVERBS
+#include "transport/ibverbs/ibverbs_transport.h"
+#endif
 
 namespace onebit {
 namespace {
@@ -75,14 +78,34 @@ int checked_size(const CommSetup& s) {
                s.size);
   return s.size;
 }
+
+// ONEBIT_TRANSPORT for onebit's own communicators: `ibverbs`, or TCP (`tcp`, and `gloo`, the
+// default, which names the Gloo front door's choice and means TCP here).
+std::unique_ptr<Transport> make_transport(const CommSetup& setup) {
+  const int size = checked_size(setup);
+  const std::string& kind = param::Transport();
+  ONEBIT_CHECK(kind == "gloo" || kind == "tcp" || kind == "ibverbs", ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", kind,
+               " is not a transport: use tcp, ibverbs or (the Gloo front door's default) gloo");
+  const tcp::Address root = size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root");
+  if (kind == "ibverbs") {
+#ifdef ONEBIT_HAVE_IBVERBS
+    ibverbs::VerbsOptions options;
+    options.tcp = transport_options(setup);
+    options.hca = param::IbHca();
+    options.gid_index = static_cast<int>(param::IbGidIndex());
+    options.ack_timeout = static_cast<int>(param::IbTimeout());
+    return std::make_unique<ibverbs::IbverbsTransport>(setup.rank, size, root, options);
+#else
+    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=ibverbs: this onebit was built without the verbs transport "
+         "(configure with -DONEBIT_WITH_IBVERBS=ON; it needs libibverbs-dev)");
+#endif
+  }
+  return std::make_unique<tcp::TcpTransport>(setup.rank, size, root, transport_options(setup));
+}
 }  // namespace
 
 Communicator::Communicator(const CommSetup& setup)
-    : id_(next_comm_id++),
-      transport_(std::make_unique<tcp::TcpTransport>(
-          setup.rank, checked_size(setup), setup.size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root"),
-          transport_options(setup))),
-      kernels_(kernels::cpu_kernels()) {}
+    : id_(next_comm_id++), transport_(make_transport(setup)), kernels_(kernels::cpu_kernels()) {}
 
 Communicator::Communicator(std::unique_ptr<Transport> transport)
     : id_(next_comm_id++), transport_(std::move(transport)), kernels_(kernels::cpu_kernels()) {}

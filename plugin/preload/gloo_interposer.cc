@@ -186,10 +186,10 @@ Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, st
     ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", context->rank, " of ", context->size,
                "): compressed calls run over its own pairs");
     made = std::make_unique<Communicator>(std::make_unique<gloo_transport::GlooTransport>(context.get()));
-  } else if (transport == "tcp") {
-    made = join_over_tcp(context, tag, timeout);
+  } else if (transport == "tcp" || transport == "ibverbs") {
+    made = join_over_tcp(context, tag, timeout);  // the communicator picks its transport from ONEBIT_TRANSPORT
   } else {
-    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", transport, " is not a transport: use gloo or tcp");
+    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", transport, " is not a transport: use gloo, tcp or ibverbs");
   }
   Communicator& comm = *made;
   f.communicators[context.get()] = Front::Entry{context, std::move(made)};

@@ -1,14 +1,19 @@
 // onebit-info: what this build of onebit is and what it would do here.
-//   onebit-info                 version, CPU kernel sets, the one in force, the ONEBIT_* settings
+//   onebit-info                 version, CPU kernel sets, the one in force, the verbs transport's
+//                               devices, the ONEBIT_* settings
 //   onebit-info --env-markdown  the table of docs/env.md, generated from common/params.h
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "common/error.h"
 #include "common/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "onebit/onebit.h"
+#ifdef ONEBIT_HAVE_IBVERBS
+#include "transport/ibverbs/verbs_api.h"
+#endif
 
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--env-markdown") == 0) {
@@ -29,6 +34,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "onebit-info: error: %s\n", error.what());
     return 1;
   }
+#ifdef ONEBIT_HAVE_IBVERBS
+  std::string why;
+  if (!onebit::ibverbs::verbs_loadable(&why)) {
+    std::printf("verbs transport: built; %s\n", why.c_str());
+  } else {
+    int count = 0;
+    const auto& verbs = onebit::ibverbs::verbs();
+    ibv_device** list = verbs.get_device_list(&count);
+    std::printf("verbs transport: built; RDMA devices:");
+    for (int i = 0; i < count; ++i) std::printf(" %s", verbs.get_device_name(list[i]));
+    std::printf("%s\n", count == 0 ? " none" : "");
+    if (list != nullptr) verbs.free_device_list(list);
+  }
+#else
+  std::printf("verbs transport: not built (configure with -DONEBIT_WITH_IBVERBS=ON)\n");
+#endif
   std::printf("Environment:\n");
   for (const auto& d : onebit::param::descriptions()) {
     const char* value = std::getenv(d.env);

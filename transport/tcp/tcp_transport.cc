@@ -11,8 +11,7 @@
 #include <deque>
 
 #include "common/log.h"
-#include "transport/tcp/bootstrap.h"
-#include "transport/tcp/connection.h"
+#include "transport/wait_all.h"
 
 namespace onebit::tcp {
 namespace {
@@ -117,89 +116,20 @@ TcpTransport::~TcpTransport() {
 std::string TcpTransport::peer_name(int peer) const { return "rank " + std::to_string(peer); }
 
 void TcpTransport::bootstrap_and_connect(const Address& root) {
-  const Deadline deadline = Clock::now() + options_.timeout;
-  const int sockets = options_.sockets_per_peer;
-
-  // Rank 0 serves the root. Its listener is bound before anyone connects, so a port in use is an
-  // immediate error on rank 0 rather than a timeout everywhere.
-  std::thread root_service;
-  if (rank_ == 0) {
-    Address bind_address = root;
-    Fd listener = listen_on(bind_address, 1024);
-    root_service = std::thread([listener = std::move(listener), this, sockets, deadline]() mutable {
-      serve_root(std::move(listener), size_, sockets, deadline, options_.auth_key);
-    });
-  }
-  BootstrapResult table;
-  Fd data_listener;
-  try {
-    table = exchange_with_root(rank_, size_, sockets, root, options_.ifname, deadline, options_.auth_key, &data_listener);
-  } catch (...) {
-    if (root_service.joinable()) root_service.join();
-    throw;
-  }
-  if (root_service.joinable()) root_service.join();
-  job_id_ = table.job_id;
-  data_key_ = table.data_key;
-  Listener listener(std::move(data_listener));
-  ONEBIT_LOG(INFO, "rank ", rank_, "/", size_, ": job ", std::hex, job_id_, std::dec, ", data listener ",
-             listener.handle().to_string());
-
-  auto add_socket = [&](int peer, int index, Fd fd) {
-    if (!peers_[peer]) {
-      peers_[peer] = std::make_unique<Peer>();
-      peers_[peer]->sockets.resize(sockets);
+  Mesh mesh = connect_mesh(rank_, size_, root, options_, options_.sockets_per_peer);
+  job_id_ = mesh.job_id;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    peers_[peer] = std::make_unique<Peer>();
+    for (int index = 0; index < options_.sockets_per_peer; ++index) {
+      auto socket = std::make_unique<Socket>();
+      socket->fd = std::move(mesh.sockets[peer][index]);
+      socket->peer = peer;
+      socket->index = index;
+      set_nonblocking(socket->fd.get());
+      tune_data_socket(socket->fd.get());
+      peers_[peer]->sockets.push_back(std::move(socket));
     }
-    auto socket = std::make_unique<Socket>();
-    socket->fd = std::move(fd);
-    socket->peer = peer;
-    socket->index = index;
-    set_nonblocking(socket->fd.get());
-    tune_data_socket(socket->fd.get());
-    peers_[peer]->sockets[index] = std::move(socket);
-  };
-
-  // Higher ranks connect to lower ones. A connect completes in the listener's backlog, so every
-  // rank can first connect and then accept without waiting on anyone.
-  for (int peer = 0; peer < rank_; ++peer) {
-    for (int s = 0; s < sockets; ++s) {
-      wire::Hello hello;
-      hello.socket_index = static_cast<std::uint16_t>(s);
-      hello.sockets_per_peer = static_cast<std::uint16_t>(sockets);
-      hello.job_id = job_id_;
-      hello.from_rank = static_cast<std::uint32_t>(rank_);
-      hello.to_rank = static_cast<std::uint32_t>(peer);
-      add_socket(peer, s, connect(table.listeners[peer], hello, data_key_, deadline, peer_name(peer)));
-    }
-  }
-  auto check = [&](const wire::Hello& hello, const std::string& who) {
-    ONEBIT_CHECK(hello.job_id == job_id_, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
-                 hello.job_id, ", this job is ", job_id_, ")");
-    ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank_), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
-                 hello.to_rank);
-    ONEBIT_CHECK(hello.from_rank > static_cast<std::uint32_t>(rank_) && hello.from_rank < static_cast<std::uint32_t>(size_),
-                 ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
-    ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
-                 " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
-    const int peer = static_cast<int>(hello.from_rank);
-    ONEBIT_CHECK(!peers_[peer] || !peers_[peer]->sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, who,
-                 " duplicates socket ", hello.socket_index, " of rank ", peer);
-  };
-  for (int expected = (size_ - 1 - rank_) * sockets; expected > 0; --expected) {
-    auto accepted = listener.accept(deadline, data_key_, check, peer_name(rank_));
-    if (!accepted) {
-      std::string missing;
-      for (int peer = rank_ + 1; peer < size_; ++peer) {
-        int have = 0;
-        if (peers_[peer]) {
-          for (auto& s : peers_[peer]->sockets) have += s ? 1 : 0;
-        }
-        if (have < sockets) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
-      }
-      ::onebit::fail(ONEBIT_TIMEOUT, "rank ", rank_, ": timed out after ", options_.timeout.count(),
-                     " ms waiting for connections from rank(s) ", missing);
-    }
-    add_socket(static_cast<int>(accepted->hello.from_rank), accepted->hello.socket_index, std::move(accepted->fd));
   }
 }
 
@@ -296,28 +226,10 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
 void TcpTransport::wait_all(const std::vector<Request*>& requests, Deadline deadline,
                             const std::function<std::string(const Request&)>& describe) {
   std::unique_lock<std::mutex> lock(mutex_);
-  auto all_done = [&] {
-    for (Request* r : requests) {
-      if (r->state != Request::State::kDone) return false;
-    }
-    return true;
-  };
-  auto settled = [&] { return failed_ || all_done(); };
-  if (!completed_.wait_until(lock, deadline, settled)) {
-    const Request* late = nullptr;
-    for (Request* r : requests) {
-      if (r->state != Request::State::kDone) {
-        late = r;
-        break;
-      }
-    }
-    fail_locked(ONEBIT_TIMEOUT, "rank " + std::to_string(rank_) + ": timed out after " +
-                                    std::to_string(options_.timeout.count()) + " ms (ONEBIT_TIMEOUT_MS) " +
-                                    (late->is_send ? "sending to" : "waiting for") + " rank " + std::to_string(late->peer) +
-                                    " (" + describe(*late) + "); rank " + std::to_string(late->peer) +
-                                    " is stalled, dead or not in this call");
+  if (const Request* late = wait_until_settled(lock, completed_, requests, deadline, [this] { return failed_; })) {
+    fail_locked(ONEBIT_TIMEOUT, timeout_text(rank_, options_.timeout, *late, describe));
   }
-  if (!all_done()) throw_failure_locked();
+  if (!all_done(requests)) throw_failure_locked();
 }
 
 TransportStats TcpTransport::stats() const {

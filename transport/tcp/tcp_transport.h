@@ -27,18 +27,12 @@
 #include <vector>
 
 #include "common/error.h"
+#include "transport/tcp/mesh.h"
 #include "transport/tcp/socket.h"
 #include "transport/transport.h"
 #include "transport/wire.h"
 
 namespace onebit::tcp {
-
-struct TransportOptions {
-  int sockets_per_peer = 2;
-  std::chrono::milliseconds timeout{300000};
-  std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
-  std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
-};
 
 class TcpTransport final : public Transport {
  public:
@@ -91,7 +85,6 @@ class TcpTransport final : public Transport {
   const int size_;
   const TransportOptions options_;
   std::uint64_t job_id_ = 0;
-  SipKey data_key_{};  // proves data connections belong to the job
 
   mutable std::mutex mutex_;
   std::condition_variable completed_;

@@ -1,0 +1,88 @@
+#include "transport/tcp/mesh.h"
+
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "transport/tcp/bootstrap.h"
+#include "transport/tcp/connection.h"
+
+namespace onebit::tcp {
+
+Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets) {
+  ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
+               " must be in 1..64");
+  const Deadline deadline = Clock::now() + options.timeout;
+  Mesh mesh;
+  mesh.sockets.resize(size);
+  auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };
+
+  // Rank 0 serves the root. Its listener is bound before anyone connects, so a port in use is an
+  // immediate error on rank 0 rather than a timeout everywhere.
+  std::thread root_service;
+  if (rank == 0) {
+    Fd listener = listen_on(root, 1024);
+    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &options]() mutable {
+      serve_root(std::move(listener), size, sockets, deadline, options.auth_key);
+    });
+  }
+  BootstrapResult table;
+  Fd data_listener;
+  try {
+    table = exchange_with_root(rank, size, sockets, root, options.ifname, deadline, options.auth_key, &data_listener);
+  } catch (...) {
+    if (root_service.joinable()) root_service.join();
+    throw;
+  }
+  if (root_service.joinable()) root_service.join();
+  mesh.job_id = table.job_id;
+  mesh.data_key = table.data_key;
+  Listener listener(std::move(data_listener));
+  ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": job ", std::hex, mesh.job_id, std::dec, ", data listener ",
+             listener.handle().to_string());
+
+  // Higher ranks connect to lower ones. A connect completes in the listener's backlog, so every
+  // rank can first connect and then accept without waiting on anyone.
+  for (int peer = 0; peer < rank; ++peer) {
+    for (int s = 0; s < sockets; ++s) {
+      wire::Hello hello;
+      hello.socket_index = static_cast<std::uint16_t>(s);
+      hello.sockets_per_peer = static_cast<std::uint16_t>(sockets);
+      hello.job_id = mesh.job_id;
+      hello.from_rank = static_cast<std::uint32_t>(rank);
+      hello.to_rank = static_cast<std::uint32_t>(peer);
+      mesh.sockets[peer].push_back(connect(table.listeners[peer], hello, mesh.data_key, deadline, peer_name(peer)));
+    }
+  }
+  for (int peer = rank + 1; peer < size; ++peer) mesh.sockets[peer].resize(sockets);
+  auto check = [&](const wire::Hello& hello, const std::string& who) {
+    ONEBIT_CHECK(hello.job_id == mesh.job_id, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
+                 hello.job_id, ", this job is ", mesh.job_id, ")");
+    ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
+                 hello.to_rank);
+    ONEBIT_CHECK(hello.from_rank > static_cast<std::uint32_t>(rank) && hello.from_rank < static_cast<std::uint32_t>(size),
+                 ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
+    ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
+                 " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
+    const int peer = static_cast<int>(hello.from_rank);
+    ONEBIT_CHECK(!mesh.sockets[peer][hello.socket_index], ONEBIT_REMOTE_ERROR, who, " duplicates socket ",
+                 hello.socket_index, " of rank ", peer);
+  };
+  for (int expected = (size - 1 - rank) * sockets; expected > 0; --expected) {
+    auto accepted = listener.accept(deadline, mesh.data_key, check, peer_name(rank));
+    if (!accepted) {
+      std::string missing;
+      for (int peer = rank + 1; peer < size; ++peer) {
+        int have = 0;
+        for (auto& s : mesh.sockets[peer]) have += s ? 1 : 0;
+        if (have < sockets) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+      }
+      ::onebit::fail(ONEBIT_TIMEOUT, "rank ", rank, ": timed out after ", options.timeout.count(),
+                     " ms waiting for connections from rank(s) ", missing);
+    }
+    mesh.sockets[accepted->hello.from_rank][accepted->hello.socket_index] = std::move(accepted->fd);
+  }
+  return mesh;
+}
+
+}  // namespace onebit::tcp

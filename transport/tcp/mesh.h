@@ -1,0 +1,36 @@
+// The TCP mesh every onebit communicator starts from: a bootstrap at the root (bootstrap.h), then
+// `sockets` authenticated connections (connection.h) between every pair of ranks. TcpTransport
+// runs its data path on them; the verbs transport keeps one per peer as the channel that sets up
+// its queue pairs and carries abort messages and the peer's end (transport/ibverbs).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/siphash.h"
+#include "transport/tcp/socket.h"
+
+namespace onebit::tcp {
+
+struct TransportOptions {
+  int sockets_per_peer = 2;
+  std::chrono::milliseconds timeout{300000};
+  std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
+  std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
+};
+
+struct Mesh {
+  std::uint64_t job_id = 0;
+  SipKey data_key{};                        // the job's data key (bootstrap.h)
+  std::vector<std::vector<Fd>> sockets;     // [peer][index], blocking; empty for this rank
+};
+
+// Rank `rank` of `size` joins the job whose root listens at `root` (rank 0 serves it) and connects
+// to every other rank. Blocks until every connection is up, or throws: ONEBIT_TIMEOUT naming the
+// ranks still missing, bind and resolve errors, a root's rejection.
+Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets);
+
+}  // namespace onebit::tcp
