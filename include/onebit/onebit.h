@@ -164,6 +164,32 @@ ONEBIT_API onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t*
 ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, const float* m,
                                                   const float* v, size_t count);
 
+/* ---- Automatic freeze: when the warmup ends (the shims' freeze_step="auto") ----
+ * After every `window`-th warmup step (steps window-1, 2*window-1, ...) the shim measures how far
+ * the variance moved since the last measurement,
+ *     change = sum |v - v_then| / sum |v|      (v_then: zeros at the first measurement, so 1),
+ * takes the largest change over ranks (an allreduce: every rank then decides alike), and ends the
+ * warmup after the first measurement with change < threshold, or after step max_step - 1 when
+ * max_step > 0. The compression stage starts at the next step. */
+typedef struct {
+  int64_t window;   /* >= 1 */
+  double threshold; /* > 0 */
+  int64_t max_step; /* 0: no limit */
+} onebit_adam_auto_freeze_t;
+
+/* 1 if the shim measures after warmup step `step`, 0 if not; -1 (and last error) for a bad config. */
+ONEBIT_API int onebit_adam_auto_freeze_measures(const onebit_adam_auto_freeze_t* config, int64_t step);
+/* The measurement over `count` elements: *change as above (0 when v and v_then are both all zero),
+ * summed in fp64 in element order. The shim copies v into v_then once it has decided. */
+ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const float* v_then, size_t count,
+                                                       double* change);
+/* After warmup step `step`, given its measured change (ignored when it measures nothing): the first
+ * step of the compression stage (step + 1) if the warmup ends now, else -1; -2 (and last error)
+ * for a bad config. A shim measures and decides after the step is complete (its count advanced),
+ * before the next backward pass, so a DDP hook sees the stage it is in. */
+ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step,
+                                                  double change);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -17,6 +17,12 @@
 // fails every rank's step alike, and the communicator stays usable; after a transport failure it
 // is broken, as the C API says).
 //
+// Automatic freeze: pass an onebit_adam_auto_freeze_t and the groups' freeze_step is ignored (unless
+// ONEBIT_FREEZE_STEP is set): the warmup ends by the C core's rule (onebit.h, "Automatic freeze"),
+// measured on the one flat variance, the change averaged over ranks with onebit_allreduce (its ops
+// have no max; in warmup every rank's v is the same, bit for bit, so every rank's change is too).
+// freeze_step() is -1 until it fires.
+//
 // Checkpoints: save() → Checkpoint (step, m, v and this rank's error-feedback state); load() it
 // into a OnebitAdam on the same rank of a job of the same size, with the same groups, before the
 // next step; training continues bit for bit.
@@ -24,6 +30,8 @@
 #define ONEBIT_ONEBIT_ADAM_HPP_
 
 #include <algorithm>
+#include <cmath>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -58,9 +66,12 @@ class OnebitAdam {
     std::int64_t step = 0;
     std::vector<float> m, v;
     std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+    std::int64_t freeze_step = 0;                   // as decided (automatic freeze: -1 while undecided)
+    std::vector<float> v_then;                      // automatic freeze: v at its last measurement
   };
 
-  OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum")
+  OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum",
+             const onebit_adam_auto_freeze_t* auto_freeze = nullptr)
       : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
     if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: no parameter groups");
     const std::int64_t freeze = groups_[0].config.freeze_step;
@@ -77,7 +88,14 @@ class OnebitAdam {
       offsets_.push_back(total_);
       total_ += g.count;
     }
-    const std::int64_t effective = onebit_adam_freeze_step(freeze);
+    std::int64_t effective = onebit_adam_freeze_step(auto_freeze != nullptr ? -1 : freeze);
+    if (effective < 0) {  // automatic, and ONEBIT_FREEZE_STEP does not say otherwise
+      auto_ = *auto_freeze;
+      if (onebit_adam_auto_freeze_measures(&auto_, 0) < 0) check(ONEBIT_INVALID_ARGUMENT);
+      automatic_ = true;
+      effective = kUndecided;
+      v_then_.assign(total_, 0.0f);
+    }
     for (ParamGroup& g : groups_) g.config.freeze_step = effective;
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
@@ -129,11 +147,18 @@ class OnebitAdam {
       }
     }
     ++step_;
+    // The step is taken; this decides the next one's stage. A failure here (the allreduce) leaves
+    // the decision to the next measurement, the step counted.
+    if (automatic_ && groups_[0].config.freeze_step == kUndecided) decide_freeze(step_ - 1);
   }
 
   std::int64_t steps() const { return step_; }
-  std::int64_t freeze_step() const { return groups_[0].config.freeze_step; }
-  bool compressing() const { return step_ >= freeze_step(); }
+  std::int64_t freeze_step() const {
+    return groups_[0].config.freeze_step == kUndecided ? -1 : groups_[0].config.freeze_step;
+  }
+  bool compressing() const { return step_ >= groups_[0].config.freeze_step; }
+  // Automatic freeze: (step, change) of every measurement, the change as averaged over ranks.
+  const std::vector<std::pair<std::int64_t, double>>& variance_changes() const { return changes_; }
   const std::vector<float>& momentum() const { return m_; }
   const std::vector<float>& variance() const { return v_; }
 
@@ -142,6 +167,8 @@ class OnebitAdam {
     c.step = step_;
     c.m = m_;
     c.v = v_;
+    c.freeze_step = freeze_step();
+    c.v_then = v_then_;
     std::size_t workers = 0, servers = 0;
     const onebit_result_t sized = onebit_tag_state_size(name_.c_str(), &workers, &servers);
     if (sized == ONEBIT_SUCCESS) {
@@ -164,14 +191,44 @@ class OnebitAdam {
       check(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(), c.server_error.data(),
                                   c.server_error.size()));
     }
+    if (automatic_ && c.v_then.size() != total_) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: this optimizer freezes automatically and the "
+                                               "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
+    }
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
     std::copy(c.v.begin(), c.v.end(), v_.begin());
+    if (automatic_) {
+      v_then_ = c.v_then;
+      for (ParamGroup& g : groups_) g.config.freeze_step = c.freeze_step < 0 ? kUndecided : c.freeze_step;
+    }
   }
 
  private:
+  static constexpr std::int64_t kUndecided = INT64_MAX;  // every step is warmup until the rule fires
+
   static void check(onebit_result_t result) {
     if (result != ONEBIT_SUCCESS) throw CallError(result, onebit_last_error());
+  }
+
+  // After warmup step `taken` under automatic freeze: measure when due, average, decide.
+  void decide_freeze(std::int64_t taken) {
+    double change = INFINITY;
+    const int due = onebit_adam_auto_freeze_measures(&auto_, taken);
+    if (due < 0) check(ONEBIT_INVALID_ARGUMENT);
+    if (due == 1) {
+      check(onebit_adam_variance_change(v_.data(), v_then_.data(), total_, &change));
+      float mean = static_cast<float>(change);
+      check(onebit_allreduce(comm_, &mean, 1, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact ring
+      change = mean;
+      v_then_ = v_;
+      changes_.emplace_back(taken, change);
+    }
+    const std::int64_t first = onebit_adam_auto_freeze_decide(&auto_, taken, change);
+    if (first == -2) check(ONEBIT_INVALID_ARGUMENT);
+    if (first >= 0) {
+      for (ParamGroup& g : groups_) g.config.freeze_step = first;
+    }
   }
 
   onebit_comm_t comm_;
@@ -181,6 +238,10 @@ class OnebitAdam {
   std::size_t total_ = 0;
   std::int64_t step_ = 0;
   std::vector<float> m_, v_, grad_, m_before_;
+  bool automatic_ = false;
+  onebit_adam_auto_freeze_t auto_{};
+  std::vector<float> v_then_;
+  std::vector<std::pair<std::int64_t, double>> changes_;
 };
 
 }  // namespace onebit

@@ -77,6 +77,13 @@ onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
   return onebit::optim::AdamConfig{c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->freeze_step};
 }
 
+onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "auto freeze config is NULL");
+  const onebit::optim::AutoFreeze config{c->window, c->threshold, c->max_step};
+  onebit::optim::check(config);
+  return config;
+}
+
 void check_arrays(std::size_t count, std::initializer_list<const void*> arrays) {
   for (const void* a : arrays) {
     ONEBIT_CHECK(a != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "an array is NULL with count ", count);
@@ -266,6 +273,29 @@ onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float
     check_arrays(count, {params, m, v});
     onebit::optim::apply_step(c, params, m, v, count);
   });
+}
+
+int onebit_adam_auto_freeze_measures(const onebit_adam_auto_freeze_t* config, int64_t step) {
+  int answer = -1;
+  const onebit_result_t result = onebit::abi_guard("onebit_adam_auto_freeze_measures", [&] {
+    answer = onebit::optim::measures(to_auto_freeze(config), step) ? 1 : 0;
+  });
+  return result == ONEBIT_SUCCESS ? answer : -1;
+}
+
+onebit_result_t onebit_adam_variance_change(const float* v, const float* v_then, size_t count, double* change) {
+  return onebit::abi_guard("onebit_adam_variance_change", [&] {
+    check_arrays(count, {v, v_then});
+    ONEBIT_CHECK(change != nullptr, ONEBIT_INVALID_ARGUMENT, "change is NULL");
+    *change = onebit::optim::variance_change(v, v_then, count);
+  });
+}
+
+int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step, double change) {
+  std::int64_t answer = -2;
+  onebit::abi_guard("onebit_adam_auto_freeze_decide",
+                    [&] { answer = onebit::optim::decide(to_auto_freeze(config), step, change); });
+  return answer;
 }
 
 }  // extern "C"

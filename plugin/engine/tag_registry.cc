@@ -1,9 +1,9 @@
 #include "plugin/engine/tag_registry.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/log.h"
-
-#include <algorithm>
 
 namespace onebit {
 
@@ -125,6 +125,14 @@ void Tag::load(const float* worker, std::size_t worker_count, const float* serve
                " elements; the saved worker error has ", worker_count);
   ONEBIT_CHECK((worker != nullptr || worker_count == 0) && (server != nullptr || server_count == 0),
                ONEBIT_INVALID_ARGUMENT, "worker or server is NULL");
+  // Saved before the tag's first call (an optimizer checkpointed in warmup): zero worker error and
+  // no server error yet, which is exactly the state a fresh tag starts from, whatever its chunk.
+  if (server_count == 0 && std::all_of(worker, worker + worker_count, [](float e) { return e == 0.0f; })) {
+    restored_worker.clear();
+    restored_server.clear();
+    restored = false;
+    return;
+  }
   restored_worker.assign(worker, worker + worker_count);
   restored_server.assign(server, server + server_count);
   restored = true;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "common/error.h"
 #include "common/params.h"
 
 namespace onebit::optim {
@@ -35,6 +36,30 @@ void momentum_step(const AdamConfig& c, float* m, const float* g, std::size_t n)
 
 void apply_step(const AdamConfig& c, float* p, const float* m, const float* v, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) p[i] = updated(c, p[i], m[i], v[i]);
+}
+
+void check(const AutoFreeze& c) {
+  ONEBIT_CHECK(c.window >= 1 && c.threshold > 0 && c.max_step >= 0, ONEBIT_INVALID_ARGUMENT,
+               "auto freeze config out of range: window ", c.window, ", threshold ", c.threshold, ", max_step ",
+               c.max_step, " (need window >= 1, threshold > 0, max_step >= 0)");
+}
+
+bool measures(const AutoFreeze& c, std::int64_t step) { return step >= 0 && (step + 1) % c.window == 0; }
+
+double variance_change(const float* v, const float* v_then, std::size_t n) {
+  double moved = 0, total = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    moved += std::fabs(static_cast<double>(v[i]) - static_cast<double>(v_then[i]));
+    total += std::fabs(static_cast<double>(v[i]));
+  }
+  if (total == 0) return moved == 0 ? 0.0 : 1.0;
+  return moved / total;
+}
+
+std::int64_t decide(const AutoFreeze& c, std::int64_t step, double change) {
+  if (c.max_step > 0 && step + 1 >= c.max_step) return step + 1;
+  if (measures(c, step) && change < c.threshold) return step + 1;
+  return -1;
 }
 
 }  // namespace onebit::optim

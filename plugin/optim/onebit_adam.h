@@ -35,4 +35,17 @@ void momentum_step(const AdamConfig& config, float* m, const float* g, std::size
 // Compression stage, after the allreduce averaged m: p ← p − lr·(m / (sqrt(v) + eps) + wd·p).
 void apply_step(const AdamConfig& config, float* p, const float* m, const float* v, std::size_t n);
 
+// Automatic freeze (include/onebit/onebit.h, "Automatic freeze"): the rule both shims follow.
+struct AutoFreeze {
+  std::int64_t window = 10;
+  double threshold = 0.1;
+  std::int64_t max_step = 0;  // 0: none
+};
+void check(const AutoFreeze& config);  // throws Error(ONEBIT_INVALID_ARGUMENT) naming the field
+bool measures(const AutoFreeze& config, std::int64_t step);
+// sum |v - v_then| / sum |v| in fp64, element order; 0 when both sums are 0.
+double variance_change(const float* v, const float* v_then, std::size_t n);
+// step + 1 if the warmup ends after `step`, else -1.
+std::int64_t decide(const AutoFreeze& config, std::int64_t step, double change);
+
 }  // namespace onebit::optim

@@ -20,11 +20,19 @@ flat buffers live on that device, the tagged momentum's all_reduce goes through 
 compressed there, and the same update rule runs as torch operations on the device (the C core
 works on host memory); the phase decision is still the C core's.
 
+freeze_step="auto" ends the warmup when the variance has settled: every `freeze_window` warmup
+steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, its
+largest value over ranks taken (an allreduce, so every rank decides alike), and the compression
+stage starts after the first measurement under `freeze_threshold` — or at `max_freeze_step`. The
+rule is the C core's (onebit_adam_auto_freeze_*, shared with the C++ shim); rank 0 prints one line
+when it fires, and `freeze_step` then says the step.
+
 state_dict() holds step, m, v and this rank's error-feedback state (the anchors keep none): save
 one per rank, load each into the same rank of a job of the same size, and training continues bit
 for bit (docs/usage.md, "Restarting a job").
 """
 import ctypes
+import sys
 
 import torch
 import torch.distributed as dist
@@ -39,18 +47,38 @@ class _AdamConfig(ctypes.Structure):  # onebit_adam_config_t
                 ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("freeze_step", ctypes.c_int64)]
 
 
+class _AutoFreeze(ctypes.Structure):  # onebit_adam_auto_freeze_t
+    _fields_ = [("window", ctypes.c_int64), ("threshold", ctypes.c_double), ("max_step", ctypes.c_int64)]
+
+
+_UNDECIDED = 2**63 - 1  # freeze_step while "auto" has not fired: every step is warmup
+
+
 def _ptr(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
 
 
 class OnebitAdam(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
-                 process_group=None, name="onebit_adam/momentum"):
+                 process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
+                 max_freeze_step=None):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._lib = _library()
         self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
-        # ONEBIT_FREEZE_STEP tunes an existing script without editing it (docs/env.md).
-        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(freeze_step))
+        self._lib.onebit_adam_auto_freeze_decide.restype = ctypes.c_int64
+        auto = freeze_step == "auto"
+        if not auto and (not isinstance(freeze_step, int) or freeze_step < 0):
+            raise ValueError(f"OnebitAdam: freeze_step must be a step (an int >= 0) or 'auto', not {freeze_step!r}")
+        # ONEBIT_FREEZE_STEP tunes an existing script without editing it (docs/env.md); set, it
+        # overrides "auto" too.
+        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(-1 if auto else freeze_step))
+        self._auto = None
+        if self._freeze_step < 0:
+            self._auto = _AutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0)
+            if self._lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), ctypes.c_int64(0)) < 0:
+                _check(self._lib, 1)
+            self._freeze_step = _UNDECIDED
+        self.variance_changes = []  # "auto": (step, change) of every measurement, the largest over ranks
         self._group = process_group
         self._world = dist.get_world_size(process_group)
         self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
@@ -77,6 +105,7 @@ class OnebitAdam(torch.optim.Optimizer):
         self._m = zeros()
         self._v = zeros()
         self._m_before = zeros()  # the momentum before a compressed step, to undo a failed one
+        self._v_then = zeros() if self._auto is not None else None  # "auto": v at the last measurement
         offset = 0
         for p in self._params():
             n = p.numel()
@@ -110,7 +139,40 @@ class OnebitAdam(torch.optim.Optimizer):
 
     @property
     def freeze_step(self):
-        return self._freeze_step
+        """The first step of the compression stage; None while freeze_step="auto" has not fired."""
+        return None if self._freeze_step == _UNDECIDED else self._freeze_step
+
+    def _measure_variance(self, taken):
+        """freeze_step="auto", after warmup step `taken`: measure, decide, and say so when it fires."""
+        lib, step = self._lib, ctypes.c_int64(taken)
+        if lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), step) == 1:
+            if self._device.type == "cuda":
+                moved = (self._v.double() - self._v_then.double()).abs().sum()
+                total = self._v.double().abs().sum()
+                change = float(moved / total) if total > 0 else (0.0 if moved == 0 else 1.0)
+            else:
+                value = ctypes.c_double()
+                _check(lib, lib.onebit_adam_variance_change(_ptr(self._v), _ptr(self._v_then),
+                                                            ctypes.c_size_t(self._v.numel()), ctypes.byref(value)))
+                change = value.value
+            if self._world > 1:
+                largest = torch.tensor([change], dtype=torch.float64, device=self._device)
+                dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self._group)  # untagged: exact
+                change = float(largest.item())
+            self._v_then.copy_(self._v)
+            self.variance_changes.append((taken, change))
+        else:
+            change = float("inf")
+        first = lib.onebit_adam_auto_freeze_decide(ctypes.byref(self._auto), step, ctypes.c_double(change))
+        if first == -2:
+            _check(lib, 1)
+        if first >= 0:
+            self._freeze_step = first
+            if dist.get_rank(self._group) == 0:
+                why = (f"the variance moved {change:.4f} < {self._auto.threshold} over the last {self._auto.window} steps"
+                       if change < self._auto.threshold else f"max_freeze_step {self._auto.max_step}")
+                print(f"onebit: OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
+                      f"compression from step {first}", file=sys.stderr, flush=True)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -164,6 +226,8 @@ class OnebitAdam(torch.optim.Optimizer):
                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
                                                        ctypes.c_size_t(hi - lo)))
         self._step += 1
+        if self._auto is not None and self._freeze_step == _UNDECIDED:
+            self._measure_variance(self._step - 1)  # the step is taken; this decides the next one's stage
         return loss
 
     def state_dict(self):
@@ -171,7 +235,10 @@ class OnebitAdam(torch.optim.Optimizer):
         worker, server = self._error_state()
         state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
                            "worker_error": worker, "server_error": server,
-                           "world_size": self._world, "rank": dist.get_rank(self._group)}
+                           "world_size": self._world, "rank": dist.get_rank(self._group),
+                           "freeze_step": self._freeze_step,
+                           "v_then": None if self._v_then is None else self._v_then.clone(),
+                           "variance_changes": list(self.variance_changes)}
         return state
 
     def load_state_dict(self, state_dict):
@@ -187,6 +254,14 @@ class OnebitAdam(torch.optim.Optimizer):
         self._step = saved["step"]
         self._m.copy_(saved["m"])
         self._v.copy_(saved["v"])
+        if (saved.get("v_then") is None) != (self._v_then is None):
+            raise ValueError("OnebitAdam.load_state_dict: the checkpoint and this optimizer disagree on "
+                             "freeze_step='auto'")
+        if "freeze_step" in saved:
+            self._freeze_step = saved["freeze_step"]
+        if self._v_then is not None:
+            self._v_then.copy_(saved["v_then"])
+            self.variance_changes = list(saved["variance_changes"])
         worker, server = saved["worker_error"].contiguous(), saved["server_error"].contiguous()
         if worker.numel() or server.numel():
             _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),

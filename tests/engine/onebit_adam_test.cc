@@ -96,7 +96,7 @@ std::vector<float> replay(int steps) {
 
 // Runs the shim on every rank for `steps` steps (checkpointing and restoring into a fresh
 // communicator and optimizer after `restart_at` steps, if positive); returns each rank's parameters.
-std::vector<std::vector<float>> train(int steps, int restart_at) {
+std::vector<std::vector<float>> train(int steps, int restart_at, const onebit_adam_auto_freeze_t* automatic = nullptr) {
   const std::size_t total = kWeights + kBiases;
   SharedMemory out(kWorld * total * sizeof(float));
   const int port = free_port(), second_port = free_port();
@@ -108,19 +108,28 @@ std::vector<std::vector<float>> train(int steps, int restart_at) {
     };
     onebit_comm_t comm = join(rank, port);
     try {
-      auto adam = std::make_unique<OnebitAdam>(comm, groups());
+      auto adam = std::make_unique<OnebitAdam>(comm, groups(), "onebit_adam/momentum", automatic);
       for (int t = 0; t < steps; ++t) {
         if (t == restart_at) {
           const OnebitAdam::Checkpoint saved = adam->save();
           adam.reset();
           onebit_comm_destroy(comm);
           comm = join(rank, second_port);
-          adam = std::make_unique<OnebitAdam>(comm, groups());
+          adam = std::make_unique<OnebitAdam>(comm, groups(), "onebit_adam/momentum", automatic);
           adam->load(saved);
         }
         const std::vector<float> gw = gradient(rank, t, kWeights, 0), gb = gradient(rank, t, kBiases, 1);
         adam->step({gw.data(), gb.data()});
         if (adam->compressing() != (t + 1 >= kFreeze)) return 3;
+      }
+      if (adam->freeze_step() != kFreeze) return 5;
+      // Automatic: measured after steps 1 and 3 (window 2); the first against zeros, so 1.
+      if (automatic != nullptr && restart_at < 0) {
+        const auto& changes = adam->variance_changes();
+        if (changes.size() != 2 || changes[0].first != 1 || changes[0].second != 1.0 || changes[1].first != 3 ||
+            !(changes[1].second < automatic->threshold)) {
+          return 6;
+        }
       }
     } catch (const CallError& error) {
       std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
@@ -155,6 +164,46 @@ TEST(OnebitAdamShim, CheckpointMidCompressionContinuesBitForBit) {
     ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), expected.size() * 4))
         << "rank " << r << ": restored training differs from an uninterrupted run";
   }
+}
+
+// freeze_step "auto" (window 2, threshold 0.9): the first measurement, after step 1, compares with
+// zeros (change 1); the second, after step 3, sees v move about half of itself and fires, so the
+// compression stage starts at step 4 = kFreeze, and the run must be the fixed-freeze replay's, bit
+// for bit — also when checkpointed between the two measurements and in the compression stage.
+TEST(OnebitAdamShim, AutomaticFreezeFiresWhenTheVarianceSettlesAndMatchesTheReplay) {
+  const std::vector<float> expected = replay(kSteps);
+  const onebit_adam_auto_freeze_t automatic{2, 0.9, 0};
+  for (int restart_at : {-1, 2, kFreeze + 2}) {
+    const auto params = train(kSteps, restart_at, &automatic);
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), expected.size() * 4))
+          << "rank " << r << ", restart at " << restart_at << ": the automatic run differs from the replay";
+    }
+  }
+}
+
+TEST(OnebitAdamShim, AutomaticFreezeRules) {
+  const onebit_adam_auto_freeze_t rule{10, 0.1, 25};
+  EXPECT_EQ(onebit_adam_auto_freeze_measures(&rule, 8), 0);
+  EXPECT_EQ(onebit_adam_auto_freeze_measures(&rule, 9), 1);
+  EXPECT_EQ(onebit_adam_auto_freeze_measures(&rule, 19), 1);
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&rule, 9, 0.2), -1);
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&rule, 9, 0.05), 10);
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&rule, 12, 0.0), -1);  // measured nothing: change ignored
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&rule, 23, 1.0), -1);
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&rule, 24, 1.0), 25);  // max_step
+  const float v[4] = {1, 2, 3, 4}, then[4] = {1, 1, 3, 2};
+  double change = -1;
+  ASSERT_EQ(onebit_adam_variance_change(v, then, 4, &change), ONEBIT_SUCCESS);
+  EXPECT_EQ(change, 3.0 / 10.0);
+  const float zeros[2] = {0, 0};
+  ASSERT_EQ(onebit_adam_variance_change(zeros, zeros, 2, &change), ONEBIT_SUCCESS);
+  EXPECT_EQ(change, 0.0);
+  const onebit_adam_auto_freeze_t bad{0, 0.1, 0};
+  EXPECT_EQ(onebit_adam_auto_freeze_measures(&bad, 0), -1);
+  EXPECT_NE(std::string(onebit_last_error()).find("window 0"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_adam_auto_freeze_decide(&bad, 0, 0.0), -2);
+  EXPECT_EQ(onebit_adam_variance_change(v, nullptr, 4, &change), ONEBIT_INVALID_ARGUMENT);
 }
 
 TEST(OnebitAdamShim, NaNGradientFailsTheStepOnEveryRankAndChangesNothing) {

@@ -96,11 +96,12 @@ def rank_main(config):
     net = torch.nn.parallel.DistributedDataParallel(model)
     steps, freeze = config["steps"], config["freeze"]
     lr = config["lr"]
-    if config["optimizer"] in ("onebit", "uncompressed"):
+    if config["optimizer"] in ("onebit", "uncompressed", "auto"):
         # "uncompressed": OnebitAdam that never freezes — 1-bit Adam's update rule (no bias
         # correction) with full-precision gradients throughout, to tell the rule from the compression.
-        optimizer = onebit.OnebitAdam(model.parameters(), lr=lr,
-                                      freeze_step=freeze if config["optimizer"] == "onebit" else steps + 1)
+        # "auto": freeze_step="auto" with its defaults: the variance says when.
+        chosen = {"onebit": freeze, "uncompressed": steps + 1, "auto": "auto"}[config["optimizer"]]
+        optimizer = onebit.OnebitAdam(model.parameters(), lr=lr, freeze_step=chosen)
         net.register_comm_hook(optimizer, onebit.ddp_comm_hook)
     else:
         optimizer = torch.optim.Adam(model.parameters(), lr=lr)
@@ -146,6 +147,8 @@ def rank_main(config):
         if (step + 1) % config["eval_every"] == 0 or step + 1 == steps:
             log["val"].append((step + 1, validation_loss()))
     log["stats"] = onebit.stats()
+    if config["optimizer"] != "adam":
+        log["freeze_step"] = optimizer.freeze_step  # "auto": where it fired (None: it did not)
     log["parameters"] = sum(p.numel() for p in model.parameters())
     log["buckets_bytes"] = 4 * log["parameters"]
     if config.get("interface"):
@@ -214,9 +217,10 @@ def plot(results, path, title):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, ax = plt.subplots(figsize=(8, 4.8))
-    colors = {"adam": "tab:blue", "onebit": "tab:red", "uncompressed": "tab:gray"}
+    colors = {"adam": "tab:blue", "onebit": "tab:red", "uncompressed": "tab:gray", "auto": "tab:green"}
     names = {"adam": "Adam (torch.optim.Adam, DDP)", "onebit": "OnebitAdam (1-bit momentum)",
-             "uncompressed": "OnebitAdam never frozen (same rule, fp32)"}
+             "uncompressed": "OnebitAdam never frozen (same rule, fp32)",
+             "auto": "OnebitAdam, freeze_step='auto'"}
     for name, logs in results.items():
         train = logs[0]["train"]
         window = max(1, len(train) // 50)
@@ -230,6 +234,8 @@ def plot(results, path, title):
                 label=f"{names[name]}: validation")
     freeze = results["onebit"][0].get("freeze")
     ax.axvline(freeze, color="tab:red", alpha=0.3, linewidth=1)
+    if results.get("auto") and results["auto"][0].get("freeze_step"):
+        ax.axvline(results["auto"][0]["freeze_step"], color="tab:green", alpha=0.3, linewidth=1)
     ax.set_xlabel("step")
     ax.set_ylabel("cross-entropy (nats/char)")
     ax.set_title(title)
@@ -285,7 +291,7 @@ def main():
     print(f"# onebit-demo: {args.ranks} ranks ({args.backend}), {args.steps} steps, OnebitAdam freezes at step {freeze} "
           f"({100 * freeze / args.steps:.0f} %), text from {FORTUNES}", flush=True)
     results = {}
-    for name in ("adam", "onebit", "uncompressed"):
+    for name in ("adam", "onebit", "uncompressed", "auto"):
         started = time.time()
         results[name] = launch(dict(base, optimizer=name), args.ranks, args.out, args.preload)
         results[name][0]["freeze"] = freeze
@@ -300,7 +306,8 @@ def main():
                          "compressed_calls": logs[0]["stats"]["compressed_calls"],
                          "forwarded_calls": logs[0]["stats"]["forwarded_calls"],
                          "nan": any(not math.isfinite(v) for v in train),
-                         "val_curve": logs[0]["val"], "train_curve": train}
+                         "val_curve": logs[0]["val"], "train_curve": train,
+                         "freeze_step": logs[0].get("freeze_step")}
     summary["val_loss_ratio"] = summary["onebit"]["final_val_loss"] / summary["adam"]["final_val_loss"]
     summary["val_loss_ratio_vs_uncompressed"] = (summary["onebit"]["final_val_loss"] /
                                                  summary["uncompressed"]["final_val_loss"])
@@ -335,11 +342,13 @@ def main():
 
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    print(f"\n# {'optimizer':<12} {'val loss':>9} {'train loss':>10} {'wire MB/rank':>13} {'compressed':>10} {'forwarded':>9}")
-    for name in ("adam", "onebit", "uncompressed"):
+    print(f"\n# {'optimizer':<12} {'val loss':>9} {'train loss':>10} {'wire MB/rank':>13} {'compressed':>10} {'forwarded':>9}"
+          f" {'freeze':>6}")
+    for name in ("adam", "onebit", "uncompressed", "auto"):
         s = summary[name]
         print(f"  {name:<12} {s['final_val_loss']:>9.4f} {s['final_train_loss']:>10.4f} "
-              f"{s['wire_bytes_per_rank'] / 1e6:>13.2f} {s['compressed_calls']:>10} {s['forwarded_calls']:>9}")
+              f"{s['wire_bytes_per_rank'] / 1e6:>13.2f} {s['compressed_calls']:>10} {s['forwarded_calls']:>9}"
+              f" {str(s['freeze_step'] if name != 'adam' else '-'):>6}")
     print(f"# validation loss OnebitAdam / Adam after {args.steps} steps: {summary['val_loss_ratio']:.4f}; "
           f"OnebitAdam / the same rule uncompressed: {summary['val_loss_ratio_vs_uncompressed']:.4f}")
     print(f"# wire bytes Adam / OnebitAdam: {summary['wire_bytes_ratio']:.2f}x")
@@ -350,12 +359,16 @@ def main():
               f"{t['onebit']['interface_tx_bytes'][0] / 1e6:.1f} MB in {args.timing_steps} steps")
     print(f"# plot: {os.path.join(args.out, 'loss.png')}; figures: {os.path.join(args.out, 'demo.json')}")
     failed = False
-    for name in ("adam", "onebit", "uncompressed"):
+    for name in ("adam", "onebit", "uncompressed", "auto"):
         s = summary[name]
         if s["nan"] or not s["final_train_loss"] < s["first_train_loss"]:
             print(f"FAIL: {name}: training loss {s['first_train_loss']:.4f} -> {s['final_train_loss']:.4f}"
                   f"{' with NaN' if s['nan'] else ''}: it must fall, with no NaN")
             failed = True
+    auto_freeze = summary["auto"]["freeze_step"]
+    if summary["auto"]["compressed_calls"] != (args.steps - auto_freeze if auto_freeze is not None else 0):
+        print(f"FAIL: freeze_step='auto' fired at {auto_freeze} but ran {summary['auto']['compressed_calls']} compressed calls")
+        failed = True
     if summary["onebit"]["compressed_calls"] != args.steps - freeze:
         print(f"FAIL: {summary['onebit']['compressed_calls']} compressed calls, expected {args.steps - freeze}")
         failed = True

@@ -1,0 +1,122 @@
+"""OnebitAdam(freeze_step="auto") end to end: 2 ranks of real torch.distributed (gloo) with
+libonebit-preload.so.
+
+1. "auto": the rule fires on both ranks after the same step, rank 0 says so on stderr, and exactly
+   the steps after it ran compressed allreduces.
+2. "fixed": the same training with freeze_step set to that step gives bitwise the same parameters:
+   the automatic run is 1-bit Adam with a freeze step the variance chose.
+3. "first" + "resume": saved in warmup between two measurements and resumed in fresh processes,
+   the run ends bitwise where the uninterrupted one does (the decision, v's snapshot and the
+   error-feedback state all travel in state_dict()).
+
+    /usr/bin/python3 tests/python/onebit_auto_freeze_check.py BUILD_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+WORLD, STEPS, WINDOW, THRESHOLD, STOP = 2, 40, 4, 0.3, 6
+
+
+def rank_main(mode, rank, store, out_dir):
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
+    import onebit
+    from onebit.optim import OnebitAdam
+
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    rng = np.random.default_rng(100 + rank)
+    x = torch.from_numpy(rng.standard_normal((128, 16)).astype(np.float32))
+    y = torch.from_numpy(rng.standard_normal((128, 2)).astype(np.float32))
+    if mode == "fixed":
+        with open(os.path.join(out_dir, "auto.json")) as f:
+            freeze = json.load(f)["freeze_step"]
+        optimizer = OnebitAdam(model.parameters(), lr=0.01, freeze_step=freeze)
+    else:
+        optimizer = OnebitAdam(model.parameters(), lr=0.01, freeze_step="auto", freeze_window=WINDOW,
+                               freeze_threshold=THRESHOLD)
+    checkpoint = os.path.join(out_dir, f"checkpoint{rank}.pt")
+    first, last = 0, STEPS
+    if mode == "first":
+        last = STOP
+    elif mode == "resume":
+        saved = torch.load(checkpoint)
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        first = STOP
+    for _ in range(first, last):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+    if mode == "first":
+        assert optimizer.freeze_step is None, "the rule fired before the checkpoint; move STOP"
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint)
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
+    np.save(os.path.join(out_dir, f"{mode}{rank}.npy"), weights)
+    if mode == "auto":
+        with open(os.path.join(out_dir, f"auto{rank}.json"), "w") as f:
+            json.dump({"freeze_step": optimizer.freeze_step, "changes": optimizer.variance_changes,
+                       "compressed_calls": onebit.stats()["compressed_calls"]}, f)
+    dist.destroy_process_group()
+
+
+def run(mode, tmp, env):
+    store = os.path.join(tmp, f"store-{mode}")
+    procs = [subprocess.Popen([sys.executable, __file__, mode, str(r), store, tmp], env=env, stderr=subprocess.PIPE,
+                              text=True) for r in range(WORLD)]
+    errors = [p.communicate(timeout=300)[1] for p in procs]
+    if any(p.returncode for p in procs):
+        print("\n".join(errors))
+        raise SystemExit(f"FAIL: {mode} run exit codes {[p.returncode for p in procs]}")
+    return errors
+
+
+def main():
+    if len(sys.argv) == 5 and sys.argv[1] in ("auto", "fixed", "first", "resume"):
+        rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
+        return 0
+    if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
+        print(__doc__)
+        return 2
+    import numpy as np
+    preload = os.path.abspath(os.path.join(sys.argv[1], "libonebit-preload.so"))
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1")
+        env.pop("ONEBIT_FREEZE_STEP", None)
+        errors = run("auto", tmp, env)
+        reports = [json.load(open(os.path.join(tmp, f"auto{r}.json"))) for r in range(WORLD)]
+        freeze = reports[0]["freeze_step"]
+        assert freeze is not None and WINDOW <= freeze < STEPS, f"the rule did not fire in {STEPS} steps: {reports[0]}"
+        assert all(r["freeze_step"] == freeze and r["changes"] == reports[0]["changes"] for r in reports), reports
+        assert freeze % WINDOW == 0, f"it fires only after a measurement: {freeze}"
+        changes = reports[0]["changes"]
+        assert changes[0] == [WINDOW - 1, 1.0], f"the first measurement compares with zeros: {changes[0]}"
+        assert changes[-1][0] == freeze - 1 and changes[-1][1] < THRESHOLD, changes
+        assert all(c >= THRESHOLD for _, c in changes[:-1]), changes
+        assert all(r["compressed_calls"] == STEPS - freeze for r in reports), reports
+        assert f"fired after step {freeze - 1}" in errors[0] and f"compression from step {freeze}" in errors[0], errors[0]
+        assert "fired" not in errors[1], "only rank 0 reports it"
+        with open(os.path.join(tmp, "auto.json"), "w") as f:
+            json.dump({"freeze_step": freeze}, f)
+        run("fixed", tmp, env)
+        run("first", tmp, env)
+        run("resume", tmp, env)
+        for r in range(WORLD):
+            auto = np.load(os.path.join(tmp, f"auto{r}.npy")).view(np.uint32)
+            assert np.array_equal(auto, np.load(os.path.join(tmp, f"fixed{r}.npy")).view(np.uint32)), \
+                f"rank {r}: the automatic run differs from freeze_step={freeze}"
+            assert np.array_equal(auto, np.load(os.path.join(tmp, f"resume{r}.npy")).view(np.uint32)), \
+                f"rank {r}: resumed from a warmup checkpoint, the run differs from the uninterrupted one"
+    print(f"OK: freeze_step='auto' fired after step {freeze - 1} on both ranks (changes "
+          f"{[round(c, 3) for _, c in changes]}), bitwise equal to freeze_step={freeze} and to a resume from step {STOP}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
