@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/progress.h"
 #include "transport/wait_all.h"
 #include "plugin/engine/aligned_buffer.h"
 #include "transport/ibverbs/rendezvous.h"
@@ -108,6 +109,14 @@ struct IbverbsTransport::Peer {
   std::uint32_t next_write_id = 0;
 
   std::uint8_t* slot(std::uint32_t index) { return control.data() + index * kSlotBytes; }
+  // A work request's one scatter/gather entry: the whole control slot.
+  ibv_sge slot_entry(std::uint32_t index) {
+    ibv_sge sge{};
+    sge.addr = reinterpret_cast<std::uint64_t>(slot(index));
+    sge.length = kSlotBytes;
+    sge.lkey = control_lease.registration.lkey;
+    return sge;
+  }
 };
 
 IbverbsTransport::IbverbsTransport(int rank, int size, const tcp::Address& root, const VerbsOptions& options)
@@ -146,15 +155,7 @@ IbverbsTransport::IbverbsTransport(int rank, int size, const tcp::Address& root,
 }
 
 IbverbsTransport::~IbverbsTransport() {
-  if (progress_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    std::uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wakeup_.get(), &one, sizeof(one));
-    progress_.join();
-  }
+  stop_progress_thread(progress_, mutex_, stopping_, wakeup_.get());
   // Queue pairs first, so the adapter is done with every buffer before its registration goes.
   for (auto& peer : peers_) {
     if (peer && peer->qp) verbs().destroy_qp(std::exchange(peer->qp, nullptr));
@@ -327,10 +328,7 @@ void IbverbsTransport::connect_queue_pairs(const tcp::Address& root) {
 }
 
 void IbverbsTransport::post_receive_slot(Peer& peer, std::uint32_t slot) {
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<std::uint64_t>(peer.slot(slot));
-  sge.length = kSlotBytes;
-  sge.lkey = peer.control_lease.registration.lkey;
+  ibv_sge sge = peer.slot_entry(slot);
   ibv_recv_wr wr{};
   wr.wr_id = work_id(Work::kReceive, peer.rank, slot);
   wr.sg_list = &sge;
@@ -434,10 +432,7 @@ void IbverbsTransport::send_offer(Peer& peer, const wire::ClearToSend& offer) {
   peer.free_offer_slots.pop_back();
   const auto bytes = offer.encode();
   std::memcpy(peer.slot(slot), bytes.data(), bytes.size());
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<std::uint64_t>(peer.slot(slot));
-  sge.length = kSlotBytes;
-  sge.lkey = peer.control_lease.registration.lkey;
+  ibv_sge sge = peer.slot_entry(slot);
   ibv_send_wr wr{};
   wr.wr_id = work_id(Work::kOffer, peer.rank, slot);
   wr.sg_list = &sge;

@@ -11,6 +11,7 @@
 #include <deque>
 
 #include "common/log.h"
+#include "transport/progress.h"
 #include "transport/wait_all.h"
 
 namespace onebit::tcp {
@@ -102,15 +103,7 @@ TcpTransport::TcpTransport(int rank, int size, const Address& root, const Transp
 }
 
 TcpTransport::~TcpTransport() {
-  if (progress_.joinable()) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stopping_ = true;
-    }
-    std::uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(wakeup_.get(), &one, sizeof(one));
-    progress_.join();
-  }
+  stop_progress_thread(progress_, mutex_, stopping_, wakeup_.get());
 }
 
 std::string TcpTransport::peer_name(int peer) const { return "rank " + std::to_string(peer); }
