@@ -190,6 +190,125 @@ ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const flo
 ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step,
                                                   double change);
 
+/* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
+ * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its
+ * first step() call is an initialisation that moves nothing, so its schedule runs one call behind).
+ * - Variance stage, t <= var_freeze_step. Step t is a *variance step* when (t + 1) % var_interval
+ *   == 0: the gradient is averaged over ranks in full precision and
+ *   onebit_zero_one_adam_gradient_step(update_variance = 1) runs. Otherwise the gradient is
+ *   averaged 1-bit compressed (a tagged allreduce, with error feedback) and v is kept
+ *   (update_variance = 0). After every variance step var_counter += 1; when it reaches
+ *   var_update_scaler it returns to 0 and var_interval doubles: v is updated at exponentially
+ *   spaced steps.
+ * - Local-step stage, t > var_freeze_step: v is frozen. Every step is a local step (no
+ *   communication: onebit_zero_one_adam_local_step, with the local gradient), and step t is also a
+ *   *sync step* when (t + 1) % local_step_interval == 0: then onebit_zero_one_adam_sync_begin, the
+ *   accumulated update u averaged compressed, onebit_zero_one_adam_sync_end. After every step of
+ *   this stage local_step_counter += 1; when it reaches local_step_scaler it returns to 0 and
+ *   local_step_interval doubles, up to local_step_clipper.
+ * When the local-step stage begins the compressed buffer's error feedback restarts from zero (it
+ * then compresses u, not gradients), u and lrs are 0, and p_sync is set to p. No bias correction; decoupled weight
+ * decay; every step ends with onebit_zero_one_adam_advance. */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t var_freeze_step;    /* DeepSpeed's default 100000 */
+  int64_t var_update_scaler;  /* 16 */
+  int64_t local_step_scaler;  /* 32678 */
+  int64_t local_step_clipper; /* 16 */
+} onebit_zero_one_adam_config_t;
+
+/* The schedule's counters: the same on every rank; a checkpoint keeps them. */
+typedef struct {
+  int64_t step; /* the next step, t */
+  int64_t var_interval, var_counter;
+  int64_t local_step_interval, local_step_counter;
+} onebit_zero_one_adam_schedule_t;
+
+typedef enum {
+  ONEBIT_ZERO_ONE_ADAM_VARIANCE_STEP = 0,   /* exact gradient average; gradient_step(update_variance = 1) */
+  ONEBIT_ZERO_ONE_ADAM_COMPRESSED_STEP = 1, /* compressed gradient average; gradient_step(update_variance = 0) */
+  ONEBIT_ZERO_ONE_ADAM_LOCAL_STEP = 2,      /* local_step; no communication */
+  ONEBIT_ZERO_ONE_ADAM_SYNC_STEP = 3,       /* local_step, sync_begin, compressed average of u, sync_end */
+  ONEBIT_ZERO_ONE_ADAM_STEP_ENUM_MAX_ = 0x7fffffff
+} onebit_zero_one_adam_step_t;
+
+/* The schedule before step 0: step 0, intervals 1, counters 0. */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_schedule_init(onebit_zero_one_adam_schedule_t* schedule);
+/* What step schedule->step is. */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_next(const onebit_zero_one_adam_config_t* config,
+                                                     const onebit_zero_one_adam_schedule_t* schedule,
+                                                     onebit_zero_one_adam_step_t* kind);
+/* After the step: its stage's counters, then step + 1. */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_advance(const onebit_zero_one_adam_config_t* config,
+                                                        onebit_zero_one_adam_schedule_t* schedule);
+/* Variance stage, g averaged over ranks: [v <- b2*v + (1-b2)*g*g if update_variance];
+ * m <- b1*m + (1-b1)*g; p <- p - lr*(m/(sqrt(v)+eps) + wd*p). */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_config_t* config,
+                                                              float* params, float* m, float* v, const float* grad,
+                                                              size_t count, int update_variance);
+/* Local step, g this rank's: m <- b1*m + (1-b1)*g; d = lr*(m/(sqrt(v)+eps) + wd*p); p <- p - d;
+ * u <- u - d; *lrs <- *lrs + lr (lrs: one float per parameter group, the lr summed since the last sync). */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config,
+                                                           float* params, float* m, const float* v, float* u,
+                                                           float* lrs, const float* grad, size_t count);
+/* Sync step, after its local step: u <- u*(sqrt(v)+eps) (refuses lrs <= 0 first). Then the caller
+ * averages u over ranks (compressed), and sync_end: m <- -(u/lrs); p <- p_sync + u/(sqrt(v)+eps);
+ * p_sync <- p; u <- 0; *lrs <- 0. p_sync holds the parameters as of the last sync: the caller sets
+ * it to p when the local-step stage begins. (DeepSpeed writes p <- (p - u) + u/(...); p - u is
+ * p_sync only up to rounding, which differs by rank, and the replicas would drift apart.) */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_begin(const onebit_zero_one_adam_config_t* config, float* u,
+                                                           const float* v, float lrs, size_t count);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_adam_config_t* config, float* params,
+                                                         float* params_at_sync, float* m, float* u, const float* v,
+                                                         float* lrs, size_t count);
+
+/* ---- 1-bit LAMB (Li et al., 2021; DeepSpeed's OnebitLamb), one layer at a time ----
+ * DeepSpeed's names and defaults. A layer is a contiguous range with its own trust ratio.
+ * - Warmup, t < freeze_step (t from 0): g averaged over ranks in full precision, then
+ *   onebit_lamb_warmup_step: LAMB with the trust ratio clip(|p|/|d|, min_coeff, max_coeff) (1 when a
+ *   norm is 0), d = m/(sqrt(v)+eps) + wd*p, whose running average (coeff_beta; ratios exactly 1 left
+ *   out) becomes the layer's frozen coefficient; at step freeze_step - 1, v_fresh <- v.
+ * - Compression, t >= freeze_step: at its first step onebit_lamb_scaling_coeffs (from the warmup's
+ *   last momentum) evens out the layers' momentum scales; then every step onebit_lamb_momentum_step
+ *   with the local gradient, one compressed average of the whole momentum over ranks (tagged), and
+ *   onebit_lamb_apply_step: v stays frozen, a fresh variance v_fresh follows the gradient rebuilt from
+ *   the averaged momentum, and the coefficient is coeff_freeze times a factor max((sqrt(v)+eps) /
+ *   (sqrt(v_fresh)+eps)) kept within [factor_min, factor_max] and within factor_threshold of the
+ *   last step's. Norms and coefficients are fp64 (sums in element order); arrays fp32.
+ * docs/design.md ("1-bit LAMB") writes out every operation. */
+typedef struct {
+  float lr, beta1, beta2, eps, weight_decay;
+  int64_t freeze_step;            /* DeepSpeed's default 100000 */
+  double max_coeff, min_coeff;    /* 10.0, 0.01 */
+  double coeff_beta;              /* 0.9 */
+  double factor_max, factor_min;  /* 4.0, 0.5 */
+  double factor_threshold;        /* 0.1 */
+} onebit_lamb_config_t;
+
+/* A layer's scalars: the same on every rank; a checkpoint keeps them. */
+typedef struct {
+  double coeff_freeze;  /* lamb_coeff_freeze: 0 at the start */
+  double last_factor;   /* 1 at the start */
+  double scaling_coeff; /* 0 until the first compression step sets it */
+  double lamb_coeff;    /* the coefficient of the layer's last step (to log) */
+} onebit_lamb_layer_t;
+
+ONEBIT_API onebit_result_t onebit_lamb_layer_init(onebit_lamb_layer_t* layer);
+/* 1 if step t is in the compression stage, 0 if in warmup; -1 (and last error) for a bad config. */
+ONEBIT_API int onebit_lamb_compressing(const onebit_lamb_config_t* config, int64_t step);
+ONEBIT_API onebit_result_t onebit_lamb_warmup_step(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
+                                                   int64_t step, float* params, float* m, float* v, float* v_fresh,
+                                                   const float* grad, size_t count);
+/* `layers` layers whose momenta lie one after another at m, counts[j] floats each. */
+ONEBIT_API onebit_result_t onebit_lamb_scaling_coeffs(const float* m, const size_t* counts, size_t layers,
+                                                      onebit_lamb_layer_t* states);
+ONEBIT_API onebit_result_t onebit_lamb_momentum_step(const onebit_lamb_config_t* config,
+                                                     const onebit_lamb_layer_t* layer, float* m, float* m_last,
+                                                     const float* grad, size_t count);
+ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
+                                                  float* params, float* m, const float* m_last, const float* v,
+                                                  float* v_fresh, size_t count);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -39,18 +39,10 @@
 #include <utility>
 #include <vector>
 
+#include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
 
 namespace onebit {
-
-class CallError : public std::runtime_error {
- public:
-  CallError(onebit_result_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
-  onebit_result_t code() const { return code_; }
-
- private:
-  onebit_result_t code_;
-};
 
 class OnebitAdam {
  public:
@@ -207,9 +199,7 @@ class OnebitAdam {
  private:
   static constexpr std::int64_t kUndecided = INT64_MAX;  // every step is warmup until the rule fires
 
-  static void check(onebit_result_t result) {
-    if (result != ONEBIT_SUCCESS) throw CallError(result, onebit_last_error());
-  }
+  static void check(onebit_result_t result) { check_call(result); }
 
   // After warmup step `taken` under automatic freeze: measure when due, average, decide.
   void decide_freeze(std::int64_t taken) {

@@ -8,6 +8,8 @@
 #include "plugin/capi/abi_guard.h"
 #include "plugin/engine/communicator.h"
 #include "plugin/optim/onebit_adam.h"
+#include "plugin/optim/onebit_lamb.h"
+#include "plugin/optim/zero_one_adam.h"
 
 namespace onebit {
 
@@ -82,6 +84,24 @@ onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   const onebit::optim::AutoFreeze config{c->window, c->threshold, c->max_step};
   onebit::optim::check(config);
   return config;
+}
+
+const onebit_zero_one_adam_config_t& to_zero_one_adam(const onebit_zero_one_adam_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  onebit::optim::zero_one_adam::check(*c);
+  return *c;
+}
+
+const onebit_lamb_config_t& to_lamb(const onebit_lamb_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  onebit::optim::lamb::check(*c);
+  return *c;
+}
+
+template <typename T>
+T& non_null(T* pointer, const char* what) {
+  ONEBIT_CHECK(pointer != nullptr, ONEBIT_INVALID_ARGUMENT, what, " is NULL");
+  return *pointer;
 }
 
 void check_arrays(std::size_t count, std::initializer_list<const void*> arrays) {
@@ -296,6 +316,128 @@ int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, 
   onebit::abi_guard("onebit_adam_auto_freeze_decide",
                     [&] { answer = onebit::optim::decide(to_auto_freeze(config), step, change); });
   return answer;
+}
+
+onebit_result_t onebit_zero_one_adam_schedule_init(onebit_zero_one_adam_schedule_t* schedule) {
+  return onebit::abi_guard("onebit_zero_one_adam_schedule_init", [&] {
+    non_null(schedule, "schedule") = onebit::optim::zero_one_adam::initial_schedule();
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_next(const onebit_zero_one_adam_config_t* config,
+                                          const onebit_zero_one_adam_schedule_t* schedule,
+                                          onebit_zero_one_adam_step_t* kind) {
+  return onebit::abi_guard("onebit_zero_one_adam_next", [&] {
+    const auto& c = to_zero_one_adam(config);
+    const auto& s = non_null(schedule, "schedule");
+    onebit::optim::zero_one_adam::check(s);
+    non_null(kind, "kind") = onebit::optim::zero_one_adam::next(c, s);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_advance(const onebit_zero_one_adam_config_t* config,
+                                             onebit_zero_one_adam_schedule_t* schedule) {
+  return onebit::abi_guard("onebit_zero_one_adam_advance", [&] {
+    const auto& c = to_zero_one_adam(config);
+    auto& s = non_null(schedule, "schedule");
+    onebit::optim::zero_one_adam::check(s);
+    onebit::optim::zero_one_adam::advance(c, s);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_config_t* config, float* params,
+                                                   float* m, float* v, const float* grad, size_t count,
+                                                   int update_variance) {
+  return onebit::abi_guard("onebit_zero_one_adam_gradient_step", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, m, v, grad});
+    onebit::optim::zero_one_adam::gradient_step(c, params, m, v, grad, count, update_variance != 0);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config, float* params,
+                                                float* m, const float* v, float* u, float* lrs, const float* grad,
+                                                size_t count) {
+  return onebit::abi_guard("onebit_zero_one_adam_local_step", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, m, v, u, grad});
+    onebit::optim::zero_one_adam::local_step(c, params, m, v, u, &non_null(lrs, "lrs"), grad, count);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_sync_begin(const onebit_zero_one_adam_config_t* config, float* u,
+                                                const float* v, float lrs, size_t count) {
+  return onebit::abi_guard("onebit_zero_one_adam_sync_begin", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {u, v});
+    onebit::optim::zero_one_adam::sync_begin(c, u, v, lrs, count);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_adam_config_t* config, float* params,
+                                              float* params_at_sync, float* m, float* u, const float* v, float* lrs,
+                                              size_t count) {
+  return onebit::abi_guard("onebit_zero_one_adam_sync_end", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, params_at_sync, m, u, v});
+    ONEBIT_CHECK(non_null(lrs, "lrs") > 0, ONEBIT_INVALID_ARGUMENT, "lrs is ", *lrs, " (need > 0, as at sync_begin)");
+    onebit::optim::zero_one_adam::sync_end(c, params, params_at_sync, m, u, v, lrs, count);
+  });
+}
+
+onebit_result_t onebit_lamb_layer_init(onebit_lamb_layer_t* layer) {
+  return onebit::abi_guard("onebit_lamb_layer_init",
+                           [&] { non_null(layer, "layer") = onebit::optim::lamb::initial_layer(); });
+}
+
+int onebit_lamb_compressing(const onebit_lamb_config_t* config, int64_t step) {
+  int answer = -1;
+  const onebit_result_t result = onebit::abi_guard("onebit_lamb_compressing", [&] {
+    answer = onebit::optim::lamb::compressing(to_lamb(config), step) ? 1 : 0;
+  });
+  return result == ONEBIT_SUCCESS ? answer : -1;
+}
+
+onebit_result_t onebit_lamb_warmup_step(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer, int64_t step,
+                                        float* params, float* m, float* v, float* v_fresh, const float* grad,
+                                        size_t count) {
+  return onebit::abi_guard("onebit_lamb_warmup_step", [&] {
+    const auto& c = to_lamb(config);
+    check_arrays(count, {params, m, v, v_fresh, grad});
+    onebit::optim::lamb::warmup_step(c, non_null(layer, "layer"), step, params, m, v, v_fresh, grad, count);
+  });
+}
+
+onebit_result_t onebit_lamb_scaling_coeffs(const float* m, const size_t* counts, size_t layers,
+                                           onebit_lamb_layer_t* states) {
+  return onebit::abi_guard("onebit_lamb_scaling_coeffs", [&] {
+    check_arrays(layers, {counts, states});
+    std::size_t total = 0;
+    for (std::size_t j = 0; j < layers; ++j) total += counts[j];
+    check_arrays(total, {m});
+    onebit::optim::lamb::scaling_coeffs(m, counts, layers, states);
+  });
+}
+
+onebit_result_t onebit_lamb_momentum_step(const onebit_lamb_config_t* config, const onebit_lamb_layer_t* layer,
+                                          float* m, float* m_last, const float* grad, size_t count) {
+  return onebit::abi_guard("onebit_lamb_momentum_step", [&] {
+    const auto& c = to_lamb(config);
+    check_arrays(count, {m, m_last, grad});
+    onebit::optim::lamb::momentum_step(c, non_null(layer, "layer"), m, m_last, grad, count);
+  });
+}
+
+onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer, float* params,
+                                       float* m, const float* m_last, const float* v, float* v_fresh, size_t count) {
+  return onebit::abi_guard("onebit_lamb_apply_step", [&] {
+    const auto& c = to_lamb(config);
+    auto& l = non_null(layer, "layer");
+    ONEBIT_CHECK(l.scaling_coeff > 0 && l.last_factor > 0, ONEBIT_INVALID_ARGUMENT, "layer has scaling_coeff ",
+                 l.scaling_coeff, " and last_factor ", l.last_factor, " (need both > 0)");
+    check_arrays(count, {params, m, m_last, v, v_fresh});
+    onebit::optim::lamb::apply_step(c, l, params, m, m_last, v, v_fresh, count);
+  });
 }
 
 }  // extern "C"

@@ -12,6 +12,7 @@
 #include "onebit/onebit.h"
 #include "onebit/onebit_adam.hpp"
 #include "tests/support/float32_oracle.h"
+#include "tests/support/loopback_comm.h"
 #include "tests/support/multiprocess.h"
 
 namespace onebit::testing {
@@ -44,15 +45,7 @@ std::vector<float> initial(std::size_t n, unsigned group) {
   return p;
 }
 
-onebit_comm_t join(int rank, int port) {
-  onebit_comm_t comm = nullptr;
-  const std::string root = "127.0.0.1:" + std::to_string(port);
-  if (onebit_comm_init(&comm, rank, kWorld, root.c_str()) != ONEBIT_SUCCESS) {
-    std::fprintf(stderr, "rank %d: init failed: %s\n", rank, onebit_last_error());
-    std::_Exit(90);
-  }
-  return comm;
-}
+onebit_comm_t join(int rank, int port) { return join_loopback(rank, kWorld, port); }
 
 // The parameters every rank must hold after `steps` steps, computed without the shim.
 std::vector<float> replay(int steps) {

@@ -1,0 +1,187 @@
+// onebit::OnebitLamb — 1-bit LAMB (Li et al., 2021) for C++ trainers, over raw float arrays and a
+// communicator of the C API. Header-only over libonebit.so: the arithmetic is the C core's
+// (onebit_lamb_*, the rule in onebit.h), the very functions python/onebit's OnebitLamb calls.
+// Each parameter group is one layer: it has its own trust ratio (LAMB's coefficient), frozen at the
+// end of the warmup and then scaled by the factor the fresh variance says.
+//
+//   onebit::OnebitLamb lamb(comm, {{weights, n_weights, config}, {biases, n_biases, config}});
+//   for (...) { compute this rank's gradients; lamb.step({g_weights, g_biases}); }
+//
+// step(): in warmup (t < freeze_step) the gradients are averaged over ranks exactly and LAMB runs;
+// then each layer's momentum is updated from the local gradient and scaled by the layer's
+// scaling_coeff, the one flat momentum buffer (tagged: compressed, error-compensated) is averaged,
+// and each layer moves with its frozen variance and coefficient × factor. Every group's
+// freeze_step must agree.
+//
+// Errors: onebit::CallError; a failed step leaves the parameters, the state and the step count as
+// they were. Checkpoints: save() → Checkpoint (step, m, v, v_fresh, the layers' scalars, this
+// rank's error-feedback state); load() on the same rank of a job of the same size, before the next
+// step; training continues bit for bit.
+#ifndef ONEBIT_ONEBIT_LAMB_HPP_
+#define ONEBIT_ONEBIT_LAMB_HPP_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onebit/call_error.hpp"
+#include "onebit/onebit.h"
+
+namespace onebit {
+
+class OnebitLamb {
+ public:
+  struct ParamGroup {
+    float* params;
+    std::size_t count;
+    onebit_lamb_config_t config;
+  };
+
+  struct Checkpoint {
+    std::int64_t step = 0;
+    std::vector<float> m, v, v_fresh;
+    std::vector<onebit_lamb_layer_t> layers;
+    std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+  };
+
+  OnebitLamb(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_lamb/momentum")
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
+    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: no parameter groups");
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
+      if (g.config.freeze_step != groups_[0].config.freeze_step) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + " has freeze_step " +
+                                                     std::to_string(g.config.freeze_step) + ", group 0 has " +
+                                                     std::to_string(groups_[0].config.freeze_step) + ": they must agree");
+      }
+      if (g.params == nullptr && g.count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + "'s params is NULL");
+      }
+      if (onebit_lamb_compressing(&g.config, 0) < 0) check_call(ONEBIT_INVALID_ARGUMENT);
+      offsets_.push_back(total_);
+      counts_.push_back(g.count);
+      total_ += g.count;
+      onebit_lamb_layer_t layer;
+      check_call(onebit_lamb_layer_init(&layer));
+      layers_.push_back(layer);
+    }
+    m_.assign(total_, 0.0f);
+    v_.assign(total_, 0.0f);
+    v_fresh_.assign(total_, 0.0f);
+    m_last_.assign(total_, 0.0f);
+    grad_.assign(total_, 0.0f);
+    check_call(onebit_tag(name_.c_str(), m_.data(), total_, ONEBIT_FLOAT32));
+  }
+
+  ~OnebitLamb() { onebit_untag(m_.data()); }
+  OnebitLamb(const OnebitLamb&) = delete;
+  OnebitLamb& operator=(const OnebitLamb&) = delete;
+
+  void step(const std::vector<const float*>& grads) {
+    if (grads.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::step: " + std::to_string(grads.size()) +
+                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
+    }
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      if (grads[i] == nullptr && groups_[i].count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::step: group " + std::to_string(i) + "'s gradient is NULL");
+      }
+      std::copy(grads[i], grads[i] + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
+    }
+    if (!compressing()) {
+      check_call(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        const std::size_t o = offsets_[i];
+        check_call(onebit_lamb_warmup_step(&groups_[i].config, layers_.data() + i, step_, groups_[i].params, m_.data() + o, v_.data() + o,
+                                           v_fresh_.data() + o, grad_.data() + o, groups_[i].count));
+      }
+    } else {
+      const std::vector<onebit_lamb_layer_t> layers_before = layers_;
+      if (layers_[0].scaling_coeff == 0) {  // the first compression step
+        check_call(onebit_lamb_scaling_coeffs(m_.data(), counts_.data(), counts_.size(), layers_.data()));
+      }
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        const std::size_t o = offsets_[i];
+        check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o, grad_.data() + o,
+                                             groups_[i].count));
+      }
+      const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
+      if (reduced != ONEBIT_SUCCESS) {
+        const std::string message = onebit_last_error();
+        std::copy(m_last_.begin(), m_last_.end(), m_.begin());
+        layers_ = layers_before;
+        throw CallError(reduced, message);
+      }
+      for (std::size_t i = 0; i < groups_.size(); ++i) {
+        const std::size_t o = offsets_[i];
+        check_call(onebit_lamb_apply_step(&groups_[i].config, layers_.data() + i, groups_[i].params, m_.data() + o, m_last_.data() + o,
+                                          v_.data() + o, v_fresh_.data() + o, groups_[i].count));
+      }
+    }
+    ++step_;
+  }
+
+  std::int64_t steps() const { return step_; }
+  bool compressing() const { return step_ >= groups_[0].config.freeze_step; }
+  // Each layer's coefficient in its last step (LAMB's trust ratio; coeff_freeze × factor after the warmup).
+  std::vector<double> lamb_coeffs() const {
+    std::vector<double> out;
+    for (const onebit_lamb_layer_t& l : layers_) out.push_back(l.lamb_coeff);
+    return out;
+  }
+  const std::vector<onebit_lamb_layer_t>& layers() const { return layers_; }
+
+  Checkpoint save() const {
+    Checkpoint c;
+    c.step = step_;
+    c.m = m_;
+    c.v = v_;
+    c.v_fresh = v_fresh_;
+    c.layers = layers_;
+    std::size_t workers = 0, servers = 0;
+    const onebit_result_t sized = onebit_tag_state_size(name_.c_str(), &workers, &servers);
+    if (sized == ONEBIT_SUCCESS) {
+      c.worker_error.resize(workers);
+      c.server_error.resize(servers);
+      check_call(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
+    } else if (step_ > groups_[0].config.freeze_step) {
+      check_call(sized);  // a compressed call ran: its state must be there
+    }
+    return c;
+  }
+
+  void load(const Checkpoint& c) {
+    if (c.m.size() != total_ || c.v.size() != total_ || c.v_fresh.size() != total_ || c.layers.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::load: checkpoint holds " + std::to_string(c.m.size()) +
+                                                   " floats of m and " + std::to_string(c.layers.size()) +
+                                                   " layers; this optimizer has " + std::to_string(total_) + " and " +
+                                                   std::to_string(groups_.size()));
+    }
+    if (!c.worker_error.empty() || !c.server_error.empty()) {
+      check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
+                                       c.server_error.data(), c.server_error.size()));
+    }
+    step_ = c.step;
+    std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
+    v_ = c.v;
+    v_fresh_ = c.v_fresh;
+    layers_ = c.layers;
+  }
+
+ private:
+  onebit_comm_t comm_;
+  std::vector<ParamGroup> groups_;
+  std::string name_;
+  std::vector<std::size_t> offsets_, counts_;
+  std::size_t total_ = 0;
+  std::int64_t step_ = 0;
+  std::vector<onebit_lamb_layer_t> layers_;
+  std::vector<float> m_, v_, v_fresh_, m_last_, grad_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_ONEBIT_LAMB_HPP_

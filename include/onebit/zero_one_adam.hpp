@@ -1,0 +1,234 @@
+// onebit::ZeroOneAdam — 0/1 Adam (Lu et al., 2022) for C++ trainers, over raw float arrays and a
+// communicator of the C API. Header-only over libonebit.so: the schedule and arithmetic are the C
+// core's (onebit_zero_one_adam_*, the rule in onebit.h), the very functions python/onebit's
+// ZeroOneAdam calls, so both shims take the same steps bit for bit.
+//
+//   onebit::ZeroOneAdam adam(comm, {{weights, n_weights, config}, {biases, n_biases, bias_config}});
+//   for (...) { compute this rank's gradients; adam.step({g_weights, g_biases}); }
+//
+// step() asks the C core what the step is and runs its collective on flat buffers:
+// - a variance step averages the gradients exactly (onebit's ring, untagged);
+// - a compressed step averages a copy of them in the tagged buffer (1-bit, error feedback);
+// - a local step sends nothing;
+// - a sync step averages the accumulated update u in the same tagged buffer.
+// The buffer's error feedback restarts from zero when the local-step stage begins (it then carries
+// u, not gradients), as DeepSpeed's does. Every group's schedule fields (var_freeze_step and the
+// three scalers) must agree: the schedule is the optimizer's, not a group's.
+//
+// Errors: onebit::CallError. A failed step leaves the parameters, m, v, u and the schedule as they
+// were (a failed sync step is undone from a snapshot taken before it).
+//
+// Checkpoints: save() → Checkpoint (schedule, m, v, u, the parameters at the last sync, each group's lr sum, this rank's
+// error-feedback state); load() into a ZeroOneAdam on the same rank of a job of the same size, with
+// the same groups, before the next step; training continues bit for bit.
+#ifndef ONEBIT_ZERO_ONE_ADAM_HPP_
+#define ONEBIT_ZERO_ONE_ADAM_HPP_
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "onebit/call_error.hpp"
+#include "onebit/onebit.h"
+
+namespace onebit {
+
+class ZeroOneAdam {
+ public:
+  struct ParamGroup {
+    float* params;
+    std::size_t count;
+    onebit_zero_one_adam_config_t config;
+  };
+
+  struct Checkpoint {
+    onebit_zero_one_adam_schedule_t schedule{};
+    std::vector<float> m, v, u, params_at_sync, lrs;  // lrs: one per group
+    std::vector<float> worker_error, server_error;   // this rank's; empty before any compressed call
+  };
+
+  ZeroOneAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "zero_one_adam/buffer")
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
+    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: no parameter groups");
+    const onebit_zero_one_adam_config_t& first = groups_[0].config;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
+      const onebit_zero_one_adam_config_t& c = g.config;
+      if (c.var_freeze_step != first.var_freeze_step || c.var_update_scaler != first.var_update_scaler ||
+          c.local_step_scaler != first.local_step_scaler || c.local_step_clipper != first.local_step_clipper) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: group " + std::to_string(i) +
+                                                     "'s schedule (var_freeze_step " + std::to_string(c.var_freeze_step) +
+                                                     ", scalers, clipper) differs from group 0's: they must agree");
+      }
+      if (g.params == nullptr && g.count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: group " + std::to_string(i) + "'s params is NULL");
+      }
+      offsets_.push_back(total_);
+      total_ += g.count;
+    }
+    check_call(onebit_zero_one_adam_schedule_init(&schedule_));
+    onebit_zero_one_adam_step_t kind;
+    check_call(onebit_zero_one_adam_next(&first, &schedule_, &kind));  // validates the config
+    m_.assign(total_, 0.0f);
+    v_.assign(total_, 0.0f);
+    grad_.assign(total_, 0.0f);
+    buffer_.assign(total_, 0.0f);
+    params_at_sync_.assign(total_, 0.0f);
+    lrs_.assign(groups_.size(), 0.0f);
+    check_call(onebit_tag(name_.c_str(), buffer_.data(), total_, ONEBIT_FLOAT32));
+  }
+
+  ~ZeroOneAdam() { onebit_untag(buffer_.data()); }
+  ZeroOneAdam(const ZeroOneAdam&) = delete;
+  ZeroOneAdam& operator=(const ZeroOneAdam&) = delete;
+
+  // The kind of the next step (the C core's answer for steps()).
+  onebit_zero_one_adam_step_t next_step() const {
+    onebit_zero_one_adam_step_t kind;
+    check_call(onebit_zero_one_adam_next(&groups_[0].config, &schedule_, &kind));
+    return kind;
+  }
+
+  void step(const std::vector<const float*>& grads) {
+    if (grads.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::step: " + std::to_string(grads.size()) +
+                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
+    }
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      if (grads[i] == nullptr && groups_[i].count != 0) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::step: group " + std::to_string(i) + "'s gradient is NULL");
+      }
+      std::copy(grads[i], grads[i] + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
+    }
+    const onebit_zero_one_adam_step_t kind = next_step();
+    switch (kind) {
+      case ONEBIT_ZERO_ONE_ADAM_VARIANCE_STEP:
+        check_call(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact
+        for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
+          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, grad_.data() + o, n, 1));
+        });
+        break;
+      case ONEBIT_ZERO_ONE_ADAM_COMPRESSED_STEP:
+        std::copy(grad_.begin(), grad_.end(), buffer_.begin());
+        check_call(onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // tagged: 1-bit
+        for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
+          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, n, 0));
+        });
+        break;
+      case ONEBIT_ZERO_ONE_ADAM_LOCAL_STEP:
+        local_steps();
+        break;
+      default:
+        sync_step();
+        break;
+    }
+    const bool entering_local_stage = schedule_.step == groups_[0].config.var_freeze_step;
+    check_call(onebit_zero_one_adam_advance(&groups_[0].config, &schedule_));
+    if (entering_local_stage) {
+      // The buffer carries u from now on: zero, with its error feedback started afresh.
+      check_call(onebit_untag(buffer_.data()));
+      std::fill(buffer_.begin(), buffer_.end(), 0.0f);
+      check_call(onebit_tag(name_.c_str(), buffer_.data(), total_, ONEBIT_FLOAT32));
+      for_each_group([&](std::size_t, float* p, std::size_t o, std::size_t n) {
+        std::copy(p, p + n, params_at_sync_.begin() + static_cast<std::ptrdiff_t>(o));
+      });
+    }
+  }
+
+  std::int64_t steps() const { return schedule_.step; }
+  const onebit_zero_one_adam_schedule_t& schedule() const { return schedule_; }
+  const std::vector<float>& momentum() const { return m_; }
+  const std::vector<float>& variance() const { return v_; }
+
+  Checkpoint save() const {
+    Checkpoint c;
+    c.schedule = schedule_;
+    c.m = m_;
+    c.v = v_;
+    c.u = buffer_;
+    c.params_at_sync = params_at_sync_;
+    c.lrs = lrs_;
+    std::size_t workers = 0, servers = 0;
+    if (onebit_tag_state_size(name_.c_str(), &workers, &servers) == ONEBIT_SUCCESS) {
+      c.worker_error.resize(workers);
+      c.server_error.resize(servers);
+      check_call(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
+    }  // else: no compressed call since the tag was (re)made, so no state
+    return c;
+  }
+
+  void load(const Checkpoint& c) {
+    if (c.m.size() != total_ || c.v.size() != total_ || c.u.size() != total_ || c.params_at_sync.size() != total_ || c.lrs.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
+                                                   " floats of m and " + std::to_string(c.lrs.size()) + " lr sums; this optimizer has " +
+                                                   std::to_string(total_) + " and " + std::to_string(groups_.size()) + " groups");
+    }
+    onebit_zero_one_adam_step_t kind;
+    check_call(onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind));  // validates the schedule
+    if (!c.worker_error.empty() || !c.server_error.empty()) {
+      check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
+                                       c.server_error.data(), c.server_error.size()));
+    }
+    schedule_ = c.schedule;
+    std::copy(c.m.begin(), c.m.end(), m_.begin());
+    std::copy(c.v.begin(), c.v.end(), v_.begin());
+    std::copy(c.u.begin(), c.u.end(), buffer_.begin());  // in place: the tag holds buffer_'s address
+    params_at_sync_ = c.params_at_sync;
+    lrs_ = c.lrs;
+  }
+
+ private:
+  template <typename Body>
+  void for_each_group(Body&& body) {
+    for (std::size_t i = 0; i < groups_.size(); ++i) body(i, groups_[i].params, offsets_[i], groups_[i].count);
+  }
+
+  void local_steps() {
+    for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
+      check_call(onebit_zero_one_adam_local_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, lrs_.data() + i, grad_.data() + o, n));
+    });
+  }
+
+  void sync_step() {
+    // Parameters, m, u and the lr sums change before the allreduce: keep them to undo a failure
+    // (params_at_sync changes only after it).
+    std::vector<float> params_before;
+    for_each_group([&](std::size_t, float* p, std::size_t, std::size_t n) { params_before.insert(params_before.end(), p, p + n); });
+    const std::vector<float> m_before = m_, u_before = buffer_, lrs_before = lrs_;
+    try {
+      local_steps();
+      for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
+        check_call(onebit_zero_one_adam_sync_begin(&groups_[i].config, buffer_.data() + o, v_.data() + o, lrs_[i], n));
+      });
+      check_call(onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // tagged: 1-bit
+    } catch (const CallError&) {
+      for_each_group([&](std::size_t, float* p, std::size_t o, std::size_t n) {
+        std::copy(params_before.begin() + static_cast<std::ptrdiff_t>(o),
+                  params_before.begin() + static_cast<std::ptrdiff_t>(o + n), p);
+      });
+      m_ = m_before;
+      std::copy(u_before.begin(), u_before.end(), buffer_.begin());
+      lrs_ = lrs_before;
+      throw;
+    }
+    for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
+      check_call(onebit_zero_one_adam_sync_end(&groups_[i].config, p, params_at_sync_.data() + o, m_.data() + o, buffer_.data() + o, v_.data() + o,
+                                               lrs_.data() + i, n));
+    });
+  }
+
+  onebit_comm_t comm_;
+  std::vector<ParamGroup> groups_;
+  std::string name_;
+  std::vector<std::size_t> offsets_;
+  std::size_t total_ = 0;
+  onebit_zero_one_adam_schedule_t schedule_{};
+  std::vector<float> m_, v_, grad_, buffer_, params_at_sync_, lrs_;
+};
+
+}  // namespace onebit
+
+#endif  // ONEBIT_ZERO_ONE_ADAM_HPP_

@@ -1,0 +1,42 @@
+// 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam) over flat fp32 arrays: its step schedule and
+// arithmetic, the one implementation behind the C ABI's onebit_zero_one_adam_* calls, which both
+// shims use. The rule is written out in include/onebit/onebit.h and docs/design.md ("0/1 Adam");
+// the collectives between the halves of a step are the caller's.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "onebit/onebit.h"
+
+namespace onebit::optim::zero_one_adam {
+
+using Config = onebit_zero_one_adam_config_t;
+using Schedule = onebit_zero_one_adam_schedule_t;
+using StepKind = onebit_zero_one_adam_step_t;
+
+void check(const Config& config);  // throws Error(ONEBIT_INVALID_ARGUMENT) naming the field
+Schedule initial_schedule();
+void check(const Schedule& schedule);
+
+// The kind of step number schedule.step (0-based).
+StepKind next(const Config& config, const Schedule& schedule);
+// After a step: its policy counters, then step + 1.
+void advance(const Config& config, Schedule& schedule);
+
+// Variance stage, with g averaged over ranks (exactly on variance steps, compressed on the others):
+// [v ← β2·v + (1−β2)·g² only if update_variance]; m ← β1·m + (1−β1)·g; p ← p − lr·(m/(√v+ε) + wd·p).
+void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance);
+
+// Local-step stage, no communication, g local: m ← β1·m + (1−β1)·g; d = m/(√v+ε) + wd·p;
+// p ← p − lr·d; u ← u − lr·d; lrs ← lrs + lr.
+void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs, const float* g,
+                std::size_t n);
+// A sync step, after its local_step: u ← u·(√v+ε). Refuses lrs <= 0 before changing anything.
+void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n);
+// After u was averaged over ranks (compressed): m ← −(u/lrs); p ← p_sync + u/(√v+ε); p_sync ← p;
+// u ← 0; lrs ← 0. p_sync holds the parameters of the last sync (at the local stage's start, p).
+void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs,
+              std::size_t n);
+
+}  // namespace onebit::optim::zero_one_adam

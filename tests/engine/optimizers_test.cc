@@ -1,0 +1,514 @@
+// The 0/1 Adam and 1-bit LAMB shims (include/onebit/zero_one_adam.hpp, onebit_lamb.hpp) with ranks
+// as real processes, against replays of their rules written out again here from onebit.h and
+// docs/design.md — not calling the C core — with exact sums for the full-precision averages and the
+// fp32 oracle for the compressed ones; checkpoints mid-compression; a failed sync step.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "onebit/onebit.h"
+#include "onebit/onebit_lamb.hpp"
+#include "onebit/zero_one_adam.hpp"
+#include "tests/support/float32_oracle.h"
+#include "tests/support/loopback_comm.h"
+#include "tests/support/multiprocess.h"
+
+namespace onebit::testing {
+namespace {
+
+constexpr int kWorld = 4;  // averages of integers are exact: sums are, and ÷4 is
+constexpr std::size_t kSizes[2] = {1000, 37};
+constexpr std::size_t kTotal = kSizes[0] + kSizes[1];
+
+// Rank r's gradient at step t for one group: integers where the step averages exactly, else normal.
+std::vector<float> gradient(int rank, std::int64_t step, unsigned group, bool integers) {
+  std::mt19937 rng(static_cast<unsigned>(rank * 7919 + step * 104729) ^ (group * 0x9e3779b9u));
+  std::vector<float> g(kSizes[group]);
+  if (integers) {
+    std::uniform_int_distribution<int> values(-8, 8);
+    for (auto& x : g) x = static_cast<float>(values(rng));
+  } else {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (auto& x : g) x = normal(rng);
+  }
+  return g;
+}
+
+std::vector<float> initial() {
+  std::vector<float> p(kTotal);
+  for (std::size_t i = 0; i < kTotal; ++i) p[i] = std::sin(static_cast<float>(i + (i >= kSizes[0] ? 1000 : 0)));
+  return p;
+}
+
+std::size_t offset(unsigned group) { return group == 0 ? 0 : kSizes[0]; }
+
+onebit_comm_t join(int rank, int port) { return join_loopback(rank, kWorld, port); }
+
+std::vector<float> exact_average(const std::vector<std::vector<float>>& x) {
+  std::vector<float> a(x[0].size(), 0.0f);
+  for (const auto& r : x) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] += r[i];
+  }
+  for (float& v : a) v /= static_cast<float>(x.size());
+  return a;
+}
+
+// Runs `body(rank, comm, restart)` on every rank; the body calls restart() to move to a fresh
+// communicator. Returns each rank's kTotal floats written to `out` by the body.
+template <typename Body>
+std::vector<std::vector<float>> on_ranks(Body body) {
+  SharedMemory out(kWorld * kTotal * sizeof(float));
+  const int port = free_port(), second_port = free_port();
+  auto outcomes = run_ranks(kWorld, [&](int rank) {
+    onebit_comm_t comm = join(rank, port);
+    auto rejoin = [&] {
+      onebit_comm_destroy(comm);
+      comm = join(rank, second_port);
+      return comm;
+    };
+    int code = 0;
+    try {
+      code = body(rank, comm, rejoin, out.as<float>() + rank * kTotal);
+    } catch (const CallError& error) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
+      code = 4;
+    }
+    onebit_comm_destroy(comm);
+    return code;
+  });
+  std::vector<std::vector<float>> params;
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    params.emplace_back(out.as<float>() + r * kTotal, out.as<float>() + (r + 1) * kTotal);
+  }
+  return params;
+}
+
+// ---------------------------------------------------------------------------------------------
+// 0/1 Adam
+
+onebit_zero_one_adam_config_t zero_one_config(unsigned group) {
+  // var_freeze_step 6, κ = 2, local_step_scaler 3, H = 4: all four kinds of step in 24 steps.
+  if (group == 0) return {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 6, 2, 3, 4};
+  return {0.05f, 0.8f, 0.99f, 1e-6f, 0.0f, 6, 2, 3, 4};
+}
+constexpr int kZeroOneSteps = 24;
+enum Kind { kVariance, kCompressed, kLocal, kSync };
+
+// The schedule as written: count = t + 1; variance stage t <= var_freeze_step.
+std::vector<Kind> zero_one_schedule(int steps) {
+  const onebit_zero_one_adam_config_t c = zero_one_config(0);
+  std::int64_t var_interval = 1, var_counter = 0, local_interval = 1, local_counter = 0;
+  std::vector<Kind> kinds;
+  for (std::int64_t t = 0; t < steps; ++t) {
+    const std::int64_t count = t + 1;
+    if (t <= c.var_freeze_step) {
+      const bool variance = count % var_interval == 0;
+      kinds.push_back(variance ? kVariance : kCompressed);
+      if (variance && ++var_counter == c.var_update_scaler) var_counter = 0, var_interval *= 2;
+    } else {
+      kinds.push_back(count % local_interval == 0 ? kSync : kLocal);
+      if (++local_counter == c.local_step_scaler) {
+        local_counter = 0;
+        local_interval = std::min<std::int64_t>(c.local_step_clipper, local_interval * 2);
+      }
+    }
+  }
+  return kinds;
+}
+
+std::vector<float> zero_one_gradient(int rank, std::int64_t t, Kind kind) {
+  std::vector<float> g = gradient(rank, t, 0, kind == kVariance);
+  const std::vector<float> b = gradient(rank, t, 1, kind == kVariance);
+  g.insert(g.end(), b.begin(), b.end());
+  return g;
+}
+
+// Every rank's parameters after `steps` steps of the written rule.
+std::vector<std::vector<float>> zero_one_replay(int steps) {
+  const std::vector<Kind> kinds = zero_one_schedule(steps);
+  struct Rank {
+    std::vector<float> p = initial(), m = std::vector<float>(kTotal, 0.0f), u = std::vector<float>(kTotal, 0.0f);
+    std::vector<float> p_sync;
+    float lrs[2] = {0, 0};
+  };
+  std::vector<Rank> ranks(kWorld);
+  std::vector<float> v(kTotal, 0.0f);  // the same on every rank
+  auto oracle = std::make_unique<Float32Oracle>(kWorld, kTotal);
+  auto each = [](auto&& body) {
+    for (unsigned g = 0; g < 2; ++g) {
+      const onebit_zero_one_adam_config_t c = zero_one_config(g);
+      for (std::size_t i = offset(g); i < offset(g) + kSizes[g]; ++i) body(c, g, i);
+    }
+  };
+  for (int t = 0; t < steps; ++t) {
+    std::vector<std::vector<float>> grads(kWorld);
+    for (int r = 0; r < kWorld; ++r) grads[r] = zero_one_gradient(r, t, kinds[t]);
+    if (kinds[t] == kVariance || kinds[t] == kCompressed) {
+      const std::vector<float> g = kinds[t] == kVariance ? exact_average(grads) : oracle->step(grads, false);
+      for (Rank& k : ranks) {
+        each([&](const onebit_zero_one_adam_config_t& c, unsigned, std::size_t i) {
+          if (kinds[t] == kVariance && &k == &ranks[0]) v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
+          k.m[i] = c.beta1 * k.m[i] + (1.0f - c.beta1) * g[i];
+          k.p[i] = k.p[i] - c.lr * (k.m[i] / (std::sqrt(v[i]) + c.eps) + c.weight_decay * k.p[i]);
+        });
+      }
+    } else {
+      for (int r = 0; r < kWorld; ++r) {
+        Rank& k = ranks[r];
+        each([&](const onebit_zero_one_adam_config_t& c, unsigned, std::size_t i) {
+          k.m[i] = c.beta1 * k.m[i] + (1.0f - c.beta1) * grads[r][i];
+          const float d = c.lr * (k.m[i] / (std::sqrt(v[i]) + c.eps) + c.weight_decay * k.p[i]);
+          k.p[i] = k.p[i] - d;
+          k.u[i] = k.u[i] - d;
+        });
+        for (unsigned g = 0; g < 2; ++g) k.lrs[g] += zero_one_config(g).lr;
+      }
+      if (kinds[t] == kSync) {
+        std::vector<std::vector<float>> us;
+        for (Rank& k : ranks) {
+          each([&](const onebit_zero_one_adam_config_t& c, unsigned, std::size_t i) {
+            k.u[i] = k.u[i] * (std::sqrt(v[i]) + c.eps);
+          });
+          us.push_back(k.u);
+        }
+        const std::vector<float> average = oracle->step(us, false);
+        for (Rank& k : ranks) {
+          each([&](const onebit_zero_one_adam_config_t& c, unsigned g, std::size_t i) {
+            k.m[i] = -(average[i] / k.lrs[g]);
+            k.p[i] = k.p_sync[i] + average[i] / (std::sqrt(v[i]) + c.eps);
+            k.p_sync[i] = k.p[i];
+            k.u[i] = 0.0f;
+          });
+          k.lrs[0] = k.lrs[1] = 0.0f;
+        }
+      }
+    }
+    if (t == zero_one_config(0).var_freeze_step) {  // the local-step stage begins
+      oracle = std::make_unique<Float32Oracle>(kWorld, kTotal);
+      for (Rank& k : ranks) k.p_sync = k.p;
+    }
+  }
+  std::vector<std::vector<float>> out;
+  for (const Rank& k : ranks) out.push_back(k.p);
+  return out;
+}
+
+std::vector<std::vector<float>> zero_one_train(int steps, int restart_at) {
+  const std::vector<Kind> kinds = zero_one_schedule(steps);
+  return on_ranks([&](int rank, onebit_comm_t comm, auto rejoin, float* out) {
+    std::vector<float> p = initial();
+    auto groups = [&] {
+      return std::vector<ZeroOneAdam::ParamGroup>{{p.data(), kSizes[0], zero_one_config(0)},
+                                                  {p.data() + kSizes[0], kSizes[1], zero_one_config(1)}};
+    };
+    auto adam = std::make_unique<ZeroOneAdam>(comm, groups());
+    for (int t = 0; t < steps; ++t) {
+      if (t == restart_at) {
+        const ZeroOneAdam::Checkpoint saved = adam->save();
+        adam.reset();
+        comm = rejoin();
+        adam = std::make_unique<ZeroOneAdam>(comm, groups());
+        adam->load(saved);
+      }
+      if (static_cast<int>(adam->next_step()) != static_cast<int>(kinds[t])) return 3;
+      const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
+      adam->step({g.data(), g.data() + kSizes[0]});
+    }
+    if (adam->steps() != steps) return 5;
+    std::memcpy(out, p.data(), kTotal * sizeof(float));
+    return 0;
+  });
+}
+
+TEST(ZeroOneAdamShim, TheScheduleHasEveryKindOfStep) {
+  const std::vector<Kind> kinds = zero_one_schedule(16);
+  const std::vector<Kind> expected = {kVariance, kVariance, kCompressed, kVariance, kCompressed, kVariance,
+                                      kCompressed, kSync, kSync, kSync, kLocal, kSync, kLocal, kLocal, kLocal, kSync};
+  EXPECT_EQ(kinds, expected);
+  // The C core agrees, step by step.
+  const onebit_zero_one_adam_config_t c = zero_one_config(0);
+  onebit_zero_one_adam_schedule_t s;
+  ASSERT_EQ(onebit_zero_one_adam_schedule_init(&s), ONEBIT_SUCCESS);
+  for (int t = 0; t < 16; ++t) {
+    onebit_zero_one_adam_step_t kind;
+    ASSERT_EQ(onebit_zero_one_adam_next(&c, &s, &kind), ONEBIT_SUCCESS);
+    EXPECT_EQ(static_cast<int>(kind), static_cast<int>(expected[t])) << "step " << t;
+    ASSERT_EQ(onebit_zero_one_adam_advance(&c, &s), ONEBIT_SUCCESS);
+  }
+  EXPECT_EQ(s.step, 16);
+  EXPECT_EQ(s.var_interval, 4);
+  EXPECT_EQ(s.local_step_interval, 4);
+}
+
+TEST(ZeroOneAdamShim, TwoGroupsMatchTheReplayOnEveryRankBitForBit) {
+  const auto expected = zero_one_replay(kZeroOneSteps);
+  const auto params = zero_one_train(kZeroOneSteps, -1);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(0, std::memcmp(params[r].data(), expected[r].data(), kTotal * 4)) << "rank " << r;
+  }
+  // The last step is a sync step: every replica holds the same parameters again.
+  for (int r = 1; r < kWorld; ++r) ASSERT_EQ(0, std::memcmp(params[r].data(), params[0].data(), kTotal * 4)) << r;
+}
+
+TEST(ZeroOneAdamShim, CheckpointsInBothStagesContinueBitForBit) {
+  const auto expected = zero_one_replay(kZeroOneSteps);
+  // Step 5: the variance stage, with gradient error feedback in the state. Step 14: the local
+  // stage between two syncs, with u accumulated and u's error feedback in the state.
+  for (int restart_at : {5, 14}) {
+    const auto params = zero_one_train(kZeroOneSteps, restart_at);
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(0, std::memcmp(params[r].data(), expected[r].data(), kTotal * 4))
+          << "rank " << r << ", restarted at step " << restart_at;
+    }
+  }
+}
+
+TEST(ZeroOneAdamShim, NaNAtASyncStepFailsEveryRankAndChangesNothing) {
+  const std::vector<Kind> kinds = zero_one_schedule(kZeroOneSteps);
+  on_ranks([&](int rank, onebit_comm_t comm, auto, float* out) {
+    std::vector<float> p = initial();
+    ZeroOneAdam adam(comm, {{p.data(), kSizes[0], zero_one_config(0)}, {p.data() + kSizes[0], kSizes[1], zero_one_config(1)}});
+    for (int t = 0; t < 11; ++t) {  // up to the sync step 11, after the local step 10
+      const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
+      adam.step({g.data(), g.data() + kSizes[0]});
+    }
+    if (adam.next_step() != ONEBIT_ZERO_ONE_ADAM_SYNC_STEP) return 9;
+    const ZeroOneAdam::Checkpoint before = adam.save();
+    const std::vector<float> p_before = p;
+    std::vector<float> g = zero_one_gradient(rank, 11, kSync);
+    if (rank == 1) g[kSizes[0] + 3] = NAN;
+    try {
+      adam.step({g.data(), g.data() + kSizes[0]});
+      return 10;
+    } catch (const CallError& error) {
+      if (error.code() != ONEBIT_NUMERIC_ERROR) return 11;
+    }
+    const ZeroOneAdam::Checkpoint after = adam.save();
+    if (p != p_before || after.m != before.m || after.u != before.u || after.lrs != before.lrs ||
+        after.worker_error != before.worker_error || after.schedule.step != 11) {
+      return 12;
+    }
+    g[kSizes[0] + 3] = 0.0f;
+    adam.step({g.data(), g.data() + kSizes[0]});  // the communicator is still usable
+    std::memcpy(out, p.data(), kTotal * sizeof(float));
+    return adam.steps() == 12 ? 0 : 13;
+  });
+}
+
+TEST(ZeroOneAdamShim, BadConfigsAreRefusedByName) {
+  onebit_zero_one_adam_config_t c = zero_one_config(0);
+  c.local_step_clipper = 0;
+  onebit_zero_one_adam_schedule_t s;
+  onebit_zero_one_adam_schedule_init(&s);
+  onebit_zero_one_adam_step_t kind;
+  EXPECT_EQ(onebit_zero_one_adam_next(&c, &s, &kind), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("local_step_clipper 0"), std::string::npos) << onebit_last_error();
+  float u[2] = {1, 2}, v[2] = {1, 1};
+  c = zero_one_config(0);
+  EXPECT_EQ(onebit_zero_one_adam_sync_begin(&c, u, v, 0.0f, 2), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(u[0], 1.0f);  // refused before anything changed
+  float p[2] = {0, 0};
+  onebit_comm_t comm = nullptr;
+  ASSERT_EQ(onebit_comm_init(&comm, 0, 1, ""), ONEBIT_SUCCESS) << onebit_last_error();
+  onebit_zero_one_adam_config_t other = zero_one_config(0);
+  other.var_update_scaler = 5;
+  try {
+    ZeroOneAdam adam(comm, {{p, 1, zero_one_config(0)}, {p + 1, 1, other}});
+    ADD_FAILURE() << "groups with different schedules were accepted";
+  } catch (const CallError& error) {
+    EXPECT_NE(std::string(error.what()).find("group 1's schedule"), std::string::npos) << error.what();
+  }
+  onebit_comm_destroy(comm);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1-bit LAMB
+
+// The weights' fresh variance barely moves (β2 0.999): their factor stays near 1, unclamped, with
+// weight decay's ratio mixed in. The biases' (β2 0.5) falls fast once the gradients shrink, so
+// their factor climbs by factor_threshold a step until factor_max 1.2 stops it. (factor_min:
+// FactorClampsBite below.)
+onebit_lamb_config_t lamb_config(unsigned group) {
+  if (group == 0) return {0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 4, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  return {0.05f, 0.8f, 0.5f, 1e-6f, 0.0f, 4, 10.0, 0.01, 0.9, 1.2, 0.5, 0.1};
+}
+constexpr int kLambSteps = 12, kLambFreeze = 4;
+
+std::vector<float> lamb_gradient(int rank, std::int64_t t) {
+  std::vector<float> g = gradient(rank, t, 0, t < kLambFreeze);
+  const std::vector<float> b = gradient(rank, t, 1, t < kLambFreeze);
+  g.insert(g.end(), b.begin(), b.end());
+  return g;
+}
+
+double norm(const float* x, std::size_t n) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += static_cast<double>(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+// The parameters (the same on every rank) after `steps` steps of the written rule.
+std::vector<float> lamb_replay(int steps) {
+  std::vector<float> p = initial(), m(kTotal, 0.0f), v(kTotal, 0.0f), fresh(kTotal, 0.0f), m_last(kTotal);
+  double coeff_freeze[2] = {0, 0}, last_factor[2] = {1, 1}, scaling[2] = {0, 0};
+  Float32Oracle oracle(kWorld, kTotal);
+  std::vector<float> d(kTotal);
+  for (int t = 0; t < steps; ++t) {
+    std::vector<std::vector<float>> grads(kWorld);
+    for (int r = 0; r < kWorld; ++r) grads[r] = lamb_gradient(r, t);
+    if (t < kLambFreeze) {
+      const std::vector<float> g = exact_average(grads);
+      for (unsigned j = 0; j < 2; ++j) {
+        const onebit_lamb_config_t c = lamb_config(j);
+        const std::size_t o = offset(j), n = kSizes[j];
+        for (std::size_t i = o; i < o + n; ++i) {
+          m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
+          v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
+        }
+        if (t == kLambFreeze - 1) std::copy(v.begin() + o, v.begin() + o + n, fresh.begin() + o);
+        for (std::size_t i = o; i < o + n; ++i) d[i] = m[i] / (std::sqrt(v[i]) + c.eps) + c.weight_decay * p[i];
+        const double pn = norm(&p[o], n), dn = norm(&d[o], n);
+        double coeff = 1.0;
+        if (pn != 0 && dn != 0) coeff = std::min(std::max(pn / dn, c.min_coeff), c.max_coeff);
+        if (coeff != 1.0) coeff_freeze[j] = c.coeff_beta * coeff_freeze[j] + (1.0 - c.coeff_beta) * coeff;
+        const float step = static_cast<float>(static_cast<double>(c.lr) * coeff);
+        for (std::size_t i = o; i < o + n; ++i) p[i] = p[i] - step * d[i];
+      }
+      continue;
+    }
+    if (t == kLambFreeze) {
+      const double s0 = norm(&m[0], kSizes[0]) / std::sqrt(double(kSizes[0]));
+      const double s1 = norm(&m[kSizes[0]], kSizes[1]) / std::sqrt(double(kSizes[1]));
+      const double united = (s0 + s1) / 2;
+      scaling[0] = united / s0;
+      scaling[1] = united / s1;
+    }
+    m_last = m;
+    std::vector<std::vector<float>> local(kWorld, m);
+    for (int r = 0; r < kWorld; ++r) {
+      for (unsigned j = 0; j < 2; ++j) {
+        const onebit_lamb_config_t c = lamb_config(j);
+        for (std::size_t i = offset(j); i < offset(j) + kSizes[j]; ++i) {
+          local[r][i] = (c.beta1 * m[i] + (1.0f - c.beta1) * grads[r][i]) * static_cast<float>(scaling[j]);
+        }
+      }
+    }
+    m = oracle.step(local, false);
+    for (unsigned j = 0; j < 2; ++j) {
+      const onebit_lamb_config_t c = lamb_config(j);
+      const std::size_t o = offset(j), n = kSizes[j];
+      float factor_f = 0.0f;
+      std::vector<float> prelim(n);
+      for (std::size_t i = o; i < o + n; ++i) {
+        m[i] = m[i] / static_cast<float>(scaling[j]);
+        const float g = (m[i] - m_last[i] * c.beta1) / (1.0f - c.beta1);
+        fresh[i] = c.beta2 * fresh[i] + (1.0f - c.beta2) * g * g;
+        const float denominator = std::sqrt(v[i]) + c.eps;
+        prelim[i - o] = m[i] / denominator;
+        d[i] = prelim[i - o] + c.weight_decay * p[i];
+        factor_f = std::max(factor_f, denominator / (std::sqrt(fresh[i]) + c.eps));
+      }
+      double factor = factor_f;
+      if (c.weight_decay > 0) {
+        const double ratio = std::min(1.0, norm(prelim.data(), n) / norm(&d[o], n));
+        factor = factor * ratio + (1.0 - ratio);
+      }
+      factor = std::min(std::max(factor, c.factor_min), c.factor_max);
+      factor = std::min(std::max(factor, last_factor[j] * (1.0 - c.factor_threshold)),
+                        last_factor[j] * (1.0 + c.factor_threshold));
+      last_factor[j] = factor;
+      const float step = static_cast<float>(static_cast<double>(c.lr) * (coeff_freeze[j] * factor));
+      for (std::size_t i = o; i < o + n; ++i) p[i] = p[i] - step * d[i];
+    }
+  }
+  return p;
+}
+
+std::vector<std::vector<float>> lamb_train(int steps, int restart_at) {
+  return on_ranks([&](int rank, onebit_comm_t comm, auto rejoin, float* out) {
+    std::vector<float> p = initial();
+    auto groups = [&] {
+      return std::vector<OnebitLamb::ParamGroup>{{p.data(), kSizes[0], lamb_config(0)},
+                                                 {p.data() + kSizes[0], kSizes[1], lamb_config(1)}};
+    };
+    auto lamb = std::make_unique<OnebitLamb>(comm, groups());
+    for (int t = 0; t < steps; ++t) {
+      if (t == restart_at) {
+        const OnebitLamb::Checkpoint saved = lamb->save();
+        lamb.reset();
+        comm = rejoin();
+        lamb = std::make_unique<OnebitLamb>(comm, groups());
+        lamb->load(saved);
+      }
+      const std::vector<float> g = lamb_gradient(rank, t);
+      lamb->step({g.data(), g.data() + kSizes[0]});
+      if (lamb->compressing() != (t + 1 >= kLambFreeze)) return 3;
+    }
+    // The coefficients moved (a constant 1 would hide a bug), and the clamps above held the factors.
+    for (double coeff : lamb->lamb_coeffs()) {
+      if (!(coeff > 0) || coeff == 1.0) return 6;
+    }
+    if (restart_at < 0 && (lamb->layers()[0].last_factor == 1.0 || lamb->layers()[1].last_factor != 1.2)) return 7;
+    std::memcpy(out, p.data(), kTotal * sizeof(float));
+    return 0;
+  });
+}
+
+TEST(OnebitLambShim, TwoLayersMatchTheReplayBitForBit) {
+  const std::vector<float> expected = lamb_replay(kLambSteps);
+  const auto params = lamb_train(kLambSteps, -1);
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), kTotal * 4)) << "rank " << r;
+  }
+}
+
+TEST(OnebitLambShim, CheckpointsContinueBitForBit) {
+  const std::vector<float> expected = lamb_replay(kLambSteps);
+  // Step 2: warmup (the coefficient's average in the state). Step 7: compression, with the
+  // scaling coefficients, last factors, v_fresh and the error feedback in the state.
+  for (int restart_at : {2, kLambFreeze + 3}) {
+    const auto params = lamb_train(kLambSteps, restart_at);
+    for (int r = 0; r < kWorld; ++r) {
+      ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), kTotal * 4))
+          << "rank " << r << ", restarted at step " << restart_at;
+    }
+  }
+}
+
+// One layer whose fresh variance grew tenfold: the raw factor, about 0.1, is lifted to factor_min
+// 0.5, which lies within factor_threshold of the last factor 0.55 (without the clamp the threshold
+// would give 0.495).
+TEST(OnebitLambShim, FactorMinBites) {
+  onebit_lamb_config_t c = lamb_config(1);
+  onebit_lamb_layer_t layer{2.0, 0.55, 1.0, 0.0};
+  float p[2] = {1, -1}, m[2] = {0, 0}, last[2] = {0, 0}, v[2] = {1, 1}, fresh[2] = {200, 200};
+  ASSERT_EQ(onebit_lamb_apply_step(&c, &layer, p, m, last, v, fresh, 2), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(layer.last_factor, 0.5);
+  EXPECT_EQ(layer.lamb_coeff, 1.0);  // coeff_freeze × factor
+  EXPECT_EQ(fresh[0], 100.0f);       // β2 0.5 · 200 + 0.5 · 0²
+  EXPECT_EQ(p[0], 1.0f);             // m = 0, no weight decay: no move
+}
+
+TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
+  onebit_lamb_config_t c = lamb_config(0);
+  c.factor_min = 5.0;  // above factor_max
+  EXPECT_EQ(onebit_lamb_compressing(&c, 0), -1);
+  EXPECT_NE(std::string(onebit_last_error()).find("factor_min 5"), std::string::npos) << onebit_last_error();
+  onebit_lamb_layer_t layer;
+  ASSERT_EQ(onebit_lamb_layer_init(&layer), ONEBIT_SUCCESS);
+  float m[2] = {1, 2}, last[2], g[2] = {0, 0};
+  c = lamb_config(0);
+  EXPECT_EQ(onebit_lamb_momentum_step(&c, &layer, m, last, g, 2), ONEBIT_INVALID_ARGUMENT);  // no scaling yet
+  EXPECT_NE(std::string(onebit_last_error()).find("scaling_coeff"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(m[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace onebit::testing
