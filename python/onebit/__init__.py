@@ -17,13 +17,20 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ddp_comm_hook", "register_backend"]
+__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb", "ddp_comm_hook",
+           "register_backend"]
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
     if name in ("OnebitAdam", "ddp_comm_hook"):
         from . import optim
         return getattr(optim, name)
+    if name == "ZeroOneAdam":
+        from . import zero_one_adam
+        return zero_one_adam.ZeroOneAdam
+    if name == "OnebitLamb":
+        from . import onebit_lamb
+        return onebit_lamb.OnebitLamb
     if name == "register_backend":
         from . import backend
         return backend.register_backend

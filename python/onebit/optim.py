@@ -58,12 +58,118 @@ def _ptr(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
 
 
-class OnebitAdam(torch.optim.Optimizer):
+class _FlatOptimizer(torch.optim.Optimizer):
+    """What onebit's optimizers share: every parameter a view into one flat fp32 buffer (each group
+    a contiguous range of it, in param_groups order), a flat gradient buffer, the gradient average
+    of the full-precision steps, the tagged buffer's error-feedback state in state_dict(), and the
+    DDP hook's question: does the next step want averaged gradients?"""
+
+    def _flatten(self, who, process_group, cuda=True):
+        self._who = who
+        self._lib = _library()
+        self._group = process_group
+        self._world = dist.get_world_size(process_group)
+        self._rank = dist.get_rank(process_group)
+        self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
+        devices = {p.device for group in self.param_groups for p in group["params"]}
+        allowed = ("cpu", "cuda") if cuda else ("cpu",)
+        if len(devices) != 1 or next(iter(devices)).type not in allowed:
+            where = "one CPU or CUDA device" if cuda else "the CPU (the C core works on host memory; OnebitAdam also runs on CUDA)"
+            raise ValueError(f"{who}: parameters must all be on {where}, not {sorted(map(str, devices))}")
+        self._device = next(iter(devices))
+        self._ranges, self._slices = [], []  # per group; per parameter
+        offset = 0
+        for group in self.param_groups:
+            start = offset
+            for p in group["params"]:
+                if p.dtype != torch.float32:
+                    raise ValueError(f"{who}: parameters must be float32, not {p.dtype}")
+                self._slices.append((offset, offset + p.numel()))
+                offset += p.numel()
+            self._ranges.append((start, offset))
+        self._total = offset
+        self._flat = self._zeros()
+        self._grad = self._zeros()
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            self._flat[lo:hi].copy_(p.data.reshape(-1))
+            p.data = self._flat[lo:hi].view_as(p)
+
+    def _zeros(self):
+        return torch.zeros(self._total, device=self._device)
+
+    def add_param_group(self, param_group):
+        if hasattr(self, "_flat"):
+            raise RuntimeError(f"{type(self).__name__}: parameter groups are fixed at construction (one flat buffer)")
+        super().add_param_group(param_group)
+
+    def _params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def _take_gradients(self, closure):
+        """Runs the closure (if any) and gathers this rank's gradients into the flat buffer; the loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._gather_gradients()
+        return loss
+
+    def _gather_gradients(self):
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            if p.grad is None:
+                self._grad[lo:hi].zero_()
+            else:
+                self._grad[lo:hi].copy_(p.grad.reshape(-1))
+
+    def _average_gradients(self):
+        """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
+        if self._world > 1 and not self._gradients_averaged_by_hook:
+            dist.all_reduce(self._grad, group=self._group)  # untagged: full precision
+            self._grad.div_(self._world)
+
+    def _average_tagged(self, buffer):
+        """The tagged buffer averaged over ranks: one compressed all_reduce (which returns W × the average)."""
+        if self._world > 1:
+            dist.all_reduce(buffer, group=self._group)
+            buffer.div_(self._world)
+
+    def _error_state(self, required):
+        workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
+        name = self._name.encode()
+        if self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)) != 0:
+            if required:
+                _check(self._lib, 1)  # a compressed call ran: its state must be there
+            return torch.zeros(0), torch.zeros(0)  # no compressed call yet: no error feedback
+        worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
+        _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
+        return worker, server
+
+    def _load_error_state(self, worker, server):
+        worker, server = worker.contiguous(), server.contiguous()
+        if worker.numel() or server.numel():
+            _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
+                                                             ctypes.c_size_t(worker.numel()), _ptr(server),
+                                                             ctypes.c_size_t(server.numel())))
+
+    def _check_saved(self, saved):
+        if saved["world_size"] != self._world or saved["rank"] != self._rank:
+            raise ValueError(f"{self._who}.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
+                             f"loading into rank {self._rank} of {self._world}: each rank loads its own")
+        if saved["m"].numel() != self._total:
+            raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {saved['m'].numel()} parameters, "
+                             f"this optimizer {self._total}")
+
+    @property
+    def _wants_averaged_gradients(self):
+        raise NotImplementedError
+
+
+class OnebitAdam(_FlatOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
                  process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
                  max_freeze_step=None):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-        self._lib = _library()
+        self._flatten("OnebitAdam", process_group)
         self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
         self._lib.onebit_adam_auto_freeze_decide.restype = ctypes.c_int64
         auto = freeze_step == "auto"
@@ -79,54 +185,21 @@ class OnebitAdam(torch.optim.Optimizer):
                 _check(self._lib, 1)
             self._freeze_step = _UNDECIDED
         self.variance_changes = []  # "auto": (step, change) of every measurement, the largest over ranks
-        self._group = process_group
-        self._world = dist.get_world_size(process_group)
-        self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
-        # Each group is one contiguous range of the flat buffers, in param_groups order.
-        self._ranges = []
-        offset = 0
-        devices = {p.device for group in self.param_groups for p in group["params"]}
-        if len(devices) != 1 or next(iter(devices)).type not in ("cpu", "cuda"):
-            raise ValueError(f"OnebitAdam: parameters must all be on one CPU or CUDA device, not {sorted(map(str, devices))}")
-        self._device = next(iter(devices))
-        for group in self.param_groups:
-            start = offset
-            for p in group["params"]:
-                if p.dtype != torch.float32:
-                    raise ValueError(f"OnebitAdam: parameters must be float32, not {p.dtype}")
-                offset += p.numel()
-            self._ranges.append((start, offset))
-        total = offset
-        # One flat buffer each for parameters, gradients, momentum and variance; the parameters
-        # become views into theirs, so the C core (or, on CUDA, the torch kernels) updates them in place.
-        zeros = lambda: torch.zeros(total, device=self._device)
-        self._flat = zeros()
-        self._grad = zeros()
-        self._m = zeros()
-        self._v = zeros()
-        self._m_before = zeros()  # the momentum before a compressed step, to undo a failed one
-        self._v_then = zeros() if self._auto is not None else None  # "auto": v at the last measurement
-        offset = 0
-        for p in self._params():
-            n = p.numel()
-            self._flat[offset:offset + n].copy_(p.data.reshape(-1))
-            p.data = self._flat[offset:offset + n].view_as(p)
-            offset += n
+        self._m = self._zeros()
+        self._v = self._zeros()
+        self._m_before = self._zeros()  # the momentum before a compressed step, to undo a failed one
+        self._v_then = self._zeros() if self._auto is not None else None  # "auto": v at the last measurement
         self._name = name
         tag(self._m, name)
         self._step = 0
 
-    def add_param_group(self, param_group):
-        if hasattr(self, "_flat"):
-            raise RuntimeError("OnebitAdam: parameter groups are fixed at construction (one flat momentum buffer)")
-        super().add_param_group(param_group)
-
-    def _params(self):
-        return [p for g in self.param_groups for p in g["params"]]
-
     def _config(self, group):
         return _AdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
                            self._freeze_step)
+
+    @property
+    def _wants_averaged_gradients(self):
+        return not self.compressing
 
     @property
     def compressing(self):
@@ -176,23 +249,10 @@ class OnebitAdam(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        offset = 0
-        for p in self._params():
-            n = p.numel()
-            if p.grad is None:
-                self._grad[offset:offset + n].zero_()
-            else:
-                self._grad[offset:offset + n].copy_(p.grad.reshape(-1))
-            offset += n
+        loss = self._take_gradients(closure)
         lib = self._lib
         if not self.compressing:
-            if self._world > 1 and not self._gradients_averaged_by_hook:
-                dist.all_reduce(self._grad, group=self._group)  # untagged: gloo, full precision
-                self._grad.div_(self._world)
+            self._average_gradients()
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 if self._device.type == "cuda":
                     _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
@@ -211,13 +271,11 @@ class OnebitAdam(torch.optim.Optimizer):
                     continue
                 _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
                                                           _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
-            if self._world > 1:
-                try:
-                    dist.all_reduce(self._m, group=self._group)  # tagged: compressed, W × the average
-                except RuntimeError:
-                    self._m.copy_(self._m_before)  # a failed step changes nothing
-                    raise
-                self._m.div_(self._world)
+            try:
+                self._average_tagged(self._m)  # compressed
+            except RuntimeError:
+                self._m.copy_(self._m_before)  # a failed step changes nothing
+                raise
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 if self._device.type == "cuda":
                     _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
@@ -232,10 +290,10 @@ class OnebitAdam(torch.optim.Optimizer):
 
     def state_dict(self):
         state = super().state_dict()
-        worker, server = self._error_state()
+        worker, server = self._error_state(required=self.compressing and self._step > self._freeze_step)
         state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
                            "worker_error": worker, "server_error": server,
-                           "world_size": self._world, "rank": dist.get_rank(self._group),
+                           "world_size": self._world, "rank": self._rank,
                            "freeze_step": self._freeze_step,
                            "v_then": None if self._v_then is None else self._v_then.clone(),
                            "variance_changes": list(self.variance_changes)}
@@ -244,12 +302,7 @@ class OnebitAdam(torch.optim.Optimizer):
     def load_state_dict(self, state_dict):
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit")
-        if saved["world_size"] != self._world or saved["rank"] != dist.get_rank(self._group):
-            raise ValueError(f"OnebitAdam.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
-                             f"loading into rank {dist.get_rank(self._group)} of {self._world}: each rank loads its own")
-        if saved["m"].numel() != self._m.numel():
-            raise ValueError(f"OnebitAdam.load_state_dict: the checkpoint has {saved['m'].numel()} parameters, "
-                             f"this optimizer {self._m.numel()}")
+        self._check_saved(saved)
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])
@@ -262,22 +315,7 @@ class OnebitAdam(torch.optim.Optimizer):
         if self._v_then is not None:
             self._v_then.copy_(saved["v_then"])
             self.variance_changes = list(saved["variance_changes"])
-        worker, server = saved["worker_error"].contiguous(), saved["server_error"].contiguous()
-        if worker.numel() or server.numel():
-            _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
-                                                             ctypes.c_size_t(worker.numel()), _ptr(server),
-                                                             ctypes.c_size_t(server.numel())))
-
-    def _error_state(self):
-        workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
-        name = self._name.encode()
-        if self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)) != 0:
-            if self.compressing and self._step > self._freeze_step:
-                _check(self._lib, 1)  # a compressed call ran: its state must be there
-            return torch.zeros(0), torch.zeros(0)  # warmup: no error feedback yet
-        worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
-        _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
-        return worker, server
+        self._load_error_state(saved["worker_error"], saved["server_error"])
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
@@ -298,19 +336,22 @@ def _apply_on_device(group, p, m, v):
 
 
 def ddp_comm_hook(state, bucket):
-    """DDP communication hook for OnebitAdam: register with
+    """DDP communication hook for onebit's optimizers: register with
     ``model.register_comm_hook(optimizer, onebit.ddp_comm_hook)``.
 
-    Warmup: averages the bucket's gradients over ranks in full precision (as DDP's default). The
-    compression stage: no gradient allreduce at all — 1-bit Adam communicates the momentum instead,
-    in the optimizer's step — so the bucket keeps this rank's local gradient.
+    Steps that take averaged gradients (OnebitAdam's and OnebitLamb's warmup, ZeroOneAdam's
+    variance steps): averages the bucket's gradients over ranks in full precision (as DDP's
+    default). Every other step: no gradient allreduce here — the optimizer communicates what its
+    rule says (momentum, a compressed gradient, u, or nothing) in its step — so the bucket keeps
+    this rank's local gradient.
     """
     optimizer = state
-    if not isinstance(optimizer, OnebitAdam):
-        raise TypeError("onebit.ddp_comm_hook: register it with the OnebitAdam optimizer as its state")
+    if not isinstance(optimizer, _FlatOptimizer):
+        raise TypeError("onebit.ddp_comm_hook: register it with the optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) "
+                        "as its state")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
-    if optimizer.compressing:
+    if not optimizer._wants_averaged_gradients:
         future = torch.futures.Future()
         future.set_result(buffer)
         return future

@@ -6,9 +6,10 @@ equal to the uninterrupted run's.
     /usr/bin/python3 tests/python/onebit_adam_checkpoint_check.py BUILD_DIR
 """
 import os
-import subprocess
 import sys
 import tempfile
+
+from ranks import run_ranks
 
 WORLD, STEPS, STOP, FREEZE = 2, 30, 18, 10
 
@@ -60,13 +61,7 @@ def main():
         env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1")
         env.pop("ONEBIT_FREEZE_STEP", None)
         for mode in ("full", "first", "resume"):
-            store = os.path.join(tmp, f"store-{mode}")
-            procs = [subprocess.Popen([sys.executable, __file__, mode, str(r), store, tmp], env=env)
-                     for r in range(WORLD)]
-            codes = [p.wait(timeout=300) for p in procs]
-            if any(codes):
-                print(f"FAIL: {mode} run exit codes {codes}")
-                return 1
+            run_ranks(__file__, mode, WORLD, tmp, env)
         for r in range(WORLD):
             full = np.load(os.path.join(tmp, f"full{r}.npy"))
             resumed = np.load(os.path.join(tmp, f"resume{r}.npy"))

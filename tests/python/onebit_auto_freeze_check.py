@@ -13,9 +13,10 @@ libonebit-preload.so.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
+
+from ranks import run_ranks
 
 WORLD, STEPS, WINDOW, THRESHOLD, STOP = 2, 40, 4, 0.3, 6
 
@@ -67,14 +68,7 @@ def rank_main(mode, rank, store, out_dir):
 
 
 def run(mode, tmp, env):
-    store = os.path.join(tmp, f"store-{mode}")
-    procs = [subprocess.Popen([sys.executable, __file__, mode, str(r), store, tmp], env=env, stderr=subprocess.PIPE,
-                              text=True) for r in range(WORLD)]
-    errors = [p.communicate(timeout=300)[1] for p in procs]
-    if any(p.returncode for p in procs):
-        print("\n".join(errors))
-        raise SystemExit(f"FAIL: {mode} run exit codes {[p.returncode for p in procs]}")
-    return errors
+    return run_ranks(__file__, mode, WORLD, tmp, env)
 
 
 def main():

@@ -1,0 +1,153 @@
+"""OnebitLamb: 1-bit LAMB (Li et al., 2021) as a torch.optim.Optimizer over onebit, with DeepSpeed's
+parameter names and defaults (max_coeff, min_coeff, coeff_beta, factor_max, factor_min,
+factor_threshold).
+
+Each parameter tensor is a layer with its own trust ratio. Warmup (steps < freeze_step): LAMB on
+gradients averaged over ranks in full precision; each layer's trust ratio is clipped to
+[min_coeff, max_coeff] and its running average (coeff_beta) is what the compression stage keeps.
+Then the variance is frozen, each layer's momentum is updated from the local gradient and scaled
+to even out the layers' magnitudes, one flat tagged buffer is averaged compressed (one
+dist.all_reduce per step), and each layer moves with its frozen coefficient times a factor read
+from a fresh variance, kept within [factor_min, factor_max] and within factor_threshold of the last
+step's. The arithmetic is onebit's C core (onebit_lamb_*; the rule in include/onebit/onebit.h and
+docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
+
+With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU (the C core works on host
+memory). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
+error-feedback state: training resumes bit for bit on the same rank of a job of the same size.
+"""
+import ctypes
+
+import torch
+
+from . import _check, tag, untag
+from .optim import _FlatOptimizer, _ptr
+
+__all__ = ["OnebitLamb"]
+
+
+class _Config(ctypes.Structure):  # onebit_lamb_config_t
+    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("freeze_step", ctypes.c_int64),
+                ("max_coeff", ctypes.c_double), ("min_coeff", ctypes.c_double), ("coeff_beta", ctypes.c_double),
+                ("factor_max", ctypes.c_double), ("factor_min", ctypes.c_double),
+                ("factor_threshold", ctypes.c_double)]
+
+
+class _Layer(ctypes.Structure):  # onebit_lamb_layer_t
+    _fields_ = [("coeff_freeze", ctypes.c_double), ("last_factor", ctypes.c_double),
+                ("scaling_coeff", ctypes.c_double), ("lamb_coeff", ctypes.c_double)]
+
+
+class OnebitLamb(_FlatOptimizer):
+    def __init__(self, params, lr=1e-3, freeze_step=100000, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
+                 max_coeff=10.0, min_coeff=0.01, coeff_beta=0.9, factor_max=4.0, factor_min=0.5,
+                 factor_threshold=0.1, process_group=None, name="onebit_lamb/momentum"):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_coeff=max_coeff,
+                                      min_coeff=min_coeff))
+        self._flatten("OnebitLamb", process_group, cuda=False)
+        if not isinstance(freeze_step, int) or freeze_step < 0:
+            raise ValueError(f"OnebitLamb: freeze_step must be an int >= 0, not {freeze_step!r}")
+        self._freeze_step = freeze_step
+        self._factors = (coeff_beta, factor_max, factor_min, factor_threshold)
+        for group in self.param_groups:
+            if self._lib.onebit_lamb_compressing(ctypes.byref(self._config(group)), ctypes.c_int64(0)) < 0:
+                _check(self._lib, 1)
+        self._layer_groups = [group for group in self.param_groups for _ in group["params"]]
+        self._layers = (_Layer * len(self._slices))()
+        for layer in self._layers:
+            _check(self._lib, self._lib.onebit_lamb_layer_init(ctypes.byref(layer)))
+        self._counts = (ctypes.c_size_t * len(self._slices))(*[hi - lo for lo, hi in self._slices])
+        self._m = self._zeros()
+        self._v = self._zeros()
+        self._v_fresh = self._zeros()
+        self._m_last = self._zeros()
+        self._name = name
+        tag(self._m, name)
+        self._step = 0
+
+    def _config(self, group):
+        coeff_beta, factor_max, factor_min, factor_threshold = self._factors
+        return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
+                       self._freeze_step, group["max_coeff"], group["min_coeff"], coeff_beta, factor_max, factor_min,
+                       factor_threshold)
+
+    @property
+    def compressing(self):
+        """Whether the next step (and the backward pass before it) is in the compression stage."""
+        return self._step >= self._freeze_step
+
+    @property
+    def _wants_averaged_gradients(self):
+        return not self.compressing
+
+    @property
+    def lamb_coeffs(self):
+        """Each layer's coefficient in the last step (DeepSpeed's get_lamb_coeffs())."""
+        return [layer.lamb_coeff for layer in self._layers]
+
+    def _each_layer(self):
+        for j, ((lo, hi), group) in enumerate(zip(self._slices, self._layer_groups)):
+            yield ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo)
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = self._take_gradients(closure)
+        lib = self._lib
+        if not self.compressing:
+            self._average_gradients()
+            for config, layer, lo, n in self._each_layer():
+                _check(lib, lib.onebit_lamb_warmup_step(config, layer, ctypes.c_int64(self._step), _ptr(self._flat[lo:]),
+                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                                                        _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n))
+        else:
+            layers_before = bytes(self._layers)
+            if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
+                _check(lib, lib.onebit_lamb_scaling_coeffs(_ptr(self._m), self._counts,
+                                                           ctypes.c_size_t(len(self._layers)), self._layers))
+            for config, layer, lo, n in self._each_layer():
+                _check(lib, lib.onebit_lamb_momentum_step(config, layer, _ptr(self._m[lo:]), _ptr(self._m_last[lo:]),
+                                                          _ptr(self._grad[lo:]), n))
+            try:
+                self._average_tagged(self._m)  # compressed
+            except RuntimeError:
+                self._m.copy_(self._m_last)  # a failed step changes nothing
+                ctypes.memmove(self._layers, layers_before, len(layers_before))
+                raise
+            for config, layer, lo, n in self._each_layer():
+                _check(lib, lib.onebit_lamb_apply_step(config, layer, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                                       _ptr(self._m_last[lo:]), _ptr(self._v[lo:]),
+                                                       _ptr(self._v_fresh[lo:]), n))
+        self._step += 1
+        return loss
+
+    def state_dict(self):
+        state = super().state_dict()
+        worker, server = self._error_state(required=self._step > self._freeze_step)
+        state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
+                           "v_fresh": self._v_fresh.clone(),
+                           "layers": [{name: getattr(l, name) for name, _ in _Layer._fields_} for l in self._layers],
+                           "worker_error": worker, "server_error": server,
+                           "world_size": self._world, "rank": self._rank}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("onebit")
+        self._check_saved(saved)
+        if len(saved["layers"]) != len(self._layers):
+            raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
+                             f"this optimizer {len(self._layers)}")
+        super().load_state_dict(state_dict)
+        self._load_error_state(saved["worker_error"], saved["server_error"])
+        self._step = saved["step"]
+        self._m.copy_(saved["m"])  # in place: the tag holds its address
+        self._v.copy_(saved["v"])
+        self._v_fresh.copy_(saved["v_fresh"])
+        for layer, values in zip(self._layers, saved["layers"]):
+            for name, value in values.items():
+                setattr(layer, name, value)
+
+    def close(self):
+        """Untags the momentum (frees its error-feedback state)."""
+        untag(self._m)

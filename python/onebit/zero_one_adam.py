@@ -1,0 +1,180 @@
+"""ZeroOneAdam: 0/1 Adam (Lu et al., 2022) as a torch.optim.Optimizer over onebit, with DeepSpeed's
+parameter names and defaults (var_freeze_step, var_update_scaler, local_step_scaler,
+local_step_clipper).
+
+The schedule and arithmetic are onebit's C core (onebit_zero_one_adam_*; the rule is written out
+in include/onebit/onebit.h and docs/design.md), which the C++ shim include/onebit/zero_one_adam.hpp
+uses too. Step t (from 0) is one of four kinds:
+
+- variance step (t <= var_freeze_step and (t+1) % var_interval == 0): gradients averaged over
+  ranks in full precision, then Adam with the variance updated;
+- compressed step (the other steps up to var_freeze_step): the gradients averaged 1-bit
+  compressed (one flat tagged buffer, error feedback), the variance kept; var_interval doubles
+  after every var_update_scaler variance steps;
+- local step (t > var_freeze_step): no communication at all; the update accumulates in u;
+- sync step (a local step with (t+1) % local_step_interval == 0): u, scaled by the frozen
+  sqrt(v)+eps, averaged compressed in the same tagged buffer; the momentum is rebuilt from it and
+  every replica lands on the same parameters. local_step_interval doubles after every
+  local_step_scaler steps, up to local_step_clipper.
+
+With DDP, register onebit.ddp_comm_hook: it averages only for variance steps. Parameters live on
+the CPU (the C core works on host memory; OnebitAdam also runs on CUDA). state_dict() holds the
+schedule, m, v, u, the parameters at the last sync, the lr sums and this rank's error-feedback
+state: saved per rank, loaded into the same rank of a job of the same size, training continues
+bit for bit.
+"""
+import ctypes
+
+import torch
+
+from . import _check, tag, untag
+from .optim import _FlatOptimizer, _ptr
+
+__all__ = ["ZeroOneAdam"]
+
+VARIANCE_STEP, COMPRESSED_STEP, LOCAL_STEP, SYNC_STEP = 0, 1, 2, 3  # onebit_zero_one_adam_step_t
+
+
+class _Config(ctypes.Structure):  # onebit_zero_one_adam_config_t
+    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
+                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("var_freeze_step", ctypes.c_int64),
+                ("var_update_scaler", ctypes.c_int64), ("local_step_scaler", ctypes.c_int64),
+                ("local_step_clipper", ctypes.c_int64)]
+
+
+class _Schedule(ctypes.Structure):  # onebit_zero_one_adam_schedule_t
+    _fields_ = [("step", ctypes.c_int64), ("var_interval", ctypes.c_int64), ("var_counter", ctypes.c_int64),
+                ("local_step_interval", ctypes.c_int64), ("local_step_counter", ctypes.c_int64)]
+
+
+class ZeroOneAdam(_FlatOptimizer):
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, var_freeze_step=100000,
+                 var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16, process_group=None,
+                 name="zero_one_adam/buffer"):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self._flatten("ZeroOneAdam", process_group, cuda=False)
+        self._schedule_config = (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)
+        self._schedule = _Schedule()
+        _check(self._lib, self._lib.onebit_zero_one_adam_schedule_init(ctypes.byref(self._schedule)))
+        for group in self.param_groups:
+            self.next_step_kind(group)  # validates every group's hyper-parameters
+        self._m = self._zeros()
+        self._v = self._zeros()
+        self._u = self._zeros()  # the tagged buffer: the gradient, then the accumulated update
+        self._p_sync = self._zeros()  # the parameters at the last sync
+        self._lrs = [ctypes.c_float(0.0) for _ in self.param_groups]
+        self._name = name
+        tag(self._u, name)
+
+    def _config(self, group):
+        return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
+                       *self._schedule_config)
+
+    def next_step_kind(self, group=None):
+        """The kind of the next step: VARIANCE_STEP, COMPRESSED_STEP, LOCAL_STEP or SYNC_STEP."""
+        kind = ctypes.c_int()
+        config = self._config(group or self.param_groups[0])
+        _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(config), ctypes.byref(self._schedule),
+                                                             ctypes.byref(kind)))
+        return kind.value
+
+    @property
+    def _wants_averaged_gradients(self):
+        return self.next_step_kind() == VARIANCE_STEP
+
+    @property
+    def schedule(self):
+        """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
+        return {name: getattr(self._schedule, name) for name, _ in _Schedule._fields_}
+
+    def _local_steps(self):
+        lib = self._lib
+        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+            _check(lib, lib.onebit_zero_one_adam_local_step(
+                ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                _ptr(self._u[lo:]), ctypes.byref(self._lrs[index]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        loss = self._take_gradients(closure)
+        lib = self._lib
+        kind = self.next_step_kind()
+        if kind in (VARIANCE_STEP, COMPRESSED_STEP):
+            if kind == VARIANCE_STEP:
+                self._average_gradients()
+                averaged = self._grad
+            else:
+                self._u.copy_(self._grad)
+                self._average_tagged(self._u)  # compressed; a failure has changed nothing else
+                averaged = self._u
+            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+                _check(lib, lib.onebit_zero_one_adam_gradient_step(
+                    ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                    _ptr(averaged[lo:]), ctypes.c_size_t(hi - lo), ctypes.c_int(kind == VARIANCE_STEP)))
+        elif kind == LOCAL_STEP:
+            self._local_steps()
+        else:
+            before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
+            try:
+                self._local_steps()
+                for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+                    _check(lib, lib.onebit_zero_one_adam_sync_begin(
+                        ctypes.byref(self._config(group)), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
+                        self._lrs[index], ctypes.c_size_t(hi - lo)))
+                self._average_tagged(self._u)  # compressed
+            except RuntimeError:
+                self._flat.copy_(before[0])  # a failed step changes nothing
+                self._m.copy_(before[1])
+                self._u.copy_(before[2])
+                for l, value in zip(self._lrs, before[3]):
+                    l.value = value
+                raise
+            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+                _check(lib, lib.onebit_zero_one_adam_sync_end(
+                    ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._p_sync[lo:]),
+                    _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]), ctypes.byref(self._lrs[index]),
+                    ctypes.c_size_t(hi - lo)))
+        entering_local_stage = self._schedule.step == self._schedule_config[0]
+        _check(lib, lib.onebit_zero_one_adam_advance(ctypes.byref(self._config(self.param_groups[0])),
+                                                     ctypes.byref(self._schedule)))
+        if entering_local_stage:
+            # The tagged buffer carries u from now on: zero, with its error feedback started afresh.
+            untag(self._u)
+            self._u.zero_()
+            tag(self._u, self._name)
+            self._p_sync.copy_(self._flat)
+        return loss
+
+    def state_dict(self):
+        state = super().state_dict()
+        worker, server = self._error_state(required=False)
+        state["onebit"] = {"schedule": self.schedule, "m": self._m.clone(), "v": self._v.clone(),
+                           "u": self._u.clone(), "params_at_sync": self._p_sync.clone(),
+                           "lrs": [l.value for l in self._lrs], "worker_error": worker, "server_error": server,
+                           "world_size": self._world, "rank": self._rank}
+        return state
+
+    def load_state_dict(self, state_dict):
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("onebit")
+        self._check_saved(saved)
+        schedule = _Schedule(**saved["schedule"])
+        kind = ctypes.c_int()
+        _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),
+                                                             ctypes.byref(schedule), ctypes.byref(kind)))
+        if len(saved["lrs"]) != len(self._lrs):
+            raise ValueError(f"ZeroOneAdam.load_state_dict: the checkpoint has {len(saved['lrs'])} parameter groups, "
+                             f"this optimizer {len(self._lrs)}")
+        super().load_state_dict(state_dict)
+        self._load_error_state(saved["worker_error"], saved["server_error"])
+        self._schedule = schedule
+        self._m.copy_(saved["m"])
+        self._v.copy_(saved["v"])
+        self._u.copy_(saved["u"])  # in place: the tag holds its address
+        self._p_sync.copy_(saved["params_at_sync"])
+        for l, value in zip(self._lrs, saved["lrs"]):
+            l.value = value
+
+    def close(self):
+        """Untags the buffer (frees its error-feedback state)."""
+        untag(self._u)
