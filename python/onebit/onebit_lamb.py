@@ -78,6 +78,11 @@ class OnebitLamb(_FlatOptimizer):
         return self._step >= self._freeze_step
 
     @property
+    def freeze_step(self):
+        """The first step of the compression stage."""
+        return self._freeze_step
+
+    @property
     def _wants_averaged_gradients(self):
         return not self.compressing
 

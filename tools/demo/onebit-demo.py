@@ -1,13 +1,23 @@
 #!/usr/bin/env python3
 """Convergence demo: a small character-level transformer trained on real English text (Debian's
-`fortunes` package), W CPU ranks of torch.distributed (gloo) under libonebit-preload.so, Adam vs
-OnebitAdam with the same seeds, initial weights and data order.
+`fortunes` package), W CPU ranks of torch.distributed (gloo) under libonebit-preload.so, onebit's
+optimizers and the peers PyTorch ships, with the same seeds, initial weights and data order:
 
-  1. Convergence (loopback): both optimizers for --steps steps (OnebitAdam freezes after
-     --warmup of them), training and validation loss curves → PNG, wire bytes from onebit.stats().
+  adam          torch.optim.Adam, DDP's default allreduce
+  fp16          torch.optim.Adam + DDP's fp16_compress_hook
+  powersgd1/4   torch.optim.Adam + DDP's PowerSGD hook, rank 1 and 4, warm start and error
+                feedback (its defaults), compressing from the freeze step on
+  onebit        onebit.OnebitAdam (1-bit Adam), freezing after --warmup of the steps
+  zero_one      onebit.ZeroOneAdam (0/1 Adam), var_freeze_step at the same step
+  lamb          onebit.OnebitLamb (1-bit LAMB), freeze_step at the same step
+  uncompressed  OnebitAdam never frozen: 1-bit Adam's rule in full precision
+  auto          OnebitAdam with freeze_step="auto"
+
+  1. Convergence (loopback): every optimizer for --steps steps, training and validation loss
+     curves and wire bytes per rank → PNG, wire bytes from onebit.stats().
   2. Step time on emulated Ethernet (--link, needs root; tools/ethernet/onebit-ethernet's
-     namespaces and tc tbf): both optimizers for --timing-steps steps, the median step time in
-     the compression stage, and the bytes each rank's interface really sent.
+     namespaces and tc tbf): each optimizer but the last two for --timing-steps steps, the mean
+     and median step time after the freeze step, and the bytes each rank's interface really sent.
 
     /usr/bin/python3 tools/demo/onebit-demo.py [--ranks 4] [--steps 1000] [--warmup 0.15] [--link 1gbit]
     /usr/bin/python3 tools/demo/onebit-demo.py --quick     # the CI version: 2 ranks, 40 steps, no emulation
@@ -96,7 +106,28 @@ def rank_main(config):
     net = torch.nn.parallel.DistributedDataParallel(model)
     steps, freeze = config["steps"], config["freeze"]
     lr = config["lr"]
-    if config["optimizer"] in ("onebit", "uncompressed", "auto"):
+    name = config["optimizer"]
+    if name == "zero_one":
+        # DeepSpeed's defaults but two, scaled to a short run: the variance stage ends at the freeze
+        # step, and local_step_interval doubles every tenth of the run (DeepSpeed: 32678 steps).
+        optimizer = onebit.ZeroOneAdam(model.parameters(), lr=lr, var_freeze_step=freeze,
+                                       local_step_scaler=max(1, steps // 10))
+        net.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    elif name == "lamb":
+        lr = config["lamb_lr"]
+        optimizer = onebit.OnebitLamb(model.parameters(), lr=lr, freeze_step=freeze)
+        net.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    elif name in ("fp16", "powersgd1", "powersgd4"):
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        if name == "fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        else:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+            state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=int(name[-1]),
+                                                start_powerSGD_iter=max(2, freeze))
+            net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    elif name in ("onebit", "uncompressed", "auto"):
         # "uncompressed": OnebitAdam that never freezes — 1-bit Adam's update rule (no bias
         # correction) with full-precision gradients throughout, to tell the rule from the compression.
         # "auto": freeze_step="auto" with its defaults: the variance says when.
@@ -128,9 +159,11 @@ def rank_main(config):
         dist.all_reduce(value)  # a metric: untagged, never compressed
         return value.item() / world
 
-    log = {"train": [], "val": [], "step_seconds": []}
+    log = {"train": [], "val": [], "step_seconds": [], "kinds": ""}
     for step in range(steps):
         begin = time.perf_counter()
+        if name == "zero_one":
+            log["kinds"] += "VCLS"[optimizer.next_step_kind()]
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         starts = batches.integers(0, len(train) - context - 1, size=batch)
@@ -147,8 +180,7 @@ def rank_main(config):
         if (step + 1) % config["eval_every"] == 0 or step + 1 == steps:
             log["val"].append((step + 1, validation_loss()))
     log["stats"] = onebit.stats()
-    if config["optimizer"] != "adam":
-        log["freeze_step"] = optimizer.freeze_step  # "auto": where it fired (None: it did not)
+    log["freeze_step"] = getattr(optimizer, "freeze_step", None)  # "auto": where it fired (None: it did not)
     log["parameters"] = sum(p.numel() for p in model.parameters())
     log["buckets_bytes"] = 4 * log["parameters"]
     if config.get("interface"):
@@ -156,7 +188,7 @@ def rank_main(config):
             log["interface_tx_bytes"] = int(f.read())
     with open(os.path.join(config["out"], f"{config['optimizer']}-rank{rank}.json"), "w") as f:
         json.dump(log, f)
-    if config["optimizer"] != "adam":
+    if hasattr(optimizer, "close"):
         optimizer.close()
     # DDP's reducer first, while the process group is alive and idle: letting interpreter teardown
     # destroy it can deadlock torch 1.13 (the group's destructor joins a worker thread that waits
@@ -212,35 +244,46 @@ def wire_bytes(log, ranks):
     return 2 * (ranks - 1) / ranks * s["forwarded_bytes"] + s["compressed_bytes_sent"]
 
 
-def plot(results, path, title):
+NAMES = {"adam": "Adam (DDP allreduce)", "fp16": "Adam + DDP fp16 hook", "powersgd1": "Adam + PowerSGD rank 1",
+         "powersgd4": "Adam + PowerSGD rank 4", "onebit": "1-bit Adam (OnebitAdam)", "zero_one": "0/1 Adam (ZeroOneAdam)",
+         "lamb": "1-bit LAMB (OnebitLamb)", "uncompressed": "OnebitAdam never frozen (same rule, fp32)",
+         "auto": "OnebitAdam, freeze_step='auto'"}
+COLORS = {"adam": "tab:blue", "fp16": "tab:cyan", "powersgd1": "tab:olive", "powersgd4": "tab:brown",
+          "onebit": "tab:red", "zero_one": "tab:purple", "lamb": "tab:orange", "uncompressed": "tab:gray",
+          "auto": "tab:green"}
+OPTIMIZERS = list(NAMES)
+TIMED = ["adam", "fp16", "powersgd1", "powersgd4", "onebit", "zero_one", "lamb"]
+
+
+def plot(results, path, title, wire):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4.8))
-    colors = {"adam": "tab:blue", "onebit": "tab:red", "uncompressed": "tab:gray", "auto": "tab:green"}
-    names = {"adam": "Adam (torch.optim.Adam, DDP)", "onebit": "OnebitAdam (1-bit momentum)",
-             "uncompressed": "OnebitAdam never frozen (same rule, fp32)",
-             "auto": "OnebitAdam, freeze_step='auto'"}
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(13, 5.2), gridspec_kw={"width_ratios": [3, 2]})
     for name, logs in results.items():
-        train = logs[0]["train"]
-        window = max(1, len(train) // 50)
-        smooth = [sum(train[max(0, i - window + 1):i + 1]) / len(train[max(0, i - window + 1):i + 1])
-                  for i in range(len(train))]
         style = "--" if name == "uncompressed" else "-"
-        ax.plot(range(1, len(train) + 1), smooth, color=colors[name], alpha=0.45, linestyle=style,
-                label=f"{names[name]}: train")
         steps, val = zip(*logs[0]["val"])
-        ax.plot(steps, val, color=colors[name], marker="o", markersize=3, linestyle=style,
-                label=f"{names[name]}: validation")
+        ax.plot(steps, val, color=COLORS[name], marker="o", markersize=3, linestyle=style, label=NAMES[name])
     freeze = results["onebit"][0].get("freeze")
     ax.axvline(freeze, color="tab:red", alpha=0.3, linewidth=1)
     if results.get("auto") and results["auto"][0].get("freeze_step"):
         ax.axvline(results["auto"][0]["freeze_step"], color="tab:green", alpha=0.3, linewidth=1)
     ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy (nats/char)")
-    ax.set_title(title)
-    ax.legend()
+    ax.set_ylabel("validation cross-entropy (nats/char)")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
+    names = [n for n in results if n != "uncompressed"]
+    values = [wire[n] / 1e6 for n in names]
+    bars.barh(range(len(names)), values, color=[COLORS[n] for n in names])
+    bars.set_yticks(range(len(names)))
+    bars.set_yticklabels([NAMES[n] for n in names], fontsize=8)
+    bars.invert_yaxis()
+    bars.set_xscale("log")
+    bars.set_xlabel("MB on the wire per rank, whole run (log scale)")
+    for k, v in enumerate(values):
+        bars.text(v, k, f" {v:.1f}", va="center", fontsize=8)
+    bars.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -252,6 +295,9 @@ def main():
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--warmup", type=float, default=0.15, help="OnebitAdam's freeze step, as a fraction of --steps")
     parser.add_argument("--lr", type=float, default=2e-3)
+    parser.add_argument("--lamb-lr", type=float, default=1e-2,
+                        help="OnebitLamb's learning rate: LAMB's is relative (a step moves a layer by about lr x |p|), "
+                             "so Adam's does not carry over")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--context", type=int, default=64)
@@ -287,11 +333,11 @@ def main():
     freeze = max(1, int(round(args.warmup * args.steps)))
     base = dict(backend=args.backend, steps=args.steps, freeze=freeze, lr=args.lr, width=args.width, layers=args.layers,
                 context=args.context, batch=args.batch, seed=args.seed, eval_every=args.eval_every,
-                val_batches=args.val_batches)
+                val_batches=args.val_batches, lamb_lr=args.lamb_lr)
     print(f"# onebit-demo: {args.ranks} ranks ({args.backend}), {args.steps} steps, OnebitAdam freezes at step {freeze} "
           f"({100 * freeze / args.steps:.0f} %), text from {FORTUNES}", flush=True)
     results = {}
-    for name in ("adam", "onebit", "uncompressed", "auto"):
+    for name in OPTIMIZERS:
         started = time.time()
         results[name] = launch(dict(base, optimizer=name), args.ranks, args.out, args.preload)
         results[name][0]["freeze"] = freeze
@@ -307,13 +353,14 @@ def main():
                          "forwarded_calls": logs[0]["stats"]["forwarded_calls"],
                          "nan": any(not math.isfinite(v) for v in train),
                          "val_curve": logs[0]["val"], "train_curve": train,
-                         "freeze_step": logs[0].get("freeze_step")}
+                         "freeze_step": logs[0].get("freeze_step"), "kinds": logs[0].get("kinds", "")}
     summary["val_loss_ratio"] = summary["onebit"]["final_val_loss"] / summary["adam"]["final_val_loss"]
     summary["val_loss_ratio_vs_uncompressed"] = (summary["onebit"]["final_val_loss"] /
                                                  summary["uncompressed"]["final_val_loss"])
     summary["wire_bytes_ratio"] = summary["adam"]["wire_bytes_per_rank"] / summary["onebit"]["wire_bytes_per_rank"]
     plot(results, os.path.join(args.out, "loss.png"),
-         f"char transformer on fortunes, {args.ranks} ranks: Adam vs OnebitAdam (freeze at step {freeze})")
+         f"char transformer on fortunes, {args.ranks} ranks, {args.steps} steps (freeze / PowerSGD start at step {freeze})",
+         {name: summary[name]["wire_bytes_per_rank"] for name in results})
 
     timing = {}
     links = [] if args.no_emulation else args.link if args.link is not None else ["1gbit"]
@@ -328,27 +375,29 @@ def main():
         timing_freeze = max(1, args.timing_steps // 4)
         for link in links:
             timing[link] = {}
-            for name in ("adam", "onebit"):
+            for name in TIMED:
                 with ethernet.Emulation(args.ranks, link) as emulation:
                     logs = launch(dict(base, optimizer=name, steps=args.timing_steps, freeze=timing_freeze,
                                        width=args.timing_width, eval_every=10 ** 9), args.ranks, args.out, args.preload, emulation)
                 seconds = logs[0]["step_seconds"][timing_freeze + 2:]  # the compression stage, past its first calls
-                timing[link][name] = {"median_step_s": statistics.median(seconds),
+                timing[link][name] = {"median_step_s": statistics.median(seconds), "mean_step_s": statistics.mean(seconds),
                                       "interface_tx_bytes": [log["interface_tx_bytes"] for log in logs],
                                       "wire_bytes_from_stats": wire_bytes(logs[0], args.ranks),
                                       "parameters": logs[0]["parameters"]}
             timing[link]["step_time_ratio"] = timing[link]["adam"]["median_step_s"] / timing[link]["onebit"]["median_step_s"]
+            timing[link]["mean_step_time_ratio_vs_adam"] = {
+                name: timing[link]["adam"]["mean_step_s"] / timing[link][name]["mean_step_s"] for name in TIMED}
         summary["timing"] = dict(timing, steps=args.timing_steps, freeze_step=timing_freeze, width=args.timing_width)
 
     with open(os.path.join(args.out, "demo.json"), "w") as f:
         json.dump(summary, f, indent=1)
     print(f"\n# {'optimizer':<12} {'val loss':>9} {'train loss':>10} {'wire MB/rank':>13} {'compressed':>10} {'forwarded':>9}"
           f" {'freeze':>6}")
-    for name in ("adam", "onebit", "uncompressed", "auto"):
+    for name in OPTIMIZERS:
         s = summary[name]
         print(f"  {name:<12} {s['final_val_loss']:>9.4f} {s['final_train_loss']:>10.4f} "
               f"{s['wire_bytes_per_rank'] / 1e6:>13.2f} {s['compressed_calls']:>10} {s['forwarded_calls']:>9}"
-              f" {str(s['freeze_step'] if name != 'adam' else '-'):>6}")
+              f" {str(s['freeze_step'] if s['freeze_step'] is not None else '-'):>6}")
     print(f"# validation loss OnebitAdam / Adam after {args.steps} steps: {summary['val_loss_ratio']:.4f}; "
           f"OnebitAdam / the same rule uncompressed: {summary['val_loss_ratio_vs_uncompressed']:.4f}")
     print(f"# wire bytes Adam / OnebitAdam: {summary['wire_bytes_ratio']:.2f}x")
@@ -357,9 +406,13 @@ def main():
               f"{t['onebit']['median_step_s'] * 1e3:.1f} ms (OnebitAdam): {t['step_time_ratio']:.2f}x; "
               f"rank 0 interface sent {t['adam']['interface_tx_bytes'][0] / 1e6:.1f} MB vs "
               f"{t['onebit']['interface_tx_bytes'][0] / 1e6:.1f} MB in {args.timing_steps} steps")
+        print(f"# {link}, mean step after step {timing_freeze + 2} (ms; Adam / it; rank 0 interface MB in {args.timing_steps} steps):")
+        for name in TIMED:
+            print(f"  {name:<12} {t[name]['mean_step_s'] * 1e3:>8.1f} ms {t['mean_step_time_ratio_vs_adam'][name]:>6.2f}x"
+                  f" {t[name]['interface_tx_bytes'][0] / 1e6:>8.1f} MB")
     print(f"# plot: {os.path.join(args.out, 'loss.png')}; figures: {os.path.join(args.out, 'demo.json')}")
     failed = False
-    for name in ("adam", "onebit", "uncompressed", "auto"):
+    for name in OPTIMIZERS:
         s = summary[name]
         if s["nan"] or not s["final_train_loss"] < s["first_train_loss"]:
             print(f"FAIL: {name}: training loss {s['first_train_loss']:.4f} -> {s['final_train_loss']:.4f}"
@@ -369,6 +422,18 @@ def main():
     if summary["auto"]["compressed_calls"] != (args.steps - auto_freeze if auto_freeze is not None else 0):
         print(f"FAIL: freeze_step='auto' fired at {auto_freeze} but ran {summary['auto']['compressed_calls']} compressed calls")
         failed = True
+    kinds = summary["zero_one"]["kinds"]
+    if summary["zero_one"]["compressed_calls"] != kinds.count("C") + kinds.count("S"):
+        print(f"FAIL: ZeroOneAdam ran {summary['zero_one']['compressed_calls']} compressed calls, its schedule {kinds} has "
+              f"{kinds.count('C') + kinds.count('S')}")
+        failed = True
+    if summary["lamb"]["compressed_calls"] != args.steps - freeze:
+        print(f"FAIL: OnebitLamb ran {summary['lamb']['compressed_calls']} compressed calls, expected {args.steps - freeze}")
+        failed = True
+    for name in ("adam", "fp16", "powersgd1", "powersgd4"):
+        if summary[name]["compressed_calls"] != 0:
+            print(f"FAIL: {name} ran {summary[name]['compressed_calls']} compressed calls: it tags nothing")
+            failed = True
     if summary["onebit"]["compressed_calls"] != args.steps - freeze:
         print(f"FAIL: {summary['onebit']['compressed_calls']} compressed calls, expected {args.steps - freeze}")
         failed = True
