@@ -295,9 +295,10 @@ def main():
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--warmup", type=float, default=0.15, help="OnebitAdam's freeze step, as a fraction of --steps")
     parser.add_argument("--lr", type=float, default=2e-3)
-    parser.add_argument("--lamb-lr", type=float, default=1e-2,
+    parser.add_argument("--lamb-lr", type=float, default=2e-2,
                         help="OnebitLamb's learning rate: LAMB's is relative (a step moves a layer by about lr x |p|), "
-                             "so Adam's does not carry over")
+                             "so Adam's does not carry over; 0.02 was the best of 0.005, 0.01, 0.02, 0.04 on the "
+                             "full run (docs/benchmarks.md)")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--context", type=int, default=64)
