@@ -432,11 +432,8 @@ onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebi
                                        float* m, const float* m_last, const float* v, float* v_fresh, size_t count) {
   return onebit::abi_guard("onebit_lamb_apply_step", [&] {
     const auto& c = to_lamb(config);
-    auto& l = non_null(layer, "layer");
-    ONEBIT_CHECK(l.scaling_coeff > 0 && l.last_factor > 0, ONEBIT_INVALID_ARGUMENT, "layer has scaling_coeff ",
-                 l.scaling_coeff, " and last_factor ", l.last_factor, " (need both > 0)");
     check_arrays(count, {params, m, m_last, v, v_fresh});
-    onebit::optim::lamb::apply_step(c, l, params, m, m_last, v, v_fresh, count);
+    onebit::optim::lamb::apply_step(c, non_null(layer, "layer"), params, m, m_last, v, v_fresh, count);
   });
 }
 

@@ -94,6 +94,9 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
 
 void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v,
                 float* v_fresh, std::size_t n) {
+  ONEBIT_CHECK(layer.scaling_coeff > 0 && layer.last_factor > 0, ONEBIT_INVALID_ARGUMENT,
+               "1-bit LAMB layer has scaling_coeff ", layer.scaling_coeff, " and last_factor ", layer.last_factor,
+               " (need both > 0: a layer from onebit_lamb_layer_init and onebit_lamb_scaling_coeffs)");
   const float scaling = static_cast<float>(layer.scaling_coeff);
   float factor_f = 0.0f;  // max over i of (√v+ε)/(√v_fresh+ε); every term is > 0
   double prelim2 = 0, update2 = 0;

@@ -33,7 +33,8 @@ void scaling_coeffs(const float* m, const std::size_t* counts, std::size_t layer
 void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last, const float* g, std::size_t n);
 
 // After the allreduce averaged m: m ← m/scaling_coeff, the frozen-variance update with its
-// coefficient coeff_freeze × factor (docs/design.md, "1-bit LAMB").
+// coefficient coeff_freeze × factor (docs/design.md, "1-bit LAMB"). Both momentum_step and
+// apply_step refuse a layer whose scaling_coeff (or last_factor) is not > 0, before changing anything.
 void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v,
                 float* v_fresh, std::size_t n);
 

@@ -127,19 +127,12 @@ class OnebitLamb(_FlatOptimizer):
         return loss
 
     def state_dict(self):
-        state = super().state_dict()
-        worker, server = self._error_state(required=self._step > self._freeze_step)
-        state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
-                           "v_fresh": self._v_fresh.clone(),
-                           "layers": [{name: getattr(l, name) for name, _ in _Layer._fields_} for l in self._layers],
-                           "worker_error": worker, "server_error": server,
-                           "world_size": self._world, "rank": self._rank}
-        return state
+        return self._state_dict_with(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
+                                     layers=[{name: getattr(l, name) for name, _ in _Layer._fields_}
+                                             for l in self._layers])
 
     def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        saved = state_dict.pop("onebit")
-        self._check_saved(saved)
+        state_dict, saved = self._split_state_dict(state_dict)
         if len(saved["layers"]) != len(self._layers):
             raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
                              f"this optimizer {len(self._layers)}")

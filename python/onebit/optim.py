@@ -151,6 +151,21 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                                              ctypes.c_size_t(worker.numel()), _ptr(server),
                                                              ctypes.c_size_t(server.numel())))
 
+    def _state_dict_with(self, required, **extra):
+        """torch's state_dict() plus "onebit": m, v, this rank's error feedback, who saved it, and `extra`."""
+        state = torch.optim.Optimizer.state_dict(self)
+        worker, server = self._error_state(required)
+        state["onebit"] = dict(m=self._m.clone(), v=self._v.clone(), worker_error=worker, server_error=server,
+                               world_size=self._world, rank=self._rank, **extra)
+        return state
+
+    def _split_state_dict(self, state_dict):
+        """(torch's part, onebit's part) of a state_dict(), onebit's checked against this optimizer."""
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("onebit")
+        self._check_saved(saved)
+        return state_dict, saved
+
     def _check_saved(self, saved):
         if saved["world_size"] != self._world or saved["rank"] != self._rank:
             raise ValueError(f"{self._who}.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
@@ -289,20 +304,13 @@ class OnebitAdam(_FlatOptimizer):
         return loss
 
     def state_dict(self):
-        state = super().state_dict()
-        worker, server = self._error_state(required=self.compressing and self._step > self._freeze_step)
-        state["onebit"] = {"step": self._step, "m": self._m.clone(), "v": self._v.clone(),
-                           "worker_error": worker, "server_error": server,
-                           "world_size": self._world, "rank": self._rank,
-                           "freeze_step": self._freeze_step,
-                           "v_then": None if self._v_then is None else self._v_then.clone(),
-                           "variance_changes": list(self.variance_changes)}
-        return state
+        return self._state_dict_with(self.compressing and self._step > self._freeze_step, step=self._step,
+                                     freeze_step=self._freeze_step,
+                                     v_then=None if self._v_then is None else self._v_then.clone(),
+                                     variance_changes=list(self.variance_changes))
 
     def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        saved = state_dict.pop("onebit")
-        self._check_saved(saved)
+        state_dict, saved = self._split_state_dict(state_dict)
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])

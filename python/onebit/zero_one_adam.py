@@ -146,18 +146,11 @@ class ZeroOneAdam(_FlatOptimizer):
         return loss
 
     def state_dict(self):
-        state = super().state_dict()
-        worker, server = self._error_state(required=False)
-        state["onebit"] = {"schedule": self.schedule, "m": self._m.clone(), "v": self._v.clone(),
-                           "u": self._u.clone(), "params_at_sync": self._p_sync.clone(),
-                           "lrs": [l.value for l in self._lrs], "worker_error": worker, "server_error": server,
-                           "world_size": self._world, "rank": self._rank}
-        return state
+        return self._state_dict_with(False, schedule=self.schedule, u=self._u.clone(),
+                                     params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs])
 
     def load_state_dict(self, state_dict):
-        state_dict = dict(state_dict)
-        saved = state_dict.pop("onebit")
-        self._check_saved(saved)
+        state_dict, saved = self._split_state_dict(state_dict)
         schedule = _Schedule(**saved["schedule"])
         kind = ctypes.c_int()
         _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),

@@ -9,7 +9,7 @@ import os
 import sys
 import tempfile
 
-from ranks import run_ranks
+from ranks import preload_env, run_ranks
 
 WORLD, STEPS, STOP, FREEZE = 2, 30, 18, 10
 
@@ -56,10 +56,8 @@ def main():
         print(__doc__)
         return 2
     import numpy as np
-    preload = os.path.abspath(os.path.join(sys.argv[1], "libonebit-preload.so"))
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1")
-        env.pop("ONEBIT_FREEZE_STEP", None)
+        env = preload_env(sys.argv[1])
         for mode in ("full", "first", "resume"):
             run_ranks(__file__, mode, WORLD, tmp, env)
         for r in range(WORLD):

@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 
-from ranks import run_ranks
+from ranks import preload_env, run_ranks
 
 WORLD, STEPS, WINDOW, THRESHOLD, STOP = 2, 40, 4, 0.3, 6
 
@@ -79,10 +79,8 @@ def main():
         print(__doc__)
         return 2
     import numpy as np
-    preload = os.path.abspath(os.path.join(sys.argv[1], "libonebit-preload.so"))
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1")
-        env.pop("ONEBIT_FREEZE_STEP", None)
+        env = preload_env(sys.argv[1])
         errors = run("auto", tmp, env)
         reports = [json.load(open(os.path.join(tmp, f"auto{r}.json"))) for r in range(WORLD)]
         freeze = reports[0]["freeze_step"]

@@ -17,7 +17,7 @@ import os
 import sys
 import tempfile
 
-from ranks import run_ranks
+from ranks import preload_env, run_ranks
 
 WORLD, STEPS, STOP = 2, 28, 17
 ZERO_ONE = dict(lr=0.01, var_freeze_step=8, var_update_scaler=2, local_step_scaler=4, local_step_clipper=4)
@@ -109,12 +109,10 @@ def main():
         print(__doc__)
         return 2
     import numpy as np
-    preload = os.path.abspath(os.path.join(sys.argv[1], "libonebit-preload.so"))
     expected = schedule_kinds(STEPS)
     assert expected[-1] == "S" and expected[STOP - 1] == "L" and set(expected) == set("VCLS"), "".join(expected)
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, LD_PRELOAD=preload, MASTER_ADDR="127.0.0.1")
-        env.pop("ONEBIT_FREEZE_STEP", None)
+        env = preload_env(sys.argv[1])
         for mode in ("plain", "ddp", "first", "resume"):
             run(mode, tmp, env)
         reports = {mode: [json.load(open(os.path.join(tmp, f"{mode}{r}.json"))) for r in range(WORLD)]

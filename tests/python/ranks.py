@@ -6,6 +6,14 @@ import subprocess
 import sys
 
 
+def preload_env(build_dir):
+    """The ranks' environment: libonebit-preload.so from build_dir, loopback, no ONEBIT_FREEZE_STEP override."""
+    env = dict(os.environ, LD_PRELOAD=os.path.abspath(os.path.join(build_dir, "libonebit-preload.so")),
+               MASTER_ADDR="127.0.0.1")
+    env.pop("ONEBIT_FREEZE_STEP", None)
+    return env
+
+
 def run_ranks(script, mode, world, tmp, env, timeout=300):
     """Every rank's stderr, once all exited 0."""
     store = os.path.join(tmp, f"store-{mode}")
