@@ -26,6 +26,16 @@
   X(WorldSize, Int, "WORLD_SIZE", "-1",                                                         \
     "Number of ranks for onebit_comm_init_env. -1: from the launcher (WORLD_SIZE, "             \
     "OMPI_COMM_WORLD_SIZE, SLURM_NTASKS).")                                                     \
+  X(LocalSize, Int, "LOCAL_SIZE", "-1",                                                        \
+    "Ranks per host, for hierarchical compression: the ranks of a host (h*L ... h*L+L-1, "      \
+    "torchrun's order) average a tagged buffer in fp32 among themselves and only the hosts "    \
+    "exchange 1-bit messages, one stream per host link instead of L. -1: torchrun's "            \
+    "LOCAL_WORLD_SIZE if set, else 1. 1 (or the whole world on one host): flat compression. "  \
+    "Applies to communicators of the job's whole world; every rank must use the same value.")  \
+  X(Shm, Int, "SHM", "1",                                                                       \
+    "1: the ranks of a host exchange the hierarchical call's fp32 inputs through a shared-"     \
+    "memory segment in /dev/shm (sized like the tagged buffer per rank; if it cannot be made, " \
+    "a warning and the transport instead). 0: through the transport.")                         \
   X(Root, Str, "ROOT", "",                                                                      \
     "host:port where rank 0 serves the bootstrap, for onebit_comm_init_env. Empty: "            \
     "MASTER_ADDR and ONEBIT_ROOT_PORT.")                                                        \

@@ -37,6 +37,10 @@ const char* kind_name(Kind kind) {
     case Kind::kRingGather: return "ring allgather";
     case Kind::kAbort: return "abort";
     case Kind::kServerScale: return "server scale";
+    case Kind::kHostReduce: return "host reduce";
+    case Kind::kHostGather: return "host gather";
+    case Kind::kTopology: return "topology";
+    case Kind::kHostSegment: return "host segment";
   }
   return "unknown";
 }
@@ -135,7 +139,7 @@ SegmentHeader SegmentHeader::decode(const std::uint8_t* in, const std::string& f
   check_magic(magic, kMessageMagic, version, "message header", from);
   SegmentHeader h;
   const auto kind = r.get<std::uint8_t>();
-  ONEBIT_CHECK(kind >= 1 && kind <= 7, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ", int(kind));
+  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ", int(kind));
   h.key.kind = static_cast<Kind>(kind);
   h.shape.dtype = r.get<std::uint8_t>();
   h.shape.op = r.get<std::uint8_t>();
@@ -198,7 +202,7 @@ ClearToSend ClearToSend::decode(const std::uint8_t* in, const std::string& from)
                magic, " (expected 0x", kClearToSendMagic, ")");
   ClearToSend c;
   const auto kind = r.get<std::uint8_t>();
-  ONEBIT_CHECK(kind >= 1 && kind <= 7, ONEBIT_REMOTE_ERROR, from, " offered a receive of unknown kind ", int(kind));
+  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " offered a receive of unknown kind ", int(kind));
   c.key.kind = static_cast<Kind>(kind);
   c.shape.dtype = r.get<std::uint8_t>();
   c.shape.op = r.get<std::uint8_t>();

@@ -155,7 +155,12 @@ enum class Kind : std::uint8_t {
   kRingGather = 5,    // ring allgather step `part`
   kAbort = 6,         // the sender failed: the payload is its error text; it closes next
   kServerScale = 7,   // compressed stage 2: the sending server's scale and first non-finite rank
+  kHostReduce = 8,    // hierarchical: block `part` of the sender's input for the receiver's shard
+  kHostGather = 9,    // hierarchical: the sender's rail results (every server's scale and bits)
+  kTopology = 10,     // hierarchical, once per communicator: the sender's ranks per host
+  kHostSegment = 11,  // hierarchical, once per tag: setting up the host's shared memory (part 0 name, 1 ack, 2 go)
 };
+constexpr std::uint8_t kLastKind = 11;
 const char* kind_name(Kind kind);
 
 // Identifies a message: the call's stream (the tag's id; 0 for untagged calls), the call's

@@ -109,6 +109,10 @@ ONEBIT_API onebit_result_t onebit_comm_destroy(onebit_comm_t comm);
 
 ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
 ONEBIT_API onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size);
+/* Ranks per host the communicator's tagged calls use: above 1 (and below its size) they run
+ * hierarchically — fp32 within each host, 1-bit between hosts. From ONEBIT_LOCAL_SIZE, else
+ * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md). */
+ONEBIT_API onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size);
 ONEBIT_API onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats);
 
 /* Tags the buffer at `ptr` (`count` elements of `dtype`) as `name`: allreduces of exactly this

@@ -185,6 +185,13 @@ onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size) {
   });
 }
 
+onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size) {
+  return onebit::abi_guard("onebit_comm_local_size", [&] {
+    ONEBIT_CHECK(local_size != nullptr, ONEBIT_INVALID_ARGUMENT, "local_size is NULL");
+    *local_size = checked(comm).local_size();
+  });
+}
+
 onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats) {
   return onebit::abi_guard("onebit_comm_stats", [&] {
     ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");

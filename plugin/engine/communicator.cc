@@ -31,6 +31,60 @@ int first_int(std::initializer_list<const char*> names, std::string* from) {
   return -1;
 }
 
+// The ranks per host a communicator of `size` ranks uses (1: flat). `requested` > 0 is explicit
+// (CommSetup::local_size); otherwise ONEBIT_LOCAL_SIZE, else torchrun's LOCAL_WORLD_SIZE, for a
+// communicator of the job's whole world only: a subgroup's ranks are not numbered host by host.
+// A value onebit's own variable (or the caller) sets must fit, or the communicator is refused;
+// torchrun's, which the user did not set for onebit, falls back to flat with a warning.
+int resolve_local_size(int requested, int rank, int size) {
+  std::string from = "the communicator's local_size";
+  long long local = requested;
+  bool explicit_value = true;
+  if (requested <= 0) {
+    std::string unused;
+    const std::int64_t env_world = param::WorldSize() >= 0
+                                       ? param::WorldSize()
+                                       : first_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &unused);
+    if (param::LocalSize() >= 0) {
+      local = param::LocalSize();
+      from = "ONEBIT_LOCAL_SIZE";
+    } else {
+      local = first_int({"LOCAL_WORLD_SIZE"}, &from);
+      explicit_value = false;
+      if (local < 0) return 1;
+    }
+    if (env_world >= 0 && env_world != size) {
+      ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": ", from, "=", local, " is for the job's ", env_world,
+                 " ranks; this communicator of ", size, " compresses flat");
+      return 1;
+    }
+  }
+  auto refuse = [&](const std::string& why) {
+    if (explicit_value) fail(ONEBIT_INVALID_ARGUMENT, "rank ", rank, "/", size, ": ", from, "=", local, " ", why);
+    ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", from, "=", local, " ", why, "; compressing flat");
+    return 1;
+  };
+  if (local < 1) return refuse("is not a number of ranks per host (1 or more)");
+  if (size % local != 0) {
+    return refuse("does not divide the " + std::to_string(size) +
+                  " ranks: every host must run the same number of ranks");
+  }
+  if (requested <= 0) {
+    std::string local_rank_from;
+    const int local_rank = first_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, &local_rank_from);
+    if (local_rank >= 0 && local_rank != rank % local) {
+      return refuse("but " + local_rank_from + " is " + std::to_string(local_rank) + ", not rank % " +
+                    std::to_string(local) + " = " + std::to_string(rank % local) +
+                    ": the ranks are not numbered host by host (h*L ... h*L+L-1)");
+    }
+  }
+  if (local > 1 && local < size) {
+    ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": hierarchical compression, ", local, " ranks per host (", from, "), ",
+               size / local, " hosts");
+  }
+  return static_cast<int>(local);
+}
+
 }  // namespace
 
 CommSetup CommSetup::from_environment() {
@@ -105,10 +159,16 @@ std::unique_ptr<Transport> make_transport(const CommSetup& setup) {
 }  // namespace
 
 Communicator::Communicator(const CommSetup& setup)
-    : id_(next_comm_id++), transport_(make_transport(setup)), kernels_(kernels::cpu_kernels()) {}
+    : id_(next_comm_id++),
+      transport_(make_transport(setup)),
+      kernels_(kernels::cpu_kernels()),
+      local_size_(resolve_local_size(setup.local_size, transport_->rank(), transport_->size())) {}
 
-Communicator::Communicator(std::unique_ptr<Transport> transport)
-    : id_(next_comm_id++), transport_(std::move(transport)), kernels_(kernels::cpu_kernels()) {}
+Communicator::Communicator(std::unique_ptr<Transport> transport, int local_size)
+    : id_(next_comm_id++),
+      transport_(std::move(transport)),
+      kernels_(kernels::cpu_kernels()),
+      local_size_(resolve_local_size(local_size, transport_->rank(), transport_->size())) {}
 
 Communicator::~Communicator() { TagRegistry::instance().forget_communicator(id_); }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -45,6 +46,9 @@ struct CommSetup {
   int sockets_per_peer = 0;
   std::string socket_ifname;
   std::string auth_key;
+  // Ranks per host for hierarchical compression; 0: ONEBIT_LOCAL_SIZE, else torchrun's
+  // LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md).
+  int local_size = 0;
   static CommSetup from_environment();
 };
 
@@ -52,32 +56,69 @@ class Communicator {
  public:
   // Over onebit's TCP transport, bootstrapped as `setup` says.
   explicit Communicator(const CommSetup& setup);
-  // Over a transport made elsewhere (the Gloo front door's, over a framework's gloo context).
-  explicit Communicator(std::unique_ptr<Transport> transport);
+  // Over a transport made elsewhere (the Gloo front door's, over a framework's gloo context);
+  // ranks per host as `local_size` says (0: from the environment, as CommSetup::local_size).
+  explicit Communicator(std::unique_ptr<Transport> transport, int local_size = 0);
   ~Communicator();
 
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
+  // Ranks per host (1: one per host, or unknown). Ranks h·L … h·L+L−1 share host h.
+  int local_size() const { return local_size_; }
+  // Whether tagged calls run hierarchically: several ranks per host and more than one host.
+  bool hierarchical() const { return local_size_ > 1 && local_size_ < size(); }
 
   // In-place allreduce. Tagged (same pointer and count) → compressed; otherwise → ring.
   void allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
-  // The two algorithms, callable directly (the benchmark compares them).
+  // A tagged call, as the front doors make it: hierarchical when hierarchical(), else flat.
   // `channel`: see Transport::isend (the framework's tag of an intercepted call; 0 otherwise).
   void compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
                             std::uint32_t channel = 0);
+
+  // The algorithms, callable directly (the benchmark compares them). A tag keeps one state per
+  // communicator, so one tag must not be used with both compressed algorithms on one communicator.
+  //   flat:          algorithm.md over all ranks;
+  //   hierarchical:  fp32 average within each host, algorithm.md over each rail of one rank per
+  //                  host, the rails' bits gathered within each host (docs/design.md);
+  //   ring:          exact fp32.
+  void flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
+                                 std::uint32_t channel = 0);
+  void hierarchical_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
+                              std::uint32_t channel = 0);
   void ring_allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
   onebit_stats_t stats() const;
   StageTimes compressed_stage_times() const;
+  // Bytes the hierarchical calls sent to ranks on this rank's own host (part of
+  // compressed_bytes_sent; they never cross a host's link).
+  std::uint64_t intra_host_bytes() const { return intra_host_bytes_; }
 
  private:
+  struct RankGroup;
+  struct RoundResult;
+  using RoundInput = std::function<const void*(std::size_t block, std::size_t first, std::size_t length)>;
+
+  // Stages 1–2 of algorithm.md over `group`, on n elements handed out block by block by `input`
+  // (in `input_dtype`); see compressed_allreduce.cc.
+  RoundResult compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
+                               kernels::Dtype input_dtype, const wire::CallShape& shape, std::uint32_t channel,
+                               const RoundInput& input);
+  // After a successful round's results are written: adds its stage times (`more_waiting`: the
+  // caller's own waits after the round; the unpack from `unpack_start` on) and commits its error
+  // state by flipping buffers.
+  void commit_round(TagState& st, const RoundResult& round, double more_waiting, Clock::time_point unpack_start);
+  // Once per communicator, before its first hierarchical call: every rank's ranks per host agree.
+  void check_topology();
   Deadline call_deadline() const;
   std::string where() const;  // "rank 2/4"
 
   const std::uint64_t id_;  // process-unique: keys this communicator's tag states
   std::unique_ptr<Transport> transport_;
   const kernels::CpuKernels& kernels_;
+  const int local_size_;
+  std::mutex topology_mutex_;
+  bool topology_checked_ = false;
 
   std::mutex ring_mutex_;  // untagged calls run one at a time
   std::uint64_t ring_seq_ = 0;
@@ -91,6 +132,7 @@ class Communicator {
   std::atomic<std::uint64_t> full_precision_calls_{0};
   std::atomic<std::uint64_t> compressed_bytes_{0};
   std::atomic<std::uint64_t> full_precision_bytes_{0};
+  std::atomic<std::uint64_t> intra_host_bytes_{0};
 };
 
 }  // namespace onebit

@@ -1,14 +1,18 @@
-// The compressed allreduce of algorithm.md over a transport (transport/transport.h).
+// The compressed allreduce of algorithm.md over a transport (transport/transport.h): one round over
+// a group of ranks (compressed_round, which the hierarchical algorithm runs over each rail too), and
+// the flat algorithm, one round over all ranks.
 //
+// A round:
 //   1. worker stage: chunk by chunk (own chunk last), block by block, one fused kernel pass computes
 //      y = x + e, its sign bits and Σy²; each block's bits go to the chunk's server as soon as they
 //      are packed, so packing overlaps the wire. Then the worker scale a_r = ||y|| / sqrt(n) goes
-//      to every rank (signs do not depend on it, which is what lets the bits leave early).
-//   2. server stage (rank j, chunk j), once every rank's bits and scale are in: z = mean of the
-//      signed scales + s, block by block, each block's bits sent to every rank as it is done; then
-//      the scale b_j.
-//   3. every rank checks every scale, then unpacks into the caller's buffer and commits the new
-//      error state by flipping buffers.
+//      to every member (signs do not depend on it, which is what lets the bits leave early).
+//   2. server stage (member j, chunk j), once every member's bits and scale are in: z = mean of
+//      the signed scales + s, block by block, each block's bits sent to every member as it is
+//      done; then the scale b_j.
+// The flat call then
+//   3. checks every scale, unpacks into the caller's buffer and commits the new error state by
+//      flipping buffers.
 // Nothing touches the caller's buffer or the committed state before step 3's checks pass. A
 // non-finite worker scale (NaN/Inf in some rank's input) travels through the protocol as a flag, so
 // every rank fails the same call with the same error, and the communicator stays usable.
@@ -20,53 +24,42 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "plugin/engine/chunk_geometry.h"
 #include "plugin/engine/communicator.h"
+#include "plugin/engine/compressed_round.h"
 
 namespace onebit {
 
 static_assert(std::endian::native == std::endian::little, "payload floats travel in host order: little-endian only");
 
-namespace {
-
-// A server's result is held as [float scale][int32 first rank with non-finite input, or -1][bits];
-// the head travels as one message, the bits as blocks.
-constexpr std::size_t kResultHead = 8;
-
-// Bits travel in blocks of this many elements (128 KiB of bits): small enough that the wire starts
-// soon after a pass starts, large enough that per-message costs vanish. A multiple of 8.
-constexpr std::size_t kBlockElements = std::size_t{1} << 20;
-
-// Blocks of a chunk of `length` elements; an empty chunk still has one (empty) block, so every
-// rank posts and sends the same messages whatever the sizes.
-std::size_t blocks_of(std::size_t length) { return std::max<std::size_t>(1, (length + kBlockElements - 1) / kBlockElements); }
-
-}  // namespace
+using round_layout::blocks_of;
+using round_layout::kResultHead;
 
 void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                         std::uint32_t channel) {
-  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
-  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
-               "' is already in an allreduce on another thread; calls on one tag must not overlap");
-  const int world = size();
-  const int me = rank();
-  ++compressed_calls_;
-  ++tag.calls;
-  if (world == 1) return;  // the average over one rank is the buffer itself
+  if (hierarchical()) {
+    hierarchical_allreduce(tag, buffer, n, dtype, op, channel);
+  } else {
+    flat_compressed_allreduce(tag, buffer, n, dtype, op, channel);
+  }
+}
 
-  std::unique_ptr<TagState>& slot = tag.states[id_];
-  if (!slot) slot = std::make_unique<TagState>();
-  TagState& st = *slot;
-
+Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n,
+                                                         std::size_t offset, kernels::Dtype input_dtype,
+                                                         const wire::CallShape& shape, std::uint32_t channel,
+                                                         const RoundInput& input) {
+  const int world = group.size();
+  const int me = group.me;
   const ChunkGeometry geometry(n, world);
   auto begin = [&](int j) { return geometry.begin(j); };
   auto length = [&](int j) { return geometry.length(j); };
   const std::size_t chunk_bytes = geometry.chunk_bytes();
-  const std::size_t result_stride = kResultHead + chunk_bytes;
-  const std::size_t element = kernels::dtype_size(dtype);
-  auto* x = static_cast<std::uint8_t*>(buffer);
+  const std::size_t result_stride = round_layout::result_stride(geometry);
+  const std::vector<round_layout::Block> order = round_layout::worker_order(geometry, me);
 
   if (st.requests.empty()) {  // first call: size everything once
+    st.round_elements = n;
+    st.round_ranks = world;
+    st.offset = offset;
     st.worker[0].resize(n);
     st.worker[1].resize(n);
     st.server[0].resize(length(me));
@@ -88,89 +81,89 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     st.block_bits.resize(world);
     if (tag.restored) {
       // The true errors of a checkpoint, stored with scale 0: stored − 0·sign(stored) is stored,
-      // exactly, so the next call continues bit for bit.
-      ONEBIT_CHECK(tag.restored_worker.size() == n && tag.restored_server.size() == length(me), ONEBIT_INVALID_ARGUMENT,
-                   where(), ": tag '", tag.name, "': the restored state has ", tag.restored_worker.size(), " + ",
-                   tag.restored_server.size(), " floats; this job needs ", n, " + ", length(me),
-                   " (was it saved with another world size or rank?)");
-      std::copy(tag.restored_worker.begin(), tag.restored_worker.end(), st.worker[0].data());
+      // exactly, so the next call continues bit for bit. A hierarchical rank keeps its shard's part.
+      ONEBIT_CHECK(tag.restored_worker.size() == tag.count && tag.restored_server.size() == length(me),
+                   ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name, "': the restored state has ",
+                   tag.restored_worker.size(), " + ", tag.restored_server.size(), " floats; this job needs ", tag.count,
+                   " + ", length(me), " (was it saved with another world size, rank or ranks per host?)");
+      std::copy(tag.restored_worker.begin() + offset, tag.restored_worker.begin() + offset + n, st.worker[0].data());
       std::copy(tag.restored_server.begin(), tag.restored_server.end(), st.server[0].data());
       tag.restored = false;
     }
   }
+  ONEBIT_CHECK(st.round_elements == n && st.round_ranks == world, ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
+               "' ran over ", st.round_ranks, " ranks with ", st.round_elements, " elements on this communicator; this "
+               "call runs over ", world, " with ", n, " (a tag must not mix the flat and hierarchical algorithms)");
   const std::uint64_t seq = st.seq;
-  const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
-  auto key = [&](wire::Kind kind, int part) { return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)}; };
+  auto key = [&](wire::Kind kind, std::size_t part) {
+    return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)};
+  };
   auto describe = [&](const Request& r) {
     return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " block " +
            std::to_string(r.key.part);
   };
   // Block b of chunk j: elements [begin(j) + b·B, ...), bits at byte (begin(j) + b·B) / 8.
-  auto block_begin = [&](int j, std::size_t b) { return std::min(begin(j) + length(j), begin(j) + b * kBlockElements); };
+  auto block_begin = [&](int j, std::size_t b) {
+    return std::min(begin(j) + length(j), begin(j) + b * round_layout::kBlockElements);
+  };
   auto block_length = [&](int j, std::size_t b) {
-    return std::min(begin(j) + length(j), block_begin(j, b) + kBlockElements) - block_begin(j, b);
+    return std::min(begin(j) + length(j), block_begin(j, b) + round_layout::kBlockElements) - block_begin(j, b);
   };
 
+  RoundResult result;
   std::size_t next_request = 0;
   st.stage1.clear();
   st.all.clear();
-  std::uint64_t sent = 0;
-  auto post_recv = [&](int peer, wire::Kind kind, int part, void* data, std::size_t bytes, bool stage1) {
+  auto post_recv = [&](int p, wire::Kind kind, std::size_t part, void* data, std::size_t bytes, bool stage1) {
     Request& r = st.requests[next_request++];
-    transport_->irecv(r, peer, channel, key(kind, part), shape, data, bytes);
+    transport_->irecv(r, group.ranks[p], channel, key(kind, part), shape, data, bytes);
     if (stage1) st.stage1.push_back(&r);
     st.all.push_back(&r);
   };
-  auto post_send = [&](int peer, wire::Kind kind, int part, const void* data, std::size_t bytes) {
+  auto post_send = [&](int p, wire::Kind kind, std::size_t part, const void* data, std::size_t bytes) {
     Request& r = st.requests[next_request++];
-    transport_->isend(r, peer, channel, key(kind, part), shape, data, bytes);
+    transport_->isend(r, group.ranks[p], channel, key(kind, part), shape, data, bytes);
     st.all.push_back(&r);
-    sent += bytes;
+    result.bytes_sent += bytes;
   };
 
-  float worker_scale = 0.0f;
   float server_scale = NAN;
-  using Clock = std::chrono::steady_clock;
-  Clock::time_point marks[6];  // start, worker done, inputs in, server done, results in, unpacked
+  Clock::time_point marks[5];  // start, worker done, inputs in, server done, results in
   marks[0] = Clock::now();
   try {
     // Receives first, so messages land in place instead of in the transport's unexpected store.
     for (int p = 0; p < world; ++p) {
       if (p == me) continue;
       for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
-        post_recv(p, wire::Kind::kWorkerBits, static_cast<int>(b),
-                  st.received.data() + p * chunk_bytes + (block_begin(me, b) - begin(me)) / 8,
+        post_recv(p, wire::Kind::kWorkerBits, b, st.received.data() + p * chunk_bytes + (block_begin(me, b) - begin(me)) / 8,
                   kernels::packed_bytes(block_length(me, b)), true);
       }
       post_recv(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[p], sizeof(float), true);
-      std::uint8_t* result = st.results.data() + p * result_stride;
+      std::uint8_t* theirs = st.results.data() + p * result_stride;
       for (std::size_t b = 0; b < blocks_of(length(p)); ++b) {
-        post_recv(p, wire::Kind::kServerResult, static_cast<int>(b),
-                  result + kResultHead + (block_begin(p, b) - begin(p)) / 8, kernels::packed_bytes(block_length(p, b)),
-                  false);
+        post_recv(p, wire::Kind::kServerResult, b, theirs + kResultHead + (block_begin(p, b) - begin(p)) / 8,
+                  kernels::packed_bytes(block_length(p, b)), false);
       }
-      post_recv(p, wire::Kind::kServerScale, 0, result, kResultHead, false);
+      post_recv(p, wire::Kind::kServerScale, 0, theirs, kResultHead, false);
     }
 
     // 1. Worker stage.
     const float* e_prev = st.worker[st.current].data();
     float* e_next = st.worker[1 - st.current].data();
     double sum_squares = 0.0;
-    for (int k = 1; k <= world; ++k) {
-      const int j = (me + k) % world;
-      for (std::size_t b = 0; b < blocks_of(length(j)); ++b) {
-        const std::size_t first = block_begin(j, b);
-        sum_squares += kernels_.worker_pass(x + first * element, dtype, e_prev + first, st.worker_scale, e_next + first,
-                                            st.packed.data() + first / 8, block_length(j, b));
-        if (j != me) {
-          post_send(j, wire::Kind::kWorkerBits, static_cast<int>(b), st.packed.data() + first / 8,
-                    kernels::packed_bytes(block_length(j, b)));
-        }
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const round_layout::Block& block = order[i];
+      const void* x = input(i, block.first, block.length);
+      sum_squares += kernels_.worker_pass(x, input_dtype, e_prev + block.first, st.worker_scale, e_next + block.first,
+                                          st.packed.data() + block.first / 8, block.length);
+      if (block.chunk != me) {
+        post_send(block.chunk, wire::Kind::kWorkerBits, block.index, st.packed.data() + block.first / 8,
+                  kernels::packed_bytes(block.length));
       }
     }
     marks[1] = Clock::now();
-    worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n) : NAN;
-    st.scales.data()[me] = worker_scale;
+    result.worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n) : NAN;
+    st.scales.data()[me] = result.worker_scale;
     for (int p = 0; p < world; ++p) {
       if (p != me) post_send(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[me], sizeof(float));
     }
@@ -190,17 +183,17 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     const float* s_prev = st.server[st.current].data();
     float* s_next = st.server[1 - st.current].data();
     for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
-      const std::size_t offset = block_begin(me, b) - begin(me);
-      std::uint8_t* out_bits = my_result + kResultHead + offset / 8;
-      // With a non-finite worker scale the bits are meaningless; they are still sent (every rank
+      const std::size_t within = block_begin(me, b) - begin(me);
+      std::uint8_t* out_bits = my_result + kResultHead + within / 8;
+      // With a non-finite worker scale the bits are meaningless; they are still sent (every member
       // posted for them) and the scale message below carries the verdict.
       if (first_bad < 0) {
-        for (int p = 0; p < world; ++p) st.block_bits[p] = st.chunk_bits[p] + offset / 8;
-        server_squares += kernels_.server_pass(st.block_bits.data(), st.scales.data(), world, s_prev + offset,
-                                               st.server_scale, s_next + offset, out_bits, block_length(me, b));
+        for (int p = 0; p < world; ++p) st.block_bits[p] = st.chunk_bits[p] + within / 8;
+        server_squares += kernels_.server_pass(st.block_bits.data(), st.scales.data(), world, s_prev + within,
+                                               st.server_scale, s_next + within, out_bits, block_length(me, b));
       }
       for (int p = 0; p < world; ++p) {
-        if (p != me) post_send(p, wire::Kind::kServerResult, static_cast<int>(b), out_bits, kernels::packed_bytes(block_length(me, b)));
+        if (p != me) post_send(p, wire::Kind::kServerResult, b, out_bits, kernels::packed_bytes(block_length(me, b)));
       }
     }
     if (first_bad < 0) server_scale = kernels::scale_from_sum_squares(server_squares, length(me));
@@ -213,14 +206,46 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
     transport_->wait_all(st.all, call_deadline(), describe);
     marks[4] = Clock::now();
   } catch (const Error& error) {
-    fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", n, " ", kernels::dtype_name(dtype), ", call ",
-         seq, ") failed; buffer and error state unchanged: ", error.what());
+    fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", shape.count, " ",
+         kernels::dtype_name(static_cast<kernels::Dtype>(shape.dtype)), ", call ", seq,
+         ") failed; buffer and error state unchanged: ", error.what());
   }
-  compressed_bytes_ += sent;
-  tag.bytes_sent += sent;
-  st.seq = seq + 1;  // the call's messages are consumed on every rank, whatever the checks say
+  st.seq = seq + 1;  // the call's messages are consumed on every member, whatever the checks say
+  result.server_scale = server_scale;
+  for (int s = 0; s < 4; ++s) result.seconds[s] = std::chrono::duration<double>(marks[s + 1] - marks[s]).count();
+  return result;
+}
+
+void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
+                                             std::uint32_t channel) {
+  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
+  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
+               "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  const int world = size();
+  ++compressed_calls_;
+  ++tag.calls;
+  if (world == 1) return;  // the average over one rank is the buffer itself
+
+  std::unique_ptr<TagState>& slot = tag.states[id_];
+  if (!slot) slot = std::make_unique<TagState>();
+  TagState& st = *slot;
+  RankGroup everyone;
+  for (int r = 0; r < world; ++r) everyone.ranks.push_back(r);
+  everyone.me = rank();
+  const std::size_t element = kernels::dtype_size(dtype);
+  auto* x = static_cast<std::uint8_t*>(buffer);
+  const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
+  const std::uint64_t seq = st.seq;
+  const RoundResult round = compressed_round(
+      tag, st, everyone, n, 0, dtype, shape, channel,
+      [&](std::size_t, std::size_t first, std::size_t) -> const void* { return x + first * element; });
+  compressed_bytes_ += round.bytes_sent;
+  tag.bytes_sent += round.bytes_sent;
 
   // 3. Check every server's scale, then write the result and commit.
+  const auto unpack_start = Clock::now();
+  const ChunkGeometry geometry(n, world);
+  const std::size_t result_stride = round_layout::result_stride(geometry);
   for (int p = 0; p < world; ++p) {
     float scale;
     std::int32_t bad;
@@ -237,23 +262,26 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   for (int j = 0; j < world; ++j) {
     float scale;
     std::memcpy(&scale, st.results.data() + j * result_stride, 4);
-    kernels_.unpack(st.results.data() + j * result_stride + kResultHead, scale * factor, x + begin(j) * element, dtype,
-                    length(j));
+    kernels_.unpack(st.results.data() + j * result_stride + kResultHead, scale * factor, x + geometry.begin(j) * element,
+                    dtype, geometry.length(j));
   }
-  marks[5] = Clock::now();
+  commit_round(st, round, 0.0, unpack_start);
+}
+
+void Communicator::commit_round(TagState& st, const RoundResult& round, double more_waiting,
+                                Clock::time_point unpack_start) {
   {
-    auto seconds = [&](int a, int b) { return std::chrono::duration<double>(marks[b] - marks[a]).count(); };
     std::lock_guard<std::mutex> lock(stage_mutex_);
-    stage_times_.worker += seconds(0, 1);
-    stage_times_.wait_inputs += seconds(1, 2);
-    stage_times_.server += seconds(2, 3);
-    stage_times_.wait_results += seconds(3, 4);
-    stage_times_.unpack += seconds(4, 5);
+    stage_times_.worker += round.seconds[0];
+    stage_times_.wait_inputs += round.seconds[1];
+    stage_times_.server += round.seconds[2];
+    stage_times_.wait_results += round.seconds[3] + more_waiting;
+    stage_times_.unpack += std::chrono::duration<double>(Clock::now() - unpack_start).count();
     ++stage_times_.calls;
   }
   st.current = 1 - st.current;
-  st.worker_scale = worker_scale;
-  st.server_scale = server_scale;
+  st.worker_scale = round.worker_scale;
+  st.server_scale = round.server_scale;
 }
 
 }  // namespace onebit

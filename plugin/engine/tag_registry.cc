@@ -105,8 +105,12 @@ void Tag::save(float* worker, float* server) const {
   ONEBIT_CHECK(worker != nullptr || worker_count == 0, ONEBIT_INVALID_ARGUMENT, "worker is NULL");
   ONEBIT_CHECK(server != nullptr || server_count == 0, ONEBIT_INVALID_ARGUMENT, "server is NULL");
   if (!states.empty()) {
+    // A hierarchical state holds the worker error of this rank's shard only (the host's mean is
+    // what its rail compresses); the rest of the tag's worker error is zero.
     const TagState& state = *states.begin()->second;
-    kernels::materialize_error(state.worker[state.current].data(), state.worker_scale, worker, worker_count);
+    const std::size_t held = state.worker[state.current].size();
+    std::fill(worker, worker + worker_count, 0.0f);
+    kernels::materialize_error(state.worker[state.current].data(), state.worker_scale, worker + state.offset, held);
     kernels::materialize_error(state.server[state.current].data(), state.server_scale, server, server_count);
   } else if (!device_states.empty()) {
     device_states.begin()->second->save(worker, server);

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/engine/aligned_buffer.h"
+#include "transport/shm/host_segment.h"
 #include "transport/transport.h"
 
 namespace onebit {
@@ -28,6 +29,11 @@ struct TagState {
   float worker_scale = 0.0f;
   float server_scale = 0.0f;
   std::uint64_t seq = 0;  // calls of this tag on this communicator; part of every message key
+  // What the state was sized for: the round's elements and ranks, and where its elements sit in
+  // the tag's buffer (hierarchical: this rank's shard; flat: the whole buffer at 0).
+  std::size_t round_elements = 0;
+  int round_ranks = 0;
+  std::size_t offset = 0;
 
   // Scratch, reused by every call.
   AlignedBuffer<std::uint8_t> packed;         // this rank's bits of the whole buffer
@@ -38,6 +44,18 @@ struct TagState {
   std::vector<Request*> stage1, all;     // what the call waits for
   std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
   std::vector<const std::uint8_t*> block_bits;  // the same, at one block
+
+  // Hierarchical calls only: the host's exchange.
+  AlignedBuffer<std::uint8_t> host_inputs;    // (L−1) × shard elements: the local peers' inputs of my shard
+  AlignedBuffer<float> host_mean;             // the host's fp32 mean of my shard: the rail's input
+  AlignedBuffer<std::uint8_t> host_results;   // the local peers' rail results, as `results`
+  std::vector<Request> host_requests;
+  std::vector<Request*> host_all;
+  // The host reduce through shared memory (when the host's ranks could set it up): every local
+  // rank's region, and the calls it has carried (its ready counters count blocks since then).
+  bool host_segment_tried = false;
+  shm::HostSegment host_segment;
+  std::uint32_t host_segment_calls = 0;
 };
 
 // A tag's state kept by a front door outside the engine's host memory: the NCCL door's device

@@ -1,6 +1,6 @@
 """End to end through real torch.distributed (gloo backend) with libonebit-preload.so loaded.
 
-For each job (world size × ONEBIT_TRANSPORT), every rank checks, and the parent compares:
+For each job (world size × ONEBIT_TRANSPORT × ONEBIT_LOCAL_SIZE), every rank checks, and the parent compares:
   - tagged float32 all_reduces equal the float64 reference of algorithm.md over several calls
     (including a tensor smaller than the world's chunks, so some chunks are empty);
   - a tagged float16 tensor likewise (to float16 precision);
@@ -49,6 +49,22 @@ def reference(inputs):
             s[j] = z - b * sign
             out[lo:hi] = b * sign * world
         outputs.append(out)
+    return outputs
+
+
+def hierarchical_reference(inputs, local):
+    """The hierarchical rule in float64 (docs/design.md): each host's mean of its `local` ranks,
+    then algorithm.md per shard over the hosts' means → each call's SUM result."""
+    world, n = len(inputs[0]), len(inputs[0][0])
+    hosts = world // local
+    shard = ((n + local - 1) // local + 7) // 8 * 8
+    outputs = [np.zeros(n) for _ in inputs]
+    for q in range(local):
+        lo, hi = min(n, q * shard), min(n, (q + 1) * shard)
+        rail = [[np.mean([call[h * local + l][lo:hi].astype(np.float64) for l in range(local)], axis=0)
+                 for h in range(hosts)] for call in inputs]
+        for c, out in enumerate(reference(rail)):
+            outputs[c][lo:hi] = out * local  # reference() sums over the hosts; the job has world ranks
     return outputs
 
 
@@ -120,12 +136,15 @@ def run_job(env, world, out_dir):
     return [p.wait(timeout=300) for p in procs]
 
 
-def check_job(build, world, transport):
+def check_job(build, world, transport, local=1):
     preload = os.path.abspath(os.path.join(build, "libonebit-preload.so"))
     with tempfile.TemporaryDirectory() as tmp, tempfile.TemporaryDirectory() as plain:
         base = dict(os.environ, MASTER_ADDR="127.0.0.1", ONEBIT_TIMEOUT_MS="60000")
         base.pop("LD_PRELOAD", None)
-        codes = run_job(dict(base, LD_PRELOAD=preload, ONEBIT_TRANSPORT=transport), world, tmp)
+        onebit_env = dict(base, LD_PRELOAD=preload, ONEBIT_TRANSPORT=transport)
+        if local > 1:
+            onebit_env["ONEBIT_LOCAL_SIZE"] = str(local)
+        codes = run_job(onebit_env, world, tmp)
         codes += run_job(base, world, plain)
         assert not any(codes), f"rank exit codes {codes} (with the preload, then without)"
         for r in range(world):
@@ -141,14 +160,15 @@ def check_job(build, world, transport):
         checks += [("half", HALF, np.float16, 2e-3)]
         checks += [(f"concurrent{k}", CONCURRENT_N, np.float32, 1e-4) for k in range(CONCURRENT)]
         for name, n, dtype, tolerance in checks:
-            expected = reference([[inputs_of(name, n, r, c, dtype) for r in range(world)] for c in range(CALLS)])
+            inputs = [[inputs_of(name, n, r, c, dtype) for r in range(world)] for c in range(CALLS)]
+            expected = reference(inputs) if local == 1 else hierarchical_reference(inputs, local)
             for c in range(CALLS):
                 got = outs[0][f"{name}/{c}"].astype(np.float64)
                 err = np.max(np.abs(got - expected[c]) / np.maximum(np.abs(expected[c]), 1e-30), initial=0.0)
                 assert err < tolerance, f"{name} call {c}: relative error {err} against the float64 reference"
         want = np.array([sum(float((i * 7 + r) % 100) for r in range(world)) for i in range(1000)], dtype=np.float32)
         assert np.array_equal(outs[0]["exact"], want), "untagged all_reduce is not exact"
-    print(f"OK: {world} ranks, ONEBIT_TRANSPORT={transport}: float32, float16 and {CONCURRENT} concurrent tags "
+    print(f"OK: {world} ranks, ONEBIT_TRANSPORT={transport}, ONEBIT_LOCAL_SIZE={local}: float32, float16 and {CONCURRENT} concurrent tags "
           f"match the float64 reference over {CALLS} calls; untagged calls exact and bit-identical without the preload")
 
 
@@ -157,11 +177,13 @@ def main():
         rank_main(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5])
         return 0
     build = sys.argv[1]
-    jobs = [(2, "gloo"), (3, "gloo"), (4, "tcp")]
-    if len(sys.argv) > 2:  # e.g. "4:gloo" to run one job
-        jobs = [(int(w), t) for w, t in (arg.split(":") for arg in sys.argv[2:])]
-    for world, transport in jobs:
-        check_job(build, world, transport)
+    # (world, transport, ranks per host): the last runs hierarchically, 2 hosts of 2.
+    jobs = [(2, "gloo", 1), (3, "gloo", 1), (4, "tcp", 1), (4, "gloo", 2)]
+    if len(sys.argv) > 2:  # e.g. "4:gloo" or "4:gloo:2" to run one job
+        jobs = [(int(w), t, int(rest[0]) if rest else 1)
+                for w, t, *rest in (arg.split(":") for arg in sys.argv[2:])]
+    for world, transport, local in jobs:
+        check_job(build, world, transport, local)
     return 0
 
 

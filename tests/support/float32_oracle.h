@@ -8,6 +8,7 @@
 // rounding boundary.)
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <vector>
@@ -68,6 +69,42 @@ class Float32Oracle {
   std::size_t n_, chunk_;
   std::vector<std::vector<float>> stored_, server_;
   std::vector<float> worker_scale_, server_scale_;
+};
+
+// The hierarchical rule computed as onebit computes it: host h's fp32 mean of shard q,
+// ((x_{hL} + x_{hL+1}) + …) / L added left to right, then a Float32Oracle of H ranks per shard.
+class HierarchicalOracle {
+ public:
+  HierarchicalOracle(int hosts, int local_size, std::size_t n)
+      : hosts_(hosts), local_size_(local_size), n_(n), shard_((((n + local_size - 1) / local_size) + 7) / 8 * 8) {
+    for (int q = 0; q < local_size; ++q) rails_.emplace_back(hosts, length(q));
+  }
+  std::size_t begin(int q) const { return std::min(n_, q * shard_); }
+  std::size_t length(int q) const { return std::min(n_, begin(q) + shard_) - begin(q); }
+
+  std::vector<float> step(const std::vector<std::vector<float>>& x, bool sum) {
+    const float count = static_cast<float>(local_size_);
+    const float factor = sum ? static_cast<float>(hosts_ * local_size_) : 1.0f;
+    std::vector<float> out(n_);
+    for (int q = 0; q < local_size_; ++q) {
+      std::vector<std::vector<float>> means(hosts_, std::vector<float>(length(q)));
+      for (int h = 0; h < hosts_; ++h) {
+        for (std::size_t k = 0; k < length(q); ++k) {
+          float total = x[h * local_size_][begin(q) + k];
+          for (int l = 1; l < local_size_; ++l) total += x[h * local_size_ + l][begin(q) + k];
+          means[h][k] = total / count;
+        }
+      }
+      const std::vector<float> rail = rails_[q].step(means, false);
+      for (std::size_t k = 0; k < length(q); ++k) out[begin(q) + k] = rail[k] * factor;
+    }
+    return out;
+  }
+
+ private:
+  int hosts_, local_size_;
+  std::size_t n_, shard_;
+  std::vector<Float32Oracle> rails_;
 };
 
 }  // namespace onebit::testing

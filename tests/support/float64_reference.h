@@ -22,7 +22,9 @@ class Reference {
   std::size_t begin(int j) const { return std::min(n_, j * chunk_); }
   std::size_t length(int j) const { return std::min(n_, begin(j) + chunk_) - begin(j); }
 
-  std::vector<double> step(const std::vector<std::vector<float>>& x, bool sum) {
+  // x: float inputs, or double ones (the hierarchical reference's host means).
+  template <typename T>
+  std::vector<double> step(const std::vector<std::vector<T>>& x, bool sum) {
     if (world_ == 1) return std::vector<double>(x[0].begin(), x[0].end());
     std::vector<double> a(world_);
     std::vector<std::vector<double>> y(world_, std::vector<double>(n_));
@@ -57,12 +59,55 @@ class Reference {
     return out;
   }
   const std::vector<char>& ambiguous() const { return ambiguous_; }
+  std::vector<char>& ambiguous() { return ambiguous_; }
 
  private:
   static double sign(double v) { return v >= 0 ? 1.0 : -1.0; }
   int world_;
   std::size_t n_, chunk_;
   std::vector<std::vector<double>> e_, s_;
+  std::vector<char> ambiguous_;
+};
+
+// The hierarchical rule (docs/design.md, "Hierarchical compression") in float64: H hosts of L
+// ranks; host h's mean m_h = (1/L)·Σ_l x_{hL+l}; shard q of the buffer (ChunkGeometry's rule over L)
+// goes through algorithm.md over the H hosts' means, with its own error state (a Reference of H
+// ranks per shard); every rank gets the concatenation.
+class HierarchicalReference {
+ public:
+  HierarchicalReference(int hosts, int local_size, std::size_t n)
+      : hosts_(hosts), local_size_(local_size), n_(n), shard_((((n + local_size - 1) / local_size) + 7) / 8 * 8),
+        ambiguous_(n, 0) {
+    for (int q = 0; q < local_size; ++q) rails_.emplace_back(hosts, length(q));
+  }
+  std::size_t begin(int q) const { return std::min(n_, q * shard_); }
+  std::size_t length(int q) const { return std::min(n_, begin(q) + shard_) - begin(q); }
+
+  std::vector<double> step(const std::vector<std::vector<float>>& x, bool sum) {
+    std::vector<double> out(n_);
+    for (int q = 0; q < local_size_; ++q) {
+      std::vector<std::vector<double>> means(hosts_, std::vector<double>(length(q)));
+      for (int h = 0; h < hosts_; ++h) {
+        for (std::size_t k = 0; k < length(q); ++k) {
+          double total = 0;
+          for (int l = 0; l < local_size_; ++l) total += x[h * local_size_ + l][begin(q) + k];
+          means[h][k] = total / local_size_;
+        }
+      }
+      const std::vector<double> rail = rails_[q].step(means, false);
+      for (std::size_t k = 0; k < length(q); ++k) {
+        out[begin(q) + k] = rail[k] * (sum ? hosts_ * local_size_ : 1);
+        ambiguous_[begin(q) + k] = rails_[q].ambiguous()[k];
+      }
+    }
+    return out;
+  }
+  const std::vector<char>& ambiguous() const { return ambiguous_; }
+
+ private:
+  int hosts_, local_size_;
+  std::size_t n_, shard_;
+  std::vector<Reference> rails_;
   std::vector<char> ambiguous_;
 };
 

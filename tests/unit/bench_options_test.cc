@@ -70,6 +70,10 @@ TEST(BenchOptions, OnebitFlags) {
   EXPECT_EQ(parse_rate("100mbit"), 1e8);
   EXPECT_EQ(parse_rate("2500000000"), 2.5e9);
   EXPECT_TRUE(parse({"--help"}).help);
+  const BenchOptions h = parse({"--algo", "compressed,hierarchical", "--local-size", "2"});
+  EXPECT_EQ(h.algos, (std::vector<std::string>{"compressed", "hierarchical"}));
+  EXPECT_EQ(h.local_size, 2);
+  EXPECT_EQ(parse({}).local_size, 0);  // from ONEBIT_LOCAL_SIZE
 }
 
 TEST(BenchOptions, BadInputNamesTheFlagAndValue) {
@@ -79,8 +83,9 @@ TEST(BenchOptions, BadInputNamesTheFlagAndValue) {
   EXPECT_NE(error_of({"-b", "6"}).find("multiples of 4"), std::string::npos);
   EXPECT_NE(error_of({"-n", "0"}).find("-n '0' must be an integer in 1.."), std::string::npos);
   EXPECT_NE(error_of({"-c", "2"}).find("-c '2'"), std::string::npos);
-  EXPECT_NE(error_of({"--algo", "nccl"}).find("--algo 'nccl' is not compressed, ring, gloo, compressed-gloo or all"), std::string::npos);
+  EXPECT_NE(error_of({"--algo", "nccl"}).find("--algo 'nccl' is not compressed, ring, gloo, compressed-gloo, hierarchical or all"), std::string::npos);
   EXPECT_NE(error_of({"--ranks", "0"}).find("--ranks '0'"), std::string::npos);
+  EXPECT_NE(error_of({"--local-size", "0"}).find("--local-size '0'"), std::string::npos);
   EXPECT_NE(error_of({"--link-rate", "fast"}).find("--link-rate 'fast'"), std::string::npos);
   EXPECT_NE(error_of({"--link-rate", "1tbit"}).find("unknown unit 'tbit'"), std::string::npos);
   EXPECT_NE(error_of({"--frobnicate", "1"}).find("unknown option '--frobnicate'"), std::string::npos);

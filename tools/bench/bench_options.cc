@@ -18,7 +18,9 @@ const char* usage() {
          "  --warmup-max N ... but stop at N warm-up calls in all, default 20\n"
          "  -c 0|1         check every result (float64 reference / exact), default 0\n"
          "  --algo LIST    compressed,ring,gloo or all (comma-separated), default all; also compressed-gloo:\n"
-         "                 the compressed allreduce over Gloo's own pairs (the Gloo front door's default)\n"
+         "                 the compressed allreduce over Gloo's own pairs (the Gloo front door's default);\n"
+         "                 hierarchical: fp32 within each host, 1-bit between hosts (needs --local-size)\n"
+         "  --local-size L ranks per host (h*L ... h*L+L-1), for hierarchical; default ONEBIT_LOCAL_SIZE\n"
          "  --ranks N      spawn N local ranks on loopback; without it, one rank from the launcher\n"
          "                 environment (ONEBIT_RANK/RANK/OMPI_*/SLURM_*, ONEBIT_ROOT/MASTER_ADDR)\n"
          "  --host ADDR    this rank's address for Gloo's device, default 127.0.0.1\n"
@@ -86,6 +88,7 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
     else if (flag == "--warmup-max") o.warmup_max = parse_int(value, "--warmup-max", 1, 1000000);
     else if (flag == "-c") o.check = parse_int(value, "-c", 0, 1) == 1;
     else if (flag == "--ranks") o.ranks = parse_int(value, "--ranks", 1, 64);
+    else if (flag == "--local-size") o.local_size = parse_int(value, "--local-size", 1, 64);
     else if (flag == "--host") o.host = value;
     else if (flag == "--gloo-store") o.gloo_store = value;
     else if (flag == "--link-rate") o.link_bits_per_second = parse_rate(value);
@@ -101,8 +104,10 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
         if (name == "all") {
           o.algos.insert(o.algos.end(), {"compressed", "ring", "gloo"});
         } else {
-          ONEBIT_CHECK(name == "compressed" || name == "ring" || name == "gloo" || name == "compressed-gloo",
-                       ONEBIT_INVALID_ARGUMENT, "--algo '", name, "' is not compressed, ring, gloo, compressed-gloo or all");
+          ONEBIT_CHECK(name == "compressed" || name == "ring" || name == "gloo" || name == "compressed-gloo" ||
+                           name == "hierarchical",
+                       ONEBIT_INVALID_ARGUMENT, "--algo '", name,
+                       "' is not compressed, ring, gloo, compressed-gloo, hierarchical or all");
           o.algos.push_back(name);
         }
         if (comma == std::string::npos) break;

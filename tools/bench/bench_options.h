@@ -18,6 +18,7 @@ struct BenchOptions {
   bool check = false;                     // -c 0|1
   std::vector<std::string> algos = {"compressed", "ring", "gloo"};  // --algo
   int ranks = 0;                          // --ranks N: spawn N local ranks; 0: one rank from the launcher env
+  int local_size = 0;                     // --local-size L: ranks per host; 0: ONEBIT_LOCAL_SIZE
   std::string host = "127.0.0.1";         // --host: this rank's address (Gloo's device binds it)
   std::string gloo_store;                 // --gloo-store DIR: Gloo's FileStore (launcher mode)
   double link_bits_per_second = 0;        // --link-rate: for the wire-time lower bound (0: unknown)

@@ -50,7 +50,8 @@ struct Row {
   double time_us = 0;
   double algbw = 0, busbw = 0;  // GB/s, GB = 1e9
   double wrong = -1;            // -1: not checked
-  double wire_bytes = 0;        // per rank per call
+  double wire_bytes = 0;        // per rank per call (hierarchical: to other hosts only)
+  double host_bytes = 0;        // hierarchical: per rank per call, to ranks of its own host
   double ratio = 0;             // fp32 ring bytes / wire bytes
   double relerr = NAN;          // vs the exact average, compressed with -c 1
   double wire_us = NAN, memory_us = NAN;  // lower bounds (compressed)
@@ -140,14 +141,22 @@ class Bench {
     for (std::size_t i = 0; i < n; ++i) x[i] = integers ? integer_value(rank_, i) : input_value(rank_, i);
   }
 
-  static bool compressed(const std::string& algo) { return algo == "compressed" || algo == "compressed-gloo"; }
+  static bool compressed(const std::string& algo) {
+    return algo == "compressed" || algo == "compressed-gloo" || algo == "hierarchical";
+  }
   // The communicator an algorithm's calls and counters belong to.
   Communicator& comm_for(const std::string& algo) { return algo == "compressed-gloo" ? *over_gloo_ : comm_; }
 
   // One call of the algorithm on the first n floats of the buffer; `tag` set for compressed.
   void call(const std::string& algo, std::size_t n) {
-    if (compressed(algo)) comm_for(algo).allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
-    else if (algo == "ring") comm_.ring_allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+    if (compressed(algo)) {
+      Tag& tag = *TagRegistry::instance().find(buffer_.data());
+      if (algo == "hierarchical") {
+        comm_.hierarchical_allreduce(tag, buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+      } else {
+        comm_for(algo).flat_compressed_allreduce(tag, buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
+      }
+    } else if (algo == "ring") comm_.ring_allreduce(buffer_.data(), n, kernels::Dtype::kFloat32, ReduceOp::kAvg);
     else gloo_->sum(buffer_.data(), n);
   }
 
@@ -192,6 +201,7 @@ class Bench {
     warm_up(row, algo, n);
     barrier();
     const onebit_stats_t before = comm_for(algo).stats();
+    const std::uint64_t host_before = comm_for(algo).intra_host_bytes();
     const StageTimes stages_before = comm_for(algo).compressed_stage_times();
     const CpuTimes cpu_before = CpuTimes::now();
     const auto t0 = Clock::now();
@@ -202,6 +212,7 @@ class Bench {
       row.steal = (cpu_after.steal - cpu_before.steal) / (cpu_after.total - cpu_before.total);
     }
     const onebit_stats_t after = comm_for(algo).stats();
+    const std::uint64_t host_after = comm_for(algo).intra_host_bytes();
     const StageTimes stages_after = comm_for(algo).compressed_stage_times();
     row.stages.worker = (stages_after.worker - stages_before.worker) / o_.iters;
     row.stages.wait_inputs = (stages_after.wait_inputs - stages_before.wait_inputs) / o_.iters;
@@ -211,27 +222,39 @@ class Bench {
     if (compressed(algo)) TagRegistry::instance().untag(buffer_.data());
     // The stats calls' own barrier traffic is outside [before, after].
     const double ring_bytes = world_ > 1 ? 2.0 * (world_ - 1) / world_ * bytes : 0.0;
-    row.wire_bytes = algo == "gloo" ? ring_bytes : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters;
+    row.host_bytes = static_cast<double>(host_after - host_before) / o_.iters;
+    row.wire_bytes = algo == "gloo" ? ring_bytes : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters - row.host_bytes;
     row.wire_bytes = reduce_sum(static_cast<float>(row.wire_bytes)) / world_;
+    row.host_bytes = reduce_sum(static_cast<float>(row.host_bytes)) / world_;
     row.ratio = row.wire_bytes > 0 ? ring_bytes / row.wire_bytes : 0;
     row.time_us = reduce_sum(static_cast<float>(seconds)) / world_ * 1e6;
     row.algbw = bytes / (row.time_us * 1e-6) / 1e9;
     row.busbw = row.algbw * (world_ > 1 ? 2.0 * (world_ - 1) / world_ : 0.0);
     if (compressed(algo)) {
-      if (o_.link_bits_per_second > 0) row.wire_us = row.wire_bytes / (o_.link_bits_per_second / 8) * 1e6;
+      // With L ranks per host they share its link: it carries L ranks' bytes to the other hosts
+      // (the flat call's traffic spread evenly over its W−1 peers, W−L of them on other hosts).
+      const int local = comm_.local_size();
+      const double off_host = algo == "hierarchical" || local <= 1 || world_ <= 1
+                                  ? row.wire_bytes
+                                  : row.wire_bytes * (world_ - local) / (world_ - 1);
+      if (o_.link_bits_per_second > 0) row.wire_us = off_host * local / (o_.link_bits_per_second / 8) * 1e6;
       // Bytes the kernels must touch on each rank: worker pass (read x, e; write e; bits), server
       // pass over its chunk (W chunks of bits in; read, write s; bits out), unpack (bits in, x out).
       const double chunk = std::ceil(static_cast<double>(n) / world_ / 8) * 8;
       const double per_rank = 12.125 * n + (world_ * chunk / 8 + 8 * chunk + chunk / 8) + (n / 8.0 + 4.0 * n);
       row.memory_us = per_rank * world_ / memcpy_rate_ * 1e6;
+      if (algo == "hierarchical") row.memory_us = NAN;  // the model above is the flat call's
     }
-    if (o_.check) check(row, n);
+    if (o_.check) {
+      if (row.algo == "hierarchical") check_hierarchical(row, n);
+      else check(row, n);
+    }
     return row;
   }
 
   void check(Row& row, std::size_t n) {
-    float wrong = 0;
     if (!compressed(row.algo)) {
+      float wrong = 0;
       fill(n, true);
       call(row.algo, n);
       for (std::size_t i = 0; i < n; ++i) {
@@ -258,7 +281,6 @@ class Bench {
     const std::size_t chunk = ((n + world_ - 1) / world_ + 7) / 8 * 8;
     const std::size_t begin = std::min(n, rank_ * chunk), end = std::min(n, begin + chunk);
     std::vector<double> z(end - begin), mean(end - begin);
-    double z_squares = 0;
     for (std::size_t i = begin; i < end; ++i) {
       double signed_sum = 0, value_sum = 0;
       for (int r = 0; r < world_; ++r) {
@@ -268,17 +290,26 @@ class Bench {
       }
       z[i - begin] = signed_sum / world_;
       mean[i - begin] = value_sum / world_;
-      z_squares += z[i - begin] * z[i - begin];
     }
-    const double b = end > begin ? std::sqrt(z_squares / (end - begin)) : 0;
+    score(row, begin, z, mean, std::vector<char>(end - begin, 1));
+  }
+
+  // The checks' common end: this rank's served elements [begin, begin + z.size()) against sign(z)·b,
+  // b = ||z|| / sqrt(len) (`certain[k]` = 0: a sign the engine may legitimately round the other
+  // way), then #wrong and the relative error against the exact mean, over every rank.
+  void score(Row& row, std::size_t begin, const std::vector<double>& z, const std::vector<double>& mean,
+             const std::vector<char>& certain) {
+    double z_squares = 0;
+    for (double v : z) z_squares += v * v;
+    const double b = z.empty() ? 0 : std::sqrt(z_squares / z.size());
+    float wrong = 0;
     double error_squares = 0, mean_squares = 0;
-    for (std::size_t i = begin; i < end; ++i) {
-      const double zi = z[i - begin];
-      const double reference = zi >= 0 ? b : -b;
-      const double out = buffer_.data()[i];
-      if (std::fabs(zi) > 1e-6 * b && std::fabs(out - reference) > 1e-5 * std::fabs(reference)) ++wrong;
-      error_squares += (out - mean[i - begin]) * (out - mean[i - begin]);
-      mean_squares += mean[i - begin] * mean[i - begin];
+    for (std::size_t k = 0; k < z.size(); ++k) {
+      const double reference = z[k] >= 0 ? b : -b;
+      const double out = buffer_.data()[begin + k];
+      if (certain[k] && std::fabs(z[k]) > 1e-6 * b && std::fabs(out - reference) > 1e-5 * std::fabs(reference)) ++wrong;
+      error_squares += (out - mean[k]) * (out - mean[k]);
+      mean_squares += mean[k] * mean[k];
     }
     row.wrong = reduce_sum(wrong);
     const double err = reduce_sum(static_cast<float>(error_squares));
@@ -286,10 +317,63 @@ class Bench {
     row.relerr = norm > 0 ? std::sqrt(err / norm) : 0;
   }
 
+  // The float64 reference of the hierarchical rule (docs/design.md), for a fresh tag (zero error
+  // state). With L ranks per host and H hosts: host h's mean m_h = (1/L)·Σ_l x_{hL+l}; on rail q
+  // (shard q of the buffer, chunks of ChunkGeometry's rule at both levels) host h's worker scale is
+  // a_hq = ||m_h on shard q|| / sqrt(|shard q|); on chunk p of shard q, z = (1/H)·Σ_h sign(m_h)·a_hq,
+  // b = ||z on the chunk|| / sqrt(|chunk|), and every rank's result is sign(z)·b. Each rank checks
+  // the chunk it serves: chunk `host` of shard `local`; the scales are shared first.
+  void check_hierarchical(Row& row, std::size_t n) {
+    const int local_size = comm_.local_size();
+    const int hosts = world_ / local_size;
+    const int host = rank_ / local_size, local = rank_ % local_size;
+    auto chunk_of = [](std::size_t elements, int parts) { return ((elements + parts - 1) / parts + 7) / 8 * 8; };
+    const std::size_t shard_chunk = chunk_of(n, local_size);
+    const std::size_t shard_begin = std::min(n, local * shard_chunk);
+    const std::size_t shard_end = std::min(n, shard_begin + shard_chunk);
+    auto host_mean = [&](int h, std::size_t i) {
+      double sum = 0;
+      for (int l = 0; l < local_size; ++l) sum += input_value(h * local_size + l, i);
+      return sum / local_size;
+    };
+    double squares = 0;
+    for (std::size_t i = shard_begin; i < shard_end; ++i) squares += host_mean(host, i) * host_mean(host, i);
+    std::vector<float> scales(world_, 0.0f);  // [h·L + q]: a_hq
+    scales[rank_] = shard_end > shard_begin ? static_cast<float>(std::sqrt(squares / (shard_end - shard_begin))) : 0.0f;
+    comm_.ring_allreduce(scales.data(), world_, kernels::Dtype::kFloat32, ReduceOp::kSum);
+
+    const std::string tag = "bench-check/" + std::to_string(row.bytes);
+    fill(n, false);
+    TagRegistry::instance().tag(tag, buffer_.data(), n, kernels::Dtype::kFloat32);
+    call(row.algo, n);
+    TagRegistry::instance().untag(buffer_.data());
+
+    const std::size_t rail_chunk = chunk_of(shard_end - shard_begin, hosts);
+    const std::size_t begin = std::min(shard_end, shard_begin + host * rail_chunk);
+    const std::size_t end = std::min(shard_end, begin + rail_chunk);
+    std::vector<double> z(end - begin), mean(end - begin);
+    std::vector<char> sign_certain(end - begin, 1);
+    for (std::size_t i = begin; i < end; ++i) {
+      double signed_sum = 0, value_sum = 0;
+      for (int h = 0; h < hosts; ++h) {
+        const double m = host_mean(h, i);
+        const double a = scales[h * local_size + local];
+        signed_sum += m >= 0 ? a : -a;
+        value_sum += m;
+        // The engine's fp32 mean may round a value this close to 0 to the other sign.
+        if (std::fabs(m) <= 1e-6 * a) sign_certain[i - begin] = 0;
+      }
+      z[i - begin] = signed_sum / hosts;
+      mean[i - begin] = value_sum / hosts;
+    }
+    score(row, begin, z, mean, sign_certain);
+  }
+
   void header() {
     if (rank_ != 0) return;
-    std::printf("# onebit-bench: %d ranks, link %s, memcpy %.1f GB/s (all ranks together, measured now)\n", world_,
-                o_.link_name.empty() ? "(not emulated)" : o_.link_name.c_str(), memcpy_rate_ / 1e9);
+    std::printf("# onebit-bench: %d ranks (%d per host), link %s, memcpy %.1f GB/s (all ranks together, measured now)\n",
+                world_, comm_.local_size(), o_.link_name.empty() ? "(not emulated)" : o_.link_name.c_str(),
+                memcpy_rate_ / 1e9);
     // What the kernel times depend on: the SIMD set that ran, and how many CPUs the ranks share
     // (rank 0's view; with --ranks every rank is on this machine).
     cpu_set_t cpus;
@@ -344,6 +428,7 @@ class Bench {
       // Stolen CPU time slows the kernels but not the wire: on a virtual machine it is the first
       // suspect when a compressed row is slower than the last run's.
       if (!std::isnan(r.steal)) std::printf("; CPU steal %.0f%%", r.steal * 100);
+      if (r.algo == "hierarchical") std::printf("; %.0f B/rank to its own host", r.host_bytes);
       std::printf("\n");
       if (!r.warmup_us.empty()) {
         std::printf("#   %s warm-up calls (us):", r.algo.c_str());
@@ -357,7 +442,7 @@ class Bench {
       json_ << "{\"link\":\"" << o_.link_name << "\",\"link_bits_per_second\":" << o_.link_bits_per_second
             << ",\"ranks\":" << world_ << ",\"algo\":\"" << r.algo << "\",\"size\":" << r.bytes << ",\"count\":" << r.bytes / 4
             << ",\"redop\":\"" << r.redop << "\",\"time_us\":" << r.time_us << ",\"algbw\":" << r.algbw
-            << ",\"busbw\":" << r.busbw << ",\"wrong\":" << num(r.wrong < 0 ? NAN : r.wrong) << ",\"wire_bytes\":" << r.wire_bytes
+            << ",\"busbw\":" << r.busbw << ",\"wrong\":" << num(r.wrong < 0 ? NAN : r.wrong) << ",\"wire_bytes\":" << r.wire_bytes << ",\"host_bytes\":" << r.host_bytes
             << ",\"ratio\":" << r.ratio << ",\"relerr\":" << num(r.relerr) << ",\"wire_us\":" << num(r.wire_us)
             << ",\"memory_us\":" << num(r.memory_us) << ",\"memcpy_bytes_per_second\":" << memcpy_rate_
             << ",\"stages_us\":{\"worker\":" << r.stages.worker * 1e6 << ",\"wait_inputs\":" << r.stages.wait_inputs * 1e6
@@ -398,10 +483,15 @@ class Bench {
       return NAN;
     };
     const double compressed = time_of("compressed"), ring = time_of("ring"), gloo = time_of("gloo");
+    const double hierarchical = time_of("hierarchical");
     std::printf("# At %llu bytes:", static_cast<unsigned long long>(largest));
     if (!std::isnan(compressed) && !std::isnan(gloo)) std::printf(" compressed is %.2fx faster than gloo;", gloo / compressed);
     if (!std::isnan(compressed) && !std::isnan(ring)) std::printf(" compressed is %.2fx faster than ring;", ring / compressed);
     if (!std::isnan(ring) && !std::isnan(gloo)) std::printf(" ring time / gloo time = %.3f;", ring / gloo);
+    if (!std::isnan(hierarchical) && !std::isnan(compressed)) {
+      std::printf(" hierarchical time / compressed time = %.3f;", hierarchical / compressed);
+    }
+    if (!std::isnan(hierarchical) && !std::isnan(gloo)) std::printf(" hierarchical is %.2fx faster than gloo;", gloo / hierarchical);
     const double over_pairs = time_of("compressed-gloo");
     if (!std::isnan(over_pairs) && !std::isnan(compressed)) {
       std::printf(" compressed over gloo's pairs / over onebit's TCP = %.3f;", over_pairs / compressed);
@@ -430,12 +520,16 @@ bool wants(const BenchOptions& o, const std::string& algo) {
 }
 bool wants_gloo(const BenchOptions& o) { return wants(o, "gloo") || wants(o, "compressed-gloo"); }
 
-int run_rank(const BenchOptions& options, const CommSetup& setup, const std::string& gloo_store) {
+int run_rank(const BenchOptions& options, CommSetup setup, const std::string& gloo_store) {
+  setup.local_size = options.local_size;
   Communicator comm(setup);
+  ONEBIT_CHECK(!wants(options, "hierarchical") || comm.hierarchical(), ONEBIT_INVALID_ARGUMENT,
+               "--algo hierarchical needs several ranks per host and several hosts: this rank has ", comm.local_size(),
+               " per host of ", comm.size(), " (--local-size L or ONEBIT_LOCAL_SIZE)");
   std::unique_ptr<GlooAllreduce> gloo;
   if (wants_gloo(options)) gloo = std::make_unique<GlooAllreduce>(setup.rank, setup.size, gloo_store, options.host);
   std::unique_ptr<Communicator> over_gloo;
-  if (wants(options, "compressed-gloo")) over_gloo = std::make_unique<Communicator>(gloo->pairs_transport());
+  if (wants(options, "compressed-gloo")) over_gloo = std::make_unique<Communicator>(gloo->pairs_transport(), comm.local_size());
   return Bench(options, comm, gloo.get(), over_gloo.get()).run();
 }
 

@@ -1,0 +1,76 @@
+// What the two compressed algorithms share (compressed_allreduce.cc: flat; hierarchical_allreduce.cc):
+// the group of ranks a round of algorithm.md runs over, what a round leaves behind, and the layout
+// of its messages and results. Internal to the engine.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <vector>
+
+#include "plugin/engine/chunk_geometry.h"
+#include "plugin/engine/communicator.h"
+
+namespace onebit {
+
+namespace round_layout {
+
+// A server's result is held as [float scale][int32 first member with non-finite input, or -1][bits];
+// the head travels as one message, the bits as blocks.
+constexpr std::size_t kResultHead = 8;
+
+// Bits travel in blocks of this many elements (128 KiB of bits): small enough that the wire starts
+// soon after a pass starts, large enough that per-message costs vanish. A multiple of 8.
+constexpr std::size_t kBlockElements = std::size_t{1} << 20;
+
+// Blocks of a chunk of `length` elements; an empty chunk still has one (empty) block, so every
+// rank posts and sends the same messages whatever the sizes.
+inline std::size_t blocks_of(std::size_t length) {
+  return std::max<std::size_t>(1, (length + kBlockElements - 1) / kBlockElements);
+}
+
+// One result per server: head and a full chunk's bits.
+inline std::size_t result_stride(const ChunkGeometry& geometry) { return kResultHead + geometry.chunk_bytes(); }
+
+struct Block {
+  int chunk;          // the chunk it belongs to, i.e. the member that serves it
+  std::size_t index;  // its index within that chunk (the message part)
+  std::size_t first;  // its first element
+  std::size_t length;
+};
+
+// The order in which member `me`'s worker stage visits the blocks: chunk me+1, me+2, …, its own
+// chunk last (so the bits for the other servers leave first), each chunk's blocks in order.
+inline std::vector<Block> worker_order(const ChunkGeometry& geometry, int me) {
+  std::vector<Block> order;
+  for (int k = 1; k <= geometry.world; ++k) {
+    const int j = (me + k) % geometry.world;
+    const std::size_t end = geometry.begin(j) + geometry.length(j);
+    for (std::size_t b = 0; b < blocks_of(geometry.length(j)); ++b) {
+      const std::size_t first = std::min(end, geometry.begin(j) + b * kBlockElements);
+      order.push_back(Block{j, b, first, std::min(end, first + kBlockElements) - first});
+    }
+  }
+  return order;
+}
+
+}  // namespace round_layout
+
+// The ranks of a round, in member order, and this rank's place among them. Flat: every rank.
+// Hierarchical: a rail, the ranks with one local index, one per host, in host order.
+struct Communicator::RankGroup {
+  std::vector<int> ranks;
+  int me = 0;
+  int size() const { return static_cast<int>(ranks.size()); }
+};
+
+// What a round leaves for its caller, besides every server's result in TagState::results: the
+// scales to commit, and where its time went (seconds: worker, wait for inputs, server, wait for
+// results).
+struct Communicator::RoundResult {
+  float worker_scale = 0.0f;
+  float server_scale = 0.0f;
+  std::uint64_t bytes_sent = 0;
+  double seconds[4] = {0, 0, 0, 0};
+};
+
+}  // namespace onebit
