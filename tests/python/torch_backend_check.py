@@ -1,13 +1,15 @@
 """The onebit torch.distributed backend (python/onebit/backend.py) with a PyTorch 2.x from pip, W
 ranks as processes over a file store. Each rank checks, naming what failed:
-  - tagged float32 and float16 all_reduces equal the float64 reference of algorithm.md over 3 calls;
+  - tagged float32 and float16 all_reduces equal the float64 reference of algorithm.md over 3 calls
+    (of the hierarchical rule, docs/design.md, when ONEBIT_LOCAL_SIZE is set);
   - untagged all_reduces of random floats are bit-identical to the same call on a plain gloo group
     of the same job (the backend forwards them to gloo), and a broadcast and an all_gather work;
   - DDP + onebit.ddp_comm_hook + OnebitAdam trains with every rank's parameters bitwise equal, and
     its compression stage sends no gradient allreduce;
   - onebit.stats() counts exactly the compressed calls.
 
-    PYTHON tests/python/torch_backend_check.py BUILD_DIR [RANKS ...]    (default: 2 and 3 ranks)
+    PYTHON tests/python/torch_backend_check.py BUILD_DIR [RANKS[:PER_HOST] ...]
+        (default: 2 and 3 ranks, and 4 ranks as 2 hosts of 2 with ONEBIT_LOCAL_SIZE=2)
 
 Exit 77 (a skip, with the reason) when this PYTHON's torch has no c10d Backend class (torch < 2.0).
 """
@@ -33,7 +35,8 @@ def rank_main(rank, world, store):
     import torch
     import torch.distributed as dist
     import onebit
-    from reference import Reference, inputs_of, mismatches
+    from reference import HierarchicalReference, Reference, inputs_of, mismatches
+    local = int(os.environ.get("ONEBIT_LOCAL_SIZE", "1"))
     onebit.register_backend()
     dist.init_process_group("onebit", init_method=f"file://{store}", rank=rank, world_size=world)
     plain = dist.new_group(backend="gloo")
@@ -41,7 +44,7 @@ def rank_main(rank, world, store):
     for name, n, dtype, tolerance in (("m32", N, torch.float32, 1e-4), ("m16", HALF, torch.float16, 2e-3)):
         t = torch.zeros(n, dtype=dtype)
         onebit.tag(t, name)
-        reference = Reference(world, n)
+        reference = Reference(world, n) if local == 1 else HierarchicalReference(world, local, n)
         for call in range(3):
             t.copy_(inputs_of(name, n, rank, call, dtype))
             dist.all_reduce(t)
@@ -100,10 +103,12 @@ def rank_main(rank, world, store):
     print(f"rank {rank}: ok", flush=True)
 
 
-def run_job(world):
+def run_job(world, local=1):
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+        if local > 1:  # hierarchical: 2 "hosts" of `local` ranks (docs/usage.md)
+            env["ONEBIT_LOCAL_SIZE"] = str(local)
         env.pop("LD_PRELOAD", None)
         procs = [subprocess.Popen([sys.executable, "-W", "ignore", __file__, "rank", str(r), str(world), store], env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
@@ -120,7 +125,7 @@ def run_job(world):
         for r, text in enumerate(outputs):
             print(f"--- rank {r}\n{text[-3000:]}")
         return False
-    print(f"{world} ranks: tagged fp32/fp16 match the float64 reference over 3 calls; untagged bit-identical to "
+    print(f"{world} ranks, {local} per host: tagged fp32/fp16 match the float64 reference over 3 calls; untagged bit-identical to "
           f"gloo; OnebitAdam + DDP bitwise equal on every rank; stats exact")
     return True
 
@@ -135,8 +140,9 @@ def main():
         return 77
     os.environ["ONEBIT_LIBRARY"] = os.path.join(os.path.abspath(sys.argv[1]), "libonebit.so")
     print(f"torch {torch.__version__} from {os.path.dirname(torch.__file__)}")
-    worlds = [int(w) for w in sys.argv[2:]] or [2, 3]
-    return 0 if all([run_job(w) for w in worlds]) else 1
+    # WORLD or WORLD:RANKS_PER_HOST; the default's last job runs hierarchically.
+    jobs = [tuple(int(v) for v in arg.split(":")) for arg in sys.argv[2:]] or [(2,), (3,), (4, 2)]
+    return 0 if all([run_job(*job) for job in jobs]) else 1
 
 
 if __name__ == "__main__":

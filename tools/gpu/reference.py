@@ -51,6 +51,26 @@ class Reference:
         return out
 
 
+class HierarchicalReference:
+    """The hierarchical rule (docs/design.md) in float64: `local` ranks per host, host-major; each
+    host's mean of shard q goes through a Reference of the hosts per shard. step() returns the SUM."""
+
+    def __init__(self, world, local, n):
+        self.world, self.local, self.n = world, local, n
+        self.shard = ((n + local - 1) // local + 7) // 8 * 8
+        self.bounds = [(min(n, q * self.shard), min(n, (q + 1) * self.shard)) for q in range(local)]
+        self.rails = [Reference(world // local, hi - lo) for lo, hi in self.bounds]
+
+    def step(self, inputs):
+        hosts = self.world // self.local
+        out = torch.zeros(self.n, dtype=torch.float64)
+        for (lo, hi), rail in zip(self.bounds, self.rails):
+            means = [sum(inputs[h * self.local + l][lo:hi].double().cpu() for l in range(self.local)) / self.local
+                     for h in range(hosts)]
+            out[lo:hi] = rail.step(means) * self.local  # the rail sums over hosts; the job has world ranks
+        return out
+
+
 def mismatches(got, want, tolerance):
     """Elements whose relative error exceeds `tolerance`. A few may: an element whose y is within
     rounding of 0 can take either sign in fp32 (the engine tests allow n/10000 + 1 of them)."""
