@@ -53,10 +53,11 @@ void environment(int local_size, int shm, int timeout_ms = 60000) {
 }
 
 struct Topology {
-  int hosts, local_size, shm;
+  int hosts, local_size, shm;  // shm -1: ONEBIT_SHM=0 on odd ranks only
   int world() const { return hosts * local_size; }
   std::string name() const {
-    return std::to_string(hosts) + " hosts x " + std::to_string(local_size) + (shm ? " (shm)" : " (transport)");
+    return std::to_string(hosts) + " hosts x " + std::to_string(local_size) +
+           (shm > 0 ? " (shm)" : shm == 0 ? " (transport)" : " (ONEBIT_SHM differs)");
   }
 };
 
@@ -69,7 +70,7 @@ void run_against_oracle(const Topology& t, const std::vector<std::size_t>& sizes
   SharedMemory outputs(total * calls * world * sizeof(float));
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    environment(t.local_size, t.shm);
+    environment(t.local_size, t.shm >= 0 ? t.shm : 1 - rank % 2);
     onebit_comm_t comm = join_loopback(rank, world, port);
     int local_size = 0;
     if (onebit_comm_local_size(comm, &local_size) != ONEBIT_SUCCESS || local_size != t.local_size) return 3;
@@ -130,6 +131,11 @@ TEST(Hierarchical, TwoHostsOfTwoMatchTheOracleThroughSharedMemory) {
 
 TEST(Hierarchical, TwoHostsOfTwoMatchTheOracleThroughTheTransport) {
   run_against_oracle({2, 2, 0}, {1, 13, 1000, 70001}, 3, ONEBIT_AVG);
+}
+
+TEST(Hierarchical, RanksThatRefuseSharedMemoryMakeTheirHostUseTheTransport) {
+  // Local rank 1 of each host has ONEBIT_SHM=0: its host's set-up says no-go, with a warning.
+  run_against_oracle({2, 2, -1}, {13, 70001}, 2, ONEBIT_AVG);
 }
 
 TEST(Hierarchical, ThreeHostsOfTwoAndTwoHostsOfThreeSum) {

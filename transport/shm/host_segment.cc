@@ -116,7 +116,7 @@ HostSegment::HostSegment(HostSegment&& other) noexcept { *this = std::move(other
 
 HostSegment& HostSegment::operator=(HostSegment&& other) noexcept {
   if (this != &other) {
-    this->~HostSegment();
+    release();
     name_ = std::move(other.name_);
     base_ = std::exchange(other.base_, nullptr);
     bytes_ = other.bytes_;
@@ -128,7 +128,9 @@ HostSegment& HostSegment::operator=(HostSegment&& other) noexcept {
   return *this;
 }
 
-HostSegment::~HostSegment() {
+HostSegment::~HostSegment() { release(); }
+
+void HostSegment::release() {
   if (linked_) ::shm_unlink(name_.c_str());
   if (base_ != nullptr) ::munmap(base_, bytes_);
   if (fd_ >= 0) ::close(fd_);

@@ -65,6 +65,7 @@ class HostSegment {
  private:
   struct Header;
   Header* header() const;
+  void release();  // unlinks (the creator, if not yet), unmaps, closes; leaves an empty segment
   static HostSegment map(int fd, const std::string& name, int ranks, std::size_t region_bytes, bool creator);
 
   std::string name_;
