@@ -141,6 +141,38 @@ double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev
   return sum + scalar_worker_range(x, dtype, e_prev, a_prev, e_next, bits, body_end, n);
 }
 
+template <bool kStream>
+double mean_worker_steps(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                         std::uint8_t* bits, std::size_t end) {
+  const __m256 a = _mm256_set1_ps(a_prev);
+  const __m256 count = _mm256_set1_ps(static_cast<float>(sources));
+  SquareSum squares;
+  for (std::size_t i = 0; i < end; i += kLanes) {
+    __m256 sum = _mm256_loadu_ps(x[0] + i);
+    for (int q = 1; q < sources; ++q) sum = _mm256_add_ps(sum, _mm256_loadu_ps(x[q] + i));
+    const __m256 y = _mm256_add_ps(_mm256_div_ps(sum, count), true_error(_mm256_loadu_ps(e_prev + i), a));
+    if constexpr (kStream) _mm256_stream_ps(e_next + i, y);
+    else _mm256_storeu_ps(e_next + i, y);
+    bits[i / 8] = sign_byte(y);
+    squares.add(y);
+  }
+  return squares.total();
+}
+
+double mean_worker_pass(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                        std::uint8_t* bits, std::size_t n) {
+  const std::size_t body_end = n / kLanes * kLanes;
+  const bool stream = n * sizeof(float) >= kStreamBytes && reinterpret_cast<std::uintptr_t>(e_next) % 32 == 0;
+  double sum;
+  if (stream) {
+    sum = mean_worker_steps<true>(x, sources, e_prev, a_prev, e_next, bits, body_end);
+    _mm_sfence();
+  } else {
+    sum = mean_worker_steps<false>(x, sources, e_prev, a_prev, e_next, bits, body_end);
+  }
+  return sum + scalar_mean_worker_range(x, sources, e_prev, a_prev, e_next, bits, body_end, n);
+}
+
 double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, std::size_t n) {
   const std::size_t body_end = n / kLanes * kLanes;
   return worker_steps<false, false>(x, dtype, e_prev, a_prev, nullptr, nullptr, body_end) +
@@ -234,7 +266,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& avx2_kernels() {
-  static const CpuKernels table = {"avx2", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate};
+  static const CpuKernels table = {"avx2", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
+                                   mean_worker_pass};
   return table;
 }
 

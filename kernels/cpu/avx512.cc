@@ -143,6 +143,40 @@ double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev
   return sum + scalar_worker_range(x, dtype, e_prev, a_prev, e_next, bits, body_end, n);
 }
 
+// [begin, end) with end − begin a multiple of kLanes.
+template <bool kStream>
+double mean_worker_steps(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                         std::uint8_t* bits, std::size_t begin, std::size_t end) {
+  const __m512 a = _mm512_set1_ps(a_prev);
+  const __m512 count = _mm512_set1_ps(static_cast<float>(sources));
+  SquareSum squares;
+  for (std::size_t i = begin; i < end; i += kLanes) {
+    __m512 sum = _mm512_loadu_ps(x[0] + i);
+    for (int q = 1; q < sources; ++q) sum = _mm512_add_ps(sum, _mm512_loadu_ps(x[q] + i));
+    const __m512 y = _mm512_add_ps(_mm512_div_ps(sum, count), true_error(_mm512_loadu_ps(e_prev + i), a));
+    if constexpr (kStream) _mm512_stream_ps(e_next + i, y);
+    else _mm512_storeu_ps(e_next + i, y);
+    store_bits(bits, i, non_negative(y));
+    squares.add(y);
+  }
+  return squares.total();
+}
+
+double mean_worker_pass(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                        std::uint8_t* bits, std::size_t n) {
+  const StreamPlan plan = plan_stream(e_next, n, sizeof(float), kStreamBytes);
+  const std::size_t head = plan.head;
+  const std::size_t body_end = head + (n - head) / kLanes * kLanes;
+  double sum = scalar_mean_worker_range(x, sources, e_prev, a_prev, e_next, bits, 0, head);
+  if (plan.stream) {
+    sum += mean_worker_steps<true>(x, sources, e_prev, a_prev, e_next, bits, head, body_end);
+    _mm_sfence();
+  } else {
+    sum += mean_worker_steps<false>(x, sources, e_prev, a_prev, e_next, bits, head, body_end);
+  }
+  return sum + scalar_mean_worker_range(x, sources, e_prev, a_prev, e_next, bits, body_end, n);
+}
+
 double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, std::size_t n) {
   const std::size_t body_end = n / kLanes * kLanes;
   return worker_steps<false, false>(x, dtype, e_prev, a_prev, nullptr, nullptr, 0, body_end) +
@@ -248,7 +282,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& avx512_kernels() {
-  static const CpuKernels table = {"avx512", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate};
+  static const CpuKernels table = {"avx512", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
+                                   mean_worker_pass};
   return table;
 }
 

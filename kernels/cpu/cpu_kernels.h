@@ -67,6 +67,11 @@ struct CpuKernels {
 
   // out[i] += bit i ? scale : −scale (fp32).
   void (*unpack_accumulate)(const std::uint8_t* bits, float scale, float* out, std::size_t n);
+  // worker_pass on the mean of `sources` fp32 inputs (the hierarchical host mean), without writing
+  // it: x[i] = ((x[0][i] + x[1][i]) + … + x[sources−1][i]) / sources, added left to right (x[0][i]
+  // / 1 for one source), each one IEEE operation; then exactly worker_pass's y, bits and Σ y².
+  double (*mean_worker_pass)(const float* const* x, int sources, const float* e_prev, float a_prev,
+                             float* e_next, std::uint8_t* bits, std::size_t n);
 };
 
 // The scalar kernels: the oracle every other set is tested against. Always available.

@@ -56,7 +56,25 @@ double worker(const void* x, Dtype dtype, const float* e_prev, float a_prev, flo
   return packer.finish(end);
 }
 
+// The host mean of element i over `sources` fp32 inputs, in the documented order.
+float mean_of(const float* const* x, int sources, std::size_t i) {
+  float sum = x[0][i];
+  for (int q = 1; q < sources; ++q) sum += x[q][i];
+  return sum / static_cast<float>(sources);
+}
+
 }  // namespace
+
+double scalar_mean_worker_range(const float* const* x, int sources, const float* e_prev, float a_prev,
+                                float* e_next, std::uint8_t* bits, std::size_t begin, std::size_t end) {
+  SignPacker packer(bits, begin);
+  for (std::size_t i = begin; i < end; ++i) {
+    const float y = mean_of(x, sources, i) + true_error(e_prev[i], a_prev);
+    e_next[i] = y;
+    packer.add(i, y);
+  }
+  return packer.finish(end);
+}
 
 double scalar_worker_range(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
                            std::uint8_t* bits, std::size_t begin, std::size_t end) {
@@ -113,6 +131,11 @@ double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev
                    std::uint8_t* bits, std::size_t n) {
   return worker(x, dtype, e_prev, a_prev, e_next, bits, 0, n);
 }
+
+double mean_worker_pass(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                        std::uint8_t* bits, std::size_t n) {
+  return scalar_mean_worker_range(x, sources, e_prev, a_prev, e_next, bits, 0, n);
+}
 double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, std::size_t n) {
   return worker(x, dtype, e_prev, a_prev, nullptr, nullptr, 0, n);
 }
@@ -129,7 +152,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& scalar_kernels() {
-  static const CpuKernels table = {"scalar", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate};
+  static const CpuKernels table = {"scalar", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
+                                   mean_worker_pass};
   return table;
 }
 

@@ -97,13 +97,16 @@ class Communicator {
  private:
   struct RankGroup;
   struct RoundResult;
-  using RoundInput = std::function<const void*(std::size_t block, std::size_t first, std::size_t length)>;
+  // The worker pass over block `block` of a round ([first, first + length) of its elements) into
+  // the round's error buffers and bits: returns Σ y². Flat: worker_pass on the caller's buffer;
+  // hierarchical: on the host's mean, once the local peers' inputs of the block are in.
+  using RoundWorker = std::function<double(std::size_t block, std::size_t first, std::size_t length,
+                                           const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits)>;
 
-  // Stages 1–2 of algorithm.md over `group`, on n elements handed out block by block by `input`
-  // (in `input_dtype`); see compressed_allreduce.cc.
+  // Stages 1–2 of algorithm.md over `group`, on n elements whose worker pass `worker` runs block
+  // by block; see compressed_allreduce.cc.
   RoundResult compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
-                               kernels::Dtype input_dtype, const wire::CallShape& shape, std::uint32_t channel,
-                               const RoundInput& input);
+                               const wire::CallShape& shape, std::uint32_t channel, const RoundWorker& worker);
   // After a successful round's results are written: adds its stage times (`more_waiting`: the
   // caller's own waits after the round; the unpack from `unpack_start` on) and commits its error
   // state by flipping buffers.

@@ -44,9 +44,8 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
 }
 
 Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n,
-                                                         std::size_t offset, kernels::Dtype input_dtype,
-                                                         const wire::CallShape& shape, std::uint32_t channel,
-                                                         const RoundInput& input) {
+                                                         std::size_t offset, const wire::CallShape& shape,
+                                                         std::uint32_t channel, const RoundWorker& worker) {
   const int world = group.size();
   const int me = group.me;
   const ChunkGeometry geometry(n, world);
@@ -153,9 +152,8 @@ Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st,
     double sum_squares = 0.0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const round_layout::Block& block = order[i];
-      const void* x = input(i, block.first, block.length);
-      sum_squares += kernels_.worker_pass(x, input_dtype, e_prev + block.first, st.worker_scale, e_next + block.first,
-                                          st.packed.data() + block.first / 8, block.length);
+      sum_squares += worker(i, block.first, block.length, e_prev + block.first, st.worker_scale, e_next + block.first,
+                            st.packed.data() + block.first / 8);
       if (block.chunk != me) {
         post_send(block.chunk, wire::Kind::kWorkerBits, block.index, st.packed.data() + block.first / 8,
                   kernels::packed_bytes(block.length));
@@ -237,8 +235,11 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
   const std::uint64_t seq = st.seq;
   const RoundResult round = compressed_round(
-      tag, st, everyone, n, 0, dtype, shape, channel,
-      [&](std::size_t, std::size_t first, std::size_t) -> const void* { return x + first * element; });
+      tag, st, everyone, n, 0, shape, channel,
+      [&](std::size_t, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
+          std::uint8_t* bits) {
+        return kernels_.worker_pass(x + first * element, dtype, e_prev, a_prev, e_next, bits, length);
+      });
   compressed_bytes_ += round.bytes_sent;
   tag.bytes_sent += round.bytes_sent;
 

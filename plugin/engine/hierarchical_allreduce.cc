@@ -41,33 +41,11 @@ namespace {
 
 using round_layout::kResultHead;
 
-// out[i] = (src[0][i] + src[1][i] + … + src[L−1][i]) / L in fp32, left to right.
+// The host mean of fp16 or bf16 inputs, converted exactly to fp32: out[i] = (src[0][i] + src[1][i]
+// + … + src[L−1][i]) / L, left to right — the order CpuKernels::mean_worker_pass takes for fp32,
+// which forms the mean inside its pass instead.
 void host_mean(const std::vector<const std::uint8_t*>& src, kernels::Dtype dtype, float* out, std::size_t n) {
   const int sources = static_cast<int>(src.size());
-  const float count = static_cast<float>(sources);
-  if (dtype == kernels::Dtype::kFloat32) {
-    // One pass per source, each a plain vector loop; the order of the additions is the same.
-    const auto* first = reinterpret_cast<const float*>(src[0]);
-    if (sources == 1) {
-      for (std::size_t i = 0; i < n; ++i) out[i] = first[i] / count;
-      return;
-    }
-    // The first pass adds the first two sources (and divides, when they are all), so the mean is
-    // written once for L = 2.
-    const auto* second = reinterpret_cast<const float*>(src[1]);
-    if (sources == 2) {
-      for (std::size_t i = 0; i < n; ++i) out[i] = (first[i] + second[i]) / count;
-      return;
-    }
-    for (std::size_t i = 0; i < n; ++i) out[i] = first[i] + second[i];
-    for (int q = 2; q + 1 < sources; ++q) {
-      const auto* x = reinterpret_cast<const float*>(src[q]);
-      for (std::size_t i = 0; i < n; ++i) out[i] += x[i];
-    }
-    const auto* last = reinterpret_cast<const float*>(src[sources - 1]);
-    for (std::size_t i = 0; i < n; ++i) out[i] = (out[i] + last[i]) / count;
-    return;
-  }
   auto value = [&](int q, std::size_t i) {
     const std::uint16_t h = reinterpret_cast<const std::uint16_t*>(src[q])[i];
     return dtype == kernels::Dtype::kFloat16 ? kernels::half_to_float(h) : kernels::bfloat16_to_float(h);
@@ -75,7 +53,7 @@ void host_mean(const std::vector<const std::uint8_t*>& src, kernels::Dtype dtype
   for (std::size_t i = 0; i < n; ++i) {
     float sum = value(0, i);
     for (int q = 1; q < sources; ++q) sum += value(q, i);
-    out[i] = sum / count;
+    out[i] = sum / static_cast<float>(sources);
   }
 }
 
@@ -256,7 +234,7 @@ void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n,
   if (st.host_requests.empty()) {
     ONEBIT_CHECK(st.requests.empty(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                  "' ran flat on this communicator; a tag must not mix the flat and hierarchical algorithms");
-    st.host_mean.resize(shard);
+    if (dtype != kernels::Dtype::kFloat32) st.host_mean.resize(shard);
     st.host_results.resize(results_bytes);
     std::size_t requests = 0;
     for (int q = 0; q < local_size; ++q) {
@@ -360,14 +338,16 @@ void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n,
 
   // The rail round; its failures (the host reduce's too, which it waits for) come out phrased.
   std::vector<const std::uint8_t*> sources(local_size);
+  std::vector<const float*> fp32_sources(local_size);
   RankGroup rail;
   for (int h = 0; h < hosts; ++h) rail.ranks.push_back(h * local_size + local);
   rail.me = host;
   RoundResult round;
   try {
     round = compressed_round(
-        tag, st, rail, shard, shards.begin(local), kernels::Dtype::kFloat32, shape, channel,
-        [&](std::size_t i, std::size_t first, std::size_t length) -> const void* {
+        tag, st, rail, shard, shards.begin(local), shape, channel,
+        [&](std::size_t i, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
+            std::uint8_t* bits) {
           if (segment.mapped()) {
             publish(i);
             for (int q = 0; q < local_size; ++q) {
@@ -385,8 +365,14 @@ void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n,
                          : segment.mapped() ? segment.region(q) + at
                                             : st.host_inputs.data() + (slot_of(q) * shard + first) * element;
           }
+          // fp32: the mean inside the worker pass, never written; fp16/bf16: converted first.
+          if (dtype == kernels::Dtype::kFloat32) {
+            for (int q = 0; q < local_size; ++q) fp32_sources[q] = reinterpret_cast<const float*>(sources[q]);
+            return kernels_.mean_worker_pass(fp32_sources.data(), local_size, e_prev, a_prev, e_next, bits, length);
+          }
           host_mean(sources, dtype, st.host_mean.data() + first, length);
-          return st.host_mean.data() + first;
+          return kernels_.worker_pass(st.host_mean.data() + first, kernels::Dtype::kFloat32, e_prev, a_prev, e_next,
+                                      bits, length);
         });
   } catch (const Error&) {
     segment.abort(rank());

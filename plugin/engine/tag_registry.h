@@ -47,7 +47,7 @@ struct TagState {
 
   // Hierarchical calls only: the host's exchange.
   AlignedBuffer<std::uint8_t> host_inputs;    // (L−1) × shard elements: the local peers' inputs of my shard
-  AlignedBuffer<float> host_mean;             // the host's fp32 mean of my shard: the rail's input
+  AlignedBuffer<float> host_mean;             // fp16/bf16 calls: the host mean of my shard, the rail input
   AlignedBuffer<std::uint8_t> host_results;   // the local peers' rail results, as `results`
   std::vector<Request> host_requests;
   std::vector<Request*> host_all;

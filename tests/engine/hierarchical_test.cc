@@ -8,11 +8,13 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "onebit/onebit.h"
@@ -309,8 +311,9 @@ TEST(Hierarchical, LocalSizeThatDoesNotDivideTheWorldIsRefused) {
 TEST(Hierarchical, KilledLocalPeerFailsTheSurvivorsNamingIt) {
   const Topology t{2, 2, 1};
   const int world = t.world();
-  SharedMemory shared(world * sizeof(Record));
+  SharedMemory shared(world * sizeof(Record) + sizeof(std::atomic<int>));
   auto* records = shared.as<Record>();
+  auto* finished_first = new (records + world) std::atomic<int>(0);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     environment(t.local_size, t.shm, 30000);
@@ -319,7 +322,12 @@ TEST(Hierarchical, KilledLocalPeerFailsTheSurvivorsNamingIt) {
     onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     // One good call sets up the host's segment; then rank 1 dies as a crashed trainer does.
     if (onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
-    if (rank == 1) ::raise(SIGKILL);
+    // Once every rank has finished that call (else a slower one fails it instead of the next).
+    finished_first->fetch_add(1);
+    if (rank == 1) {
+      while (finished_first->load() < world) std::this_thread::yield();
+      ::raise(SIGKILL);
+    }
     records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
     return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
   }, std::chrono::seconds(25));  // under the 30 s timeout: a survivor must not wait it out

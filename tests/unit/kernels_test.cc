@@ -117,6 +117,45 @@ TEST_P(KernelSetTest, WorkerPassMatchesScalar) {
   }
 }
 
+TEST_P(KernelSetTest, MeanWorkerPassIsTheWorkerPassOfTheMean) {
+  // The documented mean, written out here, then the oracle's worker pass: the fused kernel must
+  // give the same stored values and bits, whatever the number of sources and the alignment.
+  const CpuKernels& simd = *GetParam();
+  const CpuKernels& oracle = scalar_kernels();
+  std::mt19937 rng(5);
+  for (int sources = 1; sources <= 4; ++sources) {
+    for (std::size_t n : kLengths) {
+      for (std::size_t offset : {0, 3, 8}) {
+        const std::string where = std::to_string(sources) + " sources n=" + std::to_string(n) +
+                                  " offset=" + std::to_string(offset);
+        std::vector<Aligned<float>> inputs;
+        std::vector<const float*> x;
+        for (int q = 0; q < sources; ++q) {
+          inputs.emplace_back(n, (offset + q) % 4);
+          for (std::size_t i = 0; i < n; ++i) inputs.back()[i] = random_value(rng);
+        }
+        for (auto& input : inputs) x.push_back(input.data());
+        std::vector<float> mean(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          float sum = x[0][i];
+          for (int q = 1; q < sources; ++q) sum += x[q][i];
+          mean[i] = sum / static_cast<float>(sources);
+        }
+        Aligned<float> e_prev(n, offset), e_simd(n, offset), e_oracle(n, 0);
+        for (std::size_t i = 0; i < n; ++i) e_prev[i] = random_value(rng);
+        std::vector<std::uint8_t> bits_simd(packed_bytes(n) + 1, 0xAB), bits_oracle(packed_bytes(n) + 1, 0xAB);
+        const double sum_oracle = oracle.worker_pass(mean.data(), Dtype::kFloat32, e_prev.data(), 0.75f,
+                                                     e_oracle.data(), bits_oracle.data(), n);
+        const double sum_simd =
+            simd.mean_worker_pass(x.data(), sources, e_prev.data(), 0.75f, e_simd.data(), bits_simd.data(), n);
+        ASSERT_EQ(bits_oracle, bits_simd) << where;
+        ASSERT_EQ(0, std::memcmp(e_oracle.data(), e_simd.data(), n * sizeof(float))) << where;
+        expect_sum_near(sum_oracle, sum_simd, where);
+      }
+    }
+  }
+}
+
 TEST_P(KernelSetTest, WorkerPassInPlaceMatchesSeparateBuffers) {
   const CpuKernels& simd = *GetParam();
   std::mt19937 rng(2);
