@@ -74,8 +74,9 @@
     "retried after 4.096 us * 2^value, 7 times, before the transfer fails with the peer named. " \
     "18: about 1 s per try. A peer that exits is noticed at once through its set-up socket.")  \
   X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
-    "Overrides the optimizer shims' freeze_step (onebit.OnebitAdam, onebit::OnebitAdam): the first step of the " \
-    "compression stage, so an existing script is tuned without edits. -1: the script's value.")  \
+    "Overrides the optimizer shims' freeze_step (OnebitAdam and OnebitLamb, Python and C++): the " \
+    "first step of the compression stage, so an existing script is tuned without edits. -1: the " \
+    "script's value. 0/1 Adam's var_freeze_step is not affected.")                               \
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
     "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
     "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \

@@ -57,6 +57,12 @@ class OnebitLamb {
                                                      std::to_string(g.config.freeze_step) + ", group 0 has " +
                                                      std::to_string(groups_[0].config.freeze_step) + ": they must agree");
       }
+    }
+    // ONEBIT_FREEZE_STEP, when set, overrides every group's (as for OnebitAdam).
+    const std::int64_t freeze = onebit_adam_freeze_step(groups_[0].config.freeze_step);
+    for (ParamGroup& g : groups_) g.config.freeze_step = freeze;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      const ParamGroup& g = groups_[i];
       if (g.params == nullptr && g.count != 0) {
         throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + "'s params is NULL");
       }

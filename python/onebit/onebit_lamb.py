@@ -48,7 +48,9 @@ class OnebitLamb(_FlatOptimizer):
         self._flatten("OnebitLamb", process_group, cuda=False)
         if not isinstance(freeze_step, int) or freeze_step < 0:
             raise ValueError(f"OnebitLamb: freeze_step must be an int >= 0, not {freeze_step!r}")
-        self._freeze_step = freeze_step
+        # ONEBIT_FREEZE_STEP, when set, overrides it (as for OnebitAdam; docs/env.md).
+        self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
+        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(freeze_step))
         self._factors = (coeff_beta, factor_max, factor_min, factor_threshold)
         for group in self.param_groups:
             if self._lib.onebit_lamb_compressing(ctypes.byref(self._config(group)), ctypes.c_int64(0)) < 0:

@@ -22,6 +22,7 @@ from ranks import preload_env, run_ranks
 WORLD, STEPS, STOP = 2, 28, 17
 ZERO_ONE = dict(lr=0.01, var_freeze_step=8, var_update_scaler=2, local_step_scaler=4, local_step_clipper=4)
 LAMB = dict(lr=0.01, freeze_step=6, weight_decay=0.01)
+OVERRIDE = 10  # ONEBIT_FREEZE_STEP in the "override" run
 
 
 def schedule_kinds(steps):
@@ -93,7 +94,7 @@ def rank_main(mode, rank, store, out_dir):
         np.save(os.path.join(out_dir, f"{mode}-{k}{rank}.npy"), weights)
     with open(os.path.join(out_dir, f"{mode}{rank}.json"), "w") as f:
         json.dump({"kinds": "".join(kinds), "compressed_calls": onebit.stats()["compressed_calls"],
-                   "lamb_coeffs": optimizers["lamb"].lamb_coeffs}, f)
+                   "lamb_coeffs": optimizers["lamb"].lamb_coeffs, "lamb_freeze": optimizers["lamb"].freeze_step}, f)
     dist.destroy_process_group()
 
 
@@ -102,7 +103,7 @@ def run(mode, tmp, env):
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] in ("plain", "ddp", "first", "resume"):
+    if len(sys.argv) == 5 and sys.argv[1] in ("plain", "ddp", "first", "resume", "override"):
         rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return 0
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
@@ -115,8 +116,12 @@ def main():
         env = preload_env(sys.argv[1])
         for mode in ("plain", "ddp", "first", "resume"):
             run(mode, tmp, env)
+        run("override", tmp, dict(env, ONEBIT_FREEZE_STEP=str(OVERRIDE)))  # moves LAMB's freeze, not 0/1 Adam's
         reports = {mode: [json.load(open(os.path.join(tmp, f"{mode}{r}.json"))) for r in range(WORLD)]
-                   for mode in ("plain", "ddp", "first", "resume")}
+                   for mode in ("plain", "ddp", "first", "resume", "override")}
+        for report in reports["override"]:
+            assert report["lamb_freeze"] == OVERRIDE and report["kinds"] == "".join(expected), report
+            assert report["compressed_calls"] == expected.count("C") + expected.count("S") + STEPS - OVERRIDE, report
         calls = expected.count("C") + expected.count("S") + STEPS - LAMB["freeze_step"]
         for mode in ("plain", "ddp"):
             for report in reports[mode]:
