@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_smoke.sh ONEBIT_BENCH PLOT_SCRIPT: three local ranks, every algorithm (and the compressed one
-# over Gloo's pairs), every result checked (#wrong must be 0, which the bench's exit code says), then
+# over Gloo's pairs; then 2 x 2 ranks, flat and hierarchical), every result checked (#wrong must be 0, which the bench's exit code says), then
 # the plot drawn from its JSON.
 set -eu
 bench=$1 plot=$2
@@ -21,6 +21,16 @@ ONEBIT_SIMD=scalar "$bench" --ranks 2 -b 4K -e 4K -n 1 --algo compressed | grep 
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed\)$" "$dir/out.txt"
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(gloo\)$" "$dir/out.txt"
 grep -Eq "^# Avg bus bandwidth    : [0-9.e+-]+  \(compressed-gloo\)$" "$dir/out.txt"
+# 2 "hosts" of 2 ranks: flat and hierarchical side by side, each checked against its reference.
+"$bench" --ranks 4 --local-size 2 -b 64K -e 1M -f 16 -n 1 -c 1 --algo compressed,hierarchical | tee "$dir/hier.txt"
+grep -Eq "^# onebit-bench: 4 ranks \(2 per host\)" "$dir/hier.txt"
+grep -Eq "^ +1048576 +262144 +float +avg +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +hierarchical " "$dir/hier.txt"
+grep -Eq "^# At 1048576 bytes: hierarchical time / compressed time = [0-9.]+;" "$dir/hier.txt"
+# Without ranks per host the hierarchical algorithm is refused, by name.
+if "$bench" --ranks 2 -b 4K -e 4K -n 1 --algo hierarchical 2> "$dir/refused.txt"; then
+  echo "FAIL: --algo hierarchical ran without ranks per host"; exit 1
+fi
+grep -q "needs several ranks per host" "$dir/refused.txt"
 rows=$(wc -l < "$dir/rows.jsonl")
 [ "$rows" -eq 12 ] || { echo "FAIL: expected 12 JSON rows (3 sizes x 4 algorithms), got $rows"; exit 1; }
 csv_lines=$(wc -l < "$dir/rows.csv")
