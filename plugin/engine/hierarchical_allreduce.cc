@@ -276,8 +276,21 @@ void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n,
 
   shm::HostSegment& segment = st.host_segment;
   // Any failure of this rank's call from here on: tell the host's waiters, then report it.
-  auto failed = [&](const Error& error) {
+  // A failure that is not the transport's own (a local peer gone from shared memory, an abort
+  // word) leaves this call's messages posted and unawaited. Waiting for them with an expired
+  // deadline breaks the transport — peers learn at once — and the transport contract then
+  // promises it never touches those requests again, so the state that holds them may be freed.
+  auto settle = [&] {
     segment.abort(rank());
+    for (const std::vector<Request*>* pending : {&st.all, &st.host_all}) {
+      try {
+        transport_->wait_all(*pending, Clock::now(), describe);
+      } catch (const Error&) {
+      }
+    }
+  };
+  auto failed = [&](const Error& error) {
+    settle();
     fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", n, " ", kernels::dtype_name(dtype), ", call ",
          seq, ", hierarchical) failed; buffer and error state unchanged: ", error.what());
   };
@@ -375,7 +388,7 @@ void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n,
                                       bits, length);
         });
   } catch (const Error&) {
-    segment.abort(rank());
+    settle();
     throw;
   }
   const Clock::time_point round_done = Clock::now();
