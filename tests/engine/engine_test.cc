@@ -17,6 +17,7 @@
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/rank_record.h"
 
 namespace onebit::testing {
 namespace {
@@ -48,15 +49,6 @@ std::size_t expect_matches(const float* out, const std::vector<double>& ref, con
 
 std::string root_at(int port) { return "127.0.0.1:" + std::to_string(port); }
 
-// A rank's result record in shared memory, for error tests.
-struct Record {
-  int code;
-  char message[1024];
-  void set(onebit_result_t result) {
-    code = result;
-    std::snprintf(message, sizeof(message), "%s", onebit_last_error());
-  }
-};
 
 onebit_comm_t join(int rank, int world, int port) {
   onebit_comm_t comm = nullptr;

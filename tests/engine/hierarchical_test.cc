@@ -22,6 +22,7 @@
 #include "tests/support/float64_reference.h"
 #include "tests/support/loopback_comm.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/rank_record.h"
 
 namespace onebit::testing {
 namespace {
@@ -34,14 +35,6 @@ std::vector<float> input(int rank, int call, std::size_t n) {
   return x;
 }
 
-struct Record {
-  int code;
-  char message[1024];
-  void set(onebit_result_t result) {
-    code = result;
-    std::snprintf(message, sizeof(message), "%s", result == ONEBIT_SUCCESS ? "" : onebit_last_error());
-  }
-};
 
 // In a child, before its first onebit call: the environment a launcher would give it.
 void environment(int local_size, int shm, int timeout_ms = 60000) {
