@@ -165,8 +165,30 @@ ONEBIT_API onebit_result_t onebit_adam_warmup_step(const onebit_adam_config_t* c
                                                    float* v, const float* grad, size_t count);
 ONEBIT_API onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, float* m, const float* grad,
                                                      size_t count);
-ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, const float* m,
+/* After the average, the two rules below: m <- 0 for every dormant element, then
+ * p <- p - lr*(clip(m/(sqrt(v)+eps), +-C) + wd*p). */
+ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, float* m,
                                                   const float* v, size_t count);
+
+/* ---- Steps under a frozen variance ----
+ * Wherever v is no longer updated and the momentum (or 0/1 Adam's update) is averaged compressed
+ * or taken locally — 1-bit Adam's and 1-bit LAMB's compression stage, 0/1 Adam's compressed, local
+ * and sync steps — two rules bound the step (docs/design.md, "Steps under a frozen variance"; 1-bit
+ * LAMB takes the first only):
+ * 1. A *dormant* element, sqrt(v) <= eps (no gradient worth the name reached it while v was
+ *    measured), takes no momentum step: its momentum is 0 after the average and it moves by weight
+ *    decay alone. (Its compressed momentum is its chunk's scale; divided by ~eps it would move
+ *    1e8 times too far.)
+ * 2. Every other element's direction m/(sqrt(v)+eps) is clipped to +-C, C = onebit_adam_step_bound
+ *    (beta1, beta2): the largest |m/sqrt(v)| Adam itself can produce, so no step is larger than
+ *    Adam's own largest. (A stale v, or compression error on an element whose v is small, would
+ *    otherwise move it without limit.) 0/1 Adam's sync moves an element at most lrs*(C + wd*|p_sync|).
+ * v and the averaged momentum are the same on every rank, so both rules decide alike everywhere. */
+/* C = (1-beta1) / sqrt((1-beta2)(1-beta1^2/beta2)) (7.27 for 0.9, 0.999); 1/sqrt(1-beta2) when
+ * beta1 = 0; +infinity (no bound) when beta1^2 >= beta2. */
+ONEBIT_API float onebit_adam_step_bound(float beta1, float beta2);
+/* *dormant = the number of dormant elements among v[0, count) for this eps (the shims' log line). */
+ONEBIT_API onebit_result_t onebit_dormant_count(const float* v, size_t count, float eps, size_t* dormant);
 
 /* ---- Automatic freeze: when the warmup ends (the shims' freeze_step="auto") ----
  * After every `window`-th warmup step (steps window-1, 2*window-1, ...) the shim measures how far
@@ -246,17 +268,21 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_next(const onebit_zero_one_adam_
 ONEBIT_API onebit_result_t onebit_zero_one_adam_advance(const onebit_zero_one_adam_config_t* config,
                                                         onebit_zero_one_adam_schedule_t* schedule);
 /* Variance stage, g averaged over ranks: [v <- b2*v + (1-b2)*g*g if update_variance];
- * m <- b1*m + (1-b1)*g; p <- p - lr*(m/(sqrt(v)+eps) + wd*p). */
+ * m <- b1*m + (1-b1)*g; p <- p - lr*(m/(sqrt(v)+eps) + wd*p). When v was kept, the frozen-variance
+ * rules above apply: a dormant element's m is 0, and m/(sqrt(v)+eps) is clipped to +-C. */
 ONEBIT_API onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_config_t* config,
                                                               float* params, float* m, float* v, const float* grad,
                                                               size_t count, int update_variance);
-/* Local step, g this rank's: m <- b1*m + (1-b1)*g; d = lr*(m/(sqrt(v)+eps) + wd*p); p <- p - d;
+/* Local step, g this rank's: m <- b1*m + (1-b1)*g (0 if dormant); d = lr*(clip(m/(sqrt(v)+eps), +-C) + wd*p);
+ * p <- p - d;
  * u <- u - d; *lrs <- *lrs + lr (lrs: one float per parameter group, the lr summed since the last sync). */
 ONEBIT_API onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config,
                                                            float* params, float* m, const float* v, float* u,
                                                            float* lrs, const float* grad, size_t count);
 /* Sync step, after its local step: u <- u*(sqrt(v)+eps) (refuses lrs <= 0 first). Then the caller
- * averages u over ranks (compressed), and sync_end: m <- -(u/lrs); p <- p_sync + u/(sqrt(v)+eps);
+ * averages u over ranks (compressed), and sync_end: m <- -(u/lrs); p <- p_sync + u/(sqrt(v)+eps), that
+ * move clipped to +-lrs*(C + wd*|p_sync|) (a dormant element: m <- 0 and p kept, having moved by
+ * weight decay alone since the last sync);
  * p_sync <- p; u <- 0; *lrs <- 0. p_sync holds the parameters as of the last sync: the caller sets
  * it to p when the local-step stage begins. (DeepSpeed writes p <- (p - u) + u/(...); p - u is
  * p_sync only up to rounding, which differs by rank, and the replicas would drift apart.) */
@@ -275,10 +301,12 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_a
  * - Compression, t >= freeze_step: at its first step onebit_lamb_scaling_coeffs (from the warmup's
  *   last momentum) evens out the layers' momentum scales; then every step onebit_lamb_momentum_step
  *   with the local gradient, one compressed average of the whole momentum over ranks (tagged), and
- *   onebit_lamb_apply_step: v stays frozen, a fresh variance v_fresh follows the gradient rebuilt from
- *   the averaged momentum, and the coefficient is coeff_freeze times a factor max((sqrt(v)+eps) /
- *   (sqrt(v_fresh)+eps)) kept within [factor_min, factor_max] and within factor_threshold of the
- *   last step's. Norms and coefficients are fp64 (sums in element order); arrays fp32.
+ *   onebit_lamb_apply_step: v stays frozen (a dormant element's momentum is 0; Adam's step bound is
+ *   not applied — the trust ratio and factor set LAMB's steps), a fresh variance v_fresh follows the gradient
+ *   rebuilt from the averaged momentum, and the coefficient is coeff_freeze times a factor
+ *   max((sqrt(v)+eps) / (sqrt(v_fresh)+eps)) over the layer's elements that are not dormant (1 if
+ *   all are), kept within [factor_min, factor_max] and within factor_threshold of the last step's.
+ *   Norms and coefficients are fp64 (sums in element order); arrays fp32.
  * docs/design.md ("1-bit LAMB") writes out every operation. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;

@@ -14,8 +14,12 @@
 //
 // Errors: the C API's code and message, thrown as onebit::CallError (a std::runtime_error). A failed
 // step leaves the parameters, m, v and the step count as they were (a NaN in some rank's momentum
-// fails every rank's step alike, and the communicator stays usable; after a transport failure it
-// is broken, as the C API says).
+// fails every rank's step alike, naming the step and the likely causes — optimizer_report.hpp —
+// and the communicator stays usable; after a transport failure it is broken, as the C API says).
+//
+// The compression stage follows onebit.h's "Steps under a frozen variance" (dormant elements held,
+// steps within Adam's bound: the C core's apply step); at its first step rank 0 writes one line to
+// stderr naming the dormant elements.
 //
 // Automatic freeze: pass an onebit_adam_auto_freeze_t and the groups' freeze_step is ignored (unless
 // ONEBIT_FREEZE_STEP is set): the warmup ends by the C core's rule (onebit.h, "Automatic freeze"),
@@ -41,6 +45,7 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
+#include "onebit/optimizer_report.hpp"
 
 namespace onebit {
 
@@ -122,6 +127,7 @@ class OnebitAdam {
                                       v_.data() + offsets_[i], grad_.data() + offsets_[i], groups_[i].count));
       }
     } else {
+      if (step_ == groups_[0].config.freeze_step) report_freeze(comm_, "onebit::OnebitAdam", step_, frozen_variance());
       std::copy(m_.begin(), m_.end(), m_before_.begin());
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + offsets_[i], grad_.data() + offsets_[i],
@@ -131,7 +137,8 @@ class OnebitAdam {
       if (reduced != ONEBIT_SUCCESS) {
         const std::string message = onebit_last_error();
         std::copy(m_before_.begin(), m_before_.end(), m_.begin());
-        throw CallError(reduced, message);
+        throw step_failure(reduced, message, "onebit::OnebitAdam", step_,
+                           "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         check(onebit_adam_apply_step(&groups_[i].config, groups_[i].params, m_.data() + offsets_[i],
@@ -200,6 +207,14 @@ class OnebitAdam {
   static constexpr std::int64_t kUndecided = INT64_MAX;  // every step is warmup until the rule fires
 
   static void check(onebit_result_t result) { check_call(result); }
+
+  std::vector<FrozenVariance> frozen_variance() const {
+    std::vector<FrozenVariance> groups;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      groups.push_back({v_.data() + offsets_[i], groups_[i].count, groups_[i].config.eps});
+    }
+    return groups;
+  }
 
   // After warmup step `taken` under automatic freeze: measure when due, average, decide.
   void decide_freeze(std::int64_t taken) {

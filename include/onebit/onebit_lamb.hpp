@@ -13,7 +13,10 @@
 // and each layer moves with its frozen variance and coefficient × factor. Every group's
 // freeze_step must agree.
 //
-// Errors: onebit::CallError; a failed step leaves the parameters, the state and the step count as
+// The compression stage holds dormant elements (onebit.h, "Steps under a frozen variance"; LAMB
+// takes that rule, not the step bound); at its first step rank 0 writes one line to stderr naming
+// them. Errors: onebit::CallError, a failed compressed step naming the step and the likely causes
+// (optimizer_report.hpp); a failed step leaves the parameters, the state and the step count as
 // they were. Checkpoints: save() → Checkpoint (step, m, v, v_fresh, the layers' scalars, this
 // rank's error-feedback state); load() on the same rank of a job of the same size, before the next
 // step; training continues bit for bit.
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "onebit/call_error.hpp"
+#include "onebit/optimizer_report.hpp"
 #include "onebit/onebit.h"
 
 namespace onebit {
@@ -107,6 +111,11 @@ class OnebitLamb {
     } else {
       const std::vector<onebit_lamb_layer_t> layers_before = layers_;
       if (layers_[0].scaling_coeff == 0) {  // the first compression step
+        std::vector<FrozenVariance> frozen;
+        for (std::size_t i = 0; i < groups_.size(); ++i) {
+          frozen.push_back({v_.data() + offsets_[i], groups_[i].count, groups_[i].config.eps});
+        }
+        report_freeze(comm_, "onebit::OnebitLamb", step_, frozen);
         check_call(onebit_lamb_scaling_coeffs(m_.data(), counts_.data(), counts_.size(), layers_.data()));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
@@ -119,7 +128,8 @@ class OnebitLamb {
         const std::string message = onebit_last_error();
         std::copy(m_last_.begin(), m_last_.end(), m_.begin());
         layers_ = layers_before;
-        throw CallError(reduced, message);
+        throw step_failure(reduced, message, "onebit::OnebitLamb", step_,
+                           "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         const std::size_t o = offsets_[i];

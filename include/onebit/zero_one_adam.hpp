@@ -15,7 +15,11 @@
 // u, not gradients), as DeepSpeed's does. Every group's schedule fields (var_freeze_step and the
 // three scalers) must agree: the schedule is the optimizer's, not a group's.
 //
-// Errors: onebit::CallError. A failed step leaves the parameters, m, v, u and the schedule as they
+// Steps that keep v follow onebit.h's "Steps under a frozen variance" (the C core's); when the
+// local-step stage begins rank 0 writes one line to stderr naming the dormant elements.
+//
+// Errors: onebit::CallError; a failed compressed average names the step and its stage
+// (optimizer_report.hpp). A failed step leaves the parameters, m, v, u and the schedule as they
 // were (a failed sync step is undone from a snapshot taken before it).
 //
 // Checkpoints: save() → Checkpoint (schedule, m, v, u, the parameters at the last sync, each group's lr sum, this rank's
@@ -32,6 +36,7 @@
 #include <vector>
 
 #include "onebit/call_error.hpp"
+#include "onebit/optimizer_report.hpp"
 #include "onebit/onebit.h"
 
 namespace onebit {
@@ -113,7 +118,7 @@ class ZeroOneAdam {
         break;
       case ONEBIT_ZERO_ONE_ADAM_COMPRESSED_STEP:
         std::copy(grad_.begin(), grad_.end(), buffer_.begin());
-        check_call(onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // tagged: 1-bit
+        compressed_average("a compressed-gradient step of the variance stage");
         for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
           check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, n, 0));
         });
@@ -128,6 +133,11 @@ class ZeroOneAdam {
     const bool entering_local_stage = schedule_.step == groups_[0].config.var_freeze_step;
     check_call(onebit_zero_one_adam_advance(&groups_[0].config, &schedule_));
     if (entering_local_stage) {
+      std::vector<FrozenVariance> frozen;
+      for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
+        frozen.push_back({v_.data() + o, n, groups_[i].config.eps});
+      });
+      report_freeze(comm_, "onebit::ZeroOneAdam", schedule_.step, frozen);
       // The buffer carries u from now on: zero, with its error feedback started afresh.
       check_call(onebit_untag(buffer_.data()));
       std::fill(buffer_.begin(), buffer_.end(), 0.0f);
@@ -186,6 +196,12 @@ class ZeroOneAdam {
     for (std::size_t i = 0; i < groups_.size(); ++i) body(i, groups_[i].params, offsets_[i], groups_[i].count);
   }
 
+  // The tagged buffer (a gradient, or u) averaged 1-bit compressed; a failure names the step.
+  void compressed_average(const char* stage) {
+    const onebit_result_t reduced = onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);
+    if (reduced != ONEBIT_SUCCESS) throw step_failure(reduced, onebit_last_error(), "onebit::ZeroOneAdam", schedule_.step, stage);
+  }
+
   void local_steps() {
     for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
       check_call(onebit_zero_one_adam_local_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, lrs_.data() + i, grad_.data() + o, n));
@@ -203,7 +219,7 @@ class ZeroOneAdam {
       for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
         check_call(onebit_zero_one_adam_sync_begin(&groups_[i].config, buffer_.data() + o, v_.data() + o, lrs_[i], n));
       });
-      check_call(onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // tagged: 1-bit
+      compressed_average("a sync step of the local-step stage");
     } catch (const CallError&) {
       for_each_group([&](std::size_t, float* p, std::size_t o, std::size_t n) {
         std::copy(params_before.begin() + static_cast<std::ptrdiff_t>(o),

@@ -7,6 +7,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/engine/communicator.h"
+#include "plugin/optim/frozen_variance.h"
 #include "plugin/optim/onebit_adam.h"
 #include "plugin/optim/onebit_lamb.h"
 #include "plugin/optim/zero_one_adam.h"
@@ -293,12 +294,22 @@ onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, fl
   });
 }
 
-onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, const float* m,
-                                       const float* v, size_t count) {
+onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, float* m, const float* v,
+                                       size_t count) {
   return onebit::abi_guard("onebit_adam_apply_step", [&] {
     const auto c = to_adam(config);
     check_arrays(count, {params, m, v});
     onebit::optim::apply_step(c, params, m, v, count);
+  });
+}
+
+float onebit_adam_step_bound(float beta1, float beta2) { return onebit::optim::adam_step_bound(beta1, beta2); }
+
+onebit_result_t onebit_dormant_count(const float* v, size_t count, float eps, size_t* dormant) {
+  return onebit::abi_guard("onebit_dormant_count", [&] {
+    check_arrays(count, {v});
+    ONEBIT_CHECK(eps > 0, ONEBIT_INVALID_ARGUMENT, "eps ", eps, " (need > 0)");
+    non_null(dormant, "dormant") = onebit::optim::count_dormant(v, count, eps);
   });
 }
 

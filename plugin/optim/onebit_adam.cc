@@ -4,12 +4,13 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "plugin/optim/frozen_variance.h"
 
 namespace onebit::optim {
 namespace {
 
-// One formula for both stages' parameter update. No bias correction, decoupled weight decay
-// (the paper and DeepSpeed).
+// Warmup's parameter update (the compression stage's is the same with the direction bounded,
+// frozen_variance.h). No bias correction, decoupled weight decay (the paper and DeepSpeed).
 inline float updated(const AdamConfig& c, float p, float m, float v) {
   return p - c.lr * (m / (std::sqrt(v) + c.eps) + c.weight_decay * p);
 }
@@ -34,8 +35,12 @@ void momentum_step(const AdamConfig& c, float* m, const float* g, std::size_t n)
   for (std::size_t i = 0; i < n; ++i) m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
 }
 
-void apply_step(const AdamConfig& c, float* p, const float* m, const float* v, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) p[i] = updated(c, p[i], m[i], v[i]);
+void apply_step(const AdamConfig& c, float* p, float* m, const float* v, std::size_t n) {
+  const float bound = adam_step_bound(c.beta1, c.beta2);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (dormant(v[i], c.eps)) m[i] = 0.0f;  // then the update is weight decay alone
+    p[i] = p[i] - c.lr * (frozen_direction(m[i], v[i], c.eps, bound) + c.weight_decay * p[i]);
+  }
 }
 
 void check(const AutoFreeze& c) {

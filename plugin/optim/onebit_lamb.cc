@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "common/error.h"
+#include "plugin/optim/frozen_variance.h"
 
 namespace onebit::optim::lamb {
 namespace {
@@ -15,6 +16,10 @@ double norm(const float* x, std::size_t n) {
   return std::sqrt(sum);
 }
 
+// d = m/(√v+ε) + wd·p. Unbounded in the compression stage too: 1-bit LAMB takes the dormant rule of
+// frozen_variance.h but not Adam's step bound — its frozen trust ratio and clamped factor set its
+// steps, and on the ReLU MLP of tests/python/training_hazards_check.py the bound cost it its
+// convergence (docs/design.md, "Steps under a frozen variance").
 inline float direction(const Config& c, float p, float m, float v) {
   return m / (std::sqrt(v) + c.eps) + c.weight_decay * p;
 }
@@ -98,10 +103,11 @@ void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* 
                "1-bit LAMB layer has scaling_coeff ", layer.scaling_coeff, " and last_factor ", layer.last_factor,
                " (need both > 0: a layer from onebit_lamb_layer_init and onebit_lamb_scaling_coeffs)");
   const float scaling = static_cast<float>(layer.scaling_coeff);
-  float factor_f = 0.0f;  // max over i of (√v+ε)/(√v_fresh+ε); every term is > 0
+  float factor_f = 0.0f;  // max over live i of (√v+ε)/(√v_fresh+ε); every term is > 0
   double prelim2 = 0, update2 = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = m[i] / scaling;
+    const bool asleep = dormant(v[i], c.eps);
+    m[i] = asleep ? 0.0f : m[i] / scaling;
     const float g = (m[i] - m_last[i] * c.beta1) / (1.0f - c.beta1);
     v_fresh[i] = c.beta2 * v_fresh[i] + (1.0f - c.beta2) * g * g;
     const float denominator = std::sqrt(v[i]) + c.eps;
@@ -109,9 +115,10 @@ void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* 
     const double d = prelim + c.weight_decay * p[i];
     prelim2 += static_cast<double>(prelim) * prelim;
     update2 += d * d;
-    factor_f = std::max(factor_f, denominator / (std::sqrt(v_fresh[i]) + c.eps));
+    // A dormant element's ratio compares ε with ε: it says nothing of the variance moving.
+    if (!asleep) factor_f = std::max(factor_f, denominator / (std::sqrt(v_fresh[i]) + c.eps));
   }
-  double factor = n == 0 ? 1.0 : factor_f;
+  double factor = factor_f == 0.0f ? 1.0 : factor_f;  // no live element (or none at all)
   if (c.weight_decay > 0) {
     const double ratio = update2 == 0 ? 1.0 : std::min(1.0, std::sqrt(prelim2) / std::sqrt(update2));
     factor = factor * ratio + (1.0 - ratio);

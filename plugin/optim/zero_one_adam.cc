@@ -2,16 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "common/error.h"
+#include "plugin/optim/frozen_variance.h"
 
 namespace onebit::optim::zero_one_adam {
 namespace {
 
 bool in_variance_stage(const Config& c, std::int64_t step) { return step <= c.var_freeze_step; }
 
-inline float direction(const Config& c, float p, float m, float v) {
-  return m / (std::sqrt(v) + c.eps) + c.weight_decay * p;
+// d = clip(m/(√v+ε), ±bound) + wd·p; the bound is infinite where v was just updated (Adam's own step).
+inline float direction(const Config& c, float p, float m, float v, float bound) {
+  return frozen_direction(m, v, c.eps, bound) + c.weight_decay * p;
 }
 
 }  // namespace
@@ -64,18 +67,21 @@ void advance(const Config& c, Schedule& s) {
 
 void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n,
                    bool update_variance) {
+  const float bound = update_variance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
     if (update_variance) v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
     m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
-    p[i] = p[i] - c.lr * direction(c, p[i], m[i], v[i]);
+    if (!update_variance && dormant(v[i], c.eps)) m[i] = 0.0f;  // g was compressed, v kept
+    p[i] = p[i] - c.lr * direction(c, p[i], m[i], v[i], bound);
   }
 }
 
 void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs, const float* g,
                 std::size_t n) {
+  const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
-    const float step = c.lr * direction(c, p[i], m[i], v[i]);
+    m[i] = dormant(v[i], c.eps) ? 0.0f : c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
+    const float step = c.lr * direction(c, p[i], m[i], v[i], bound);
     p[i] = p[i] - step;
     u[i] = u[i] - step;
   }
@@ -90,9 +96,18 @@ void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_
 
 void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs,
               std::size_t n) {
+  const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = -(u[i] / *lrs);
-    p[i] = p_sync[i] + u[i] / (std::sqrt(v[i]) + c.eps);
+    // A dormant element moved by weight decay alone since the last sync, alike on every rank: it
+    // keeps p; its averaged u is compression error. Any other moves from p_sync at most as far as
+    // the local steps could have taken it, lrs·(C + wd·|p_sync|) (frozen_variance.h).
+    if (dormant(v[i], c.eps)) {
+      m[i] = 0.0f;
+    } else {
+      m[i] = -(u[i] / *lrs);
+      const float reach = *lrs * (bound + c.weight_decay * std::fabs(p_sync[i]));
+      p[i] = p_sync[i] + std::clamp(u[i] / (std::sqrt(v[i]) + c.eps), -reach, reach);
+    }
     p_sync[i] = p[i];
     u[i] = 0.0f;
   }

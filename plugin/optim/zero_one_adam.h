@@ -26,16 +26,18 @@ void advance(const Config& config, Schedule& schedule);
 
 // Variance stage, with g averaged over ranks (exactly on variance steps, compressed on the others):
 // [v ← β2·v + (1−β2)·g² only if update_variance]; m ← β1·m + (1−β1)·g; p ← p − lr·(m/(√v+ε) + wd·p).
+// When v was kept (plugin/optim/frozen_variance.h) a dormant element's m is 0 and m/(√v+ε) is clipped
+// to Adam's own bound C.
 void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance);
 
-// Local-step stage, no communication, g local: m ← β1·m + (1−β1)·g; d = m/(√v+ε) + wd·p;
+// Local-step stage, no communication, g local: m ← β1·m + (1−β1)·g (0 if dormant); d = clip(m/(√v+ε), ±C) + wd·p;
 // p ← p − lr·d; u ← u − lr·d; lrs ← lrs + lr.
 void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs, const float* g,
                 std::size_t n);
 // A sync step, after its local_step: u ← u·(√v+ε). Refuses lrs <= 0 before changing anything.
 void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n);
-// After u was averaged over ranks (compressed): m ← −(u/lrs); p ← p_sync + u/(√v+ε); p_sync ← p;
-// u ← 0; lrs ← 0. p_sync holds the parameters of the last sync (at the local stage's start, p).
+// After u was averaged over ranks (compressed): m ← −(u/lrs); p ← p_sync + clip(u/(√v+ε), ±lrs·(C +
+// wd·|p_sync|)) (a dormant element: m ← 0, p kept); p_sync ← p; u ← 0; lrs ← 0. p_sync holds the parameters of the last sync (at the local stage's start, p).
 void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs,
               std::size_t n);
 

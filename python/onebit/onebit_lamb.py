@@ -20,7 +20,7 @@ import ctypes
 
 import torch
 
-from . import _check, tag, untag
+from . import _check
 from .optim import _FlatOptimizer, _ptr
 
 __all__ = ["OnebitLamb"]
@@ -65,8 +65,12 @@ class OnebitLamb(_FlatOptimizer):
         self._v_fresh = self._zeros()
         self._m_last = self._zeros()
         self._name = name
-        tag(self._m, name)
         self._step = 0
+        self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
+        self._own_tag(self._m, name)
+
+    def _agree_on_schedule(self):
+        self._agree(parameters=self._total, layers=len(self._layers), step=self._step, freeze_step=self._freeze_step)
 
     def _config(self, group):
         coeff_beta, factor_max, factor_min, factor_threshold = self._factors
@@ -110,13 +114,14 @@ class OnebitLamb(_FlatOptimizer):
         else:
             layers_before = bytes(self._layers)
             if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
+                self._report_freeze(self._step, self._v)
                 _check(lib, lib.onebit_lamb_scaling_coeffs(_ptr(self._m), self._counts,
                                                            ctypes.c_size_t(len(self._layers)), self._layers))
             for config, layer, lo, n in self._each_layer():
                 _check(lib, lib.onebit_lamb_momentum_step(config, layer, _ptr(self._m[lo:]), _ptr(self._m_last[lo:]),
                                                           _ptr(self._grad[lo:]), n))
             try:
-                self._average_tagged(self._m)  # compressed
+                self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:
                 self._m.copy_(self._m_last)  # a failed step changes nothing
                 ctypes.memmove(self._layers, layers_before, len(layers_before))
@@ -147,7 +152,8 @@ class OnebitLamb(_FlatOptimizer):
         for layer, values in zip(self._layers, saved["layers"]):
             for name, value in values.items():
                 setattr(layer, name, value)
+        self._agree_on_schedule()
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
-        untag(self._m)
+        self._drop_tag()

@@ -27,17 +27,25 @@ stage starts after the first measurement under `freeze_threshold` — or at `max
 rule is the C core's (onebit_adam_auto_freeze_*, shared with the C++ shim); rank 0 prints one line
 when it fires, and `freeze_step` then says the step.
 
+The compression stage follows the frozen-variance rules of onebit.h: an element whose frozen
+variance is at most eps**2 ("dormant") takes no momentum step, only weight decay, and every step
+m / (sqrt(v) + eps) is clipped to the largest Adam itself can take; rank 0 prints one line at the
+freeze naming the dormant elements. The constructor and load_state_dict() check that every rank
+has the same schedule; a failed compressed step names the step and the likely causes.
+deepspeed_schedule=True runs DeepSpeed's schedule call for call (docs/deepspeed.md).
+
 state_dict() holds step, m, v and this rank's error-feedback state (the anchors keep none): save
 one per rank, load each into the same rank of a job of the same size, and training continues bit
 for bit (docs/usage.md, "Restarting a job").
 """
 import ctypes
 import sys
+import weakref
 
 import torch
 import torch.distributed as dist
 
-from . import _library, _check, tag, untag
+from . import _library, _check, _tags, tag
 
 __all__ = ["OnebitAdam", "ddp_comm_hook"]
 
@@ -71,6 +79,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._world = dist.get_world_size(process_group)
         self._rank = dist.get_rank(process_group)
         self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
+        self._checked_for_ddp = False  # _warn_if_averaged_twice ran
+        self.dormant_elements = None  # at the freeze: how many elements are dormant (onebit.h)
         devices = {p.device for group in self.param_groups for p in group["params"]}
         allowed = ("cpu", "cuda") if cuda else ("cpu",)
         if len(devices) != 1 or next(iter(devices)).type not in allowed:
@@ -79,11 +89,17 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._device = next(iter(devices))
         self._ranges, self._slices = [], []  # per group; per parameter
         offset = 0
-        for group in self.param_groups:
+        for g, group in enumerate(self.param_groups):
             start = offset
-            for p in group["params"]:
+            for i, p in enumerate(group["params"]):
                 if p.dtype != torch.float32:
-                    raise ValueError(f"{who}: parameters must be float32, not {p.dtype}")
+                    raise ValueError(f"{who}: parameters must be float32, not {p.dtype} (parameter {i} of group {g}, "
+                                     f"shape {tuple(p.shape)}); under torch.autocast keep them float32")
+                if not p.requires_grad:
+                    raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) does not require "
+                                     "grad: pass only trainable parameters, e.g. [p for p in model.parameters() if "
+                                     "p.requires_grad] (torch.optim.Adam skips them; in onebit's one flat buffer "
+                                     "they would take a zero gradient and decay)")
                 self._slices.append((offset, offset + p.numel()))
                 offset += p.numel()
             self._ranges.append((start, offset))
@@ -96,6 +112,88 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _zeros(self):
         return torch.zeros(self._total, device=self._device)
+
+    def _own_tag(self, buffer, name):
+        """Tags `buffer` for as long as this optimizer lives: close() or the optimizer's collection
+        untags it (before the buffer's memory is freed: a weakref callback runs before the
+        instance's attributes are released), so that no later tensor at that address is taken as
+        tagged and no later optimizer under `name` inherits this one's error feedback."""
+        tag(buffer, name)
+        self._tag_release = weakref.finalize(self, _untag_address, buffer.data_ptr())
+
+    def _drop_tag(self):
+        self._tag_release()  # once; later calls do nothing
+
+    def _agree(self, **fields):
+        """Every rank's integer `fields` compared in one small exact all_reduce (each rank writes its
+        row of a world x fields table); a difference is a RuntimeError on every rank naming the
+        field and each rank's value — before a disagreement becomes one rank in a compressed
+        all_reduce and another in a full-precision one, waiting for each other until the timeout."""
+        if self._world == 1:
+            return
+        fields = dict(world_size=self._world, **fields)  # torch's rendezvous meets a different WORLD_SIZE first
+        names = list(fields)
+        table = torch.zeros(self._world, len(names), dtype=torch.int64)
+        table[self._rank] = torch.tensor([int(fields[n]) for n in names], dtype=torch.int64)
+        table = table.to(self._device)
+        dist.all_reduce(table, group=self._group)  # untagged: exact
+        rows = table.cpu().tolist()
+        for j, name in enumerate(names):
+            values = [row[j] for row in rows]
+            if len(set(values)) > 1:
+                said = ", ".join(f"rank {r}: {'auto (undecided)' if v == _UNDECIDED else v}"
+                                 for r, v in enumerate(values))
+                raise RuntimeError(f"{self._who}: the ranks disagree on {name} ({said}); every rank must run the "
+                                   "same schedule on the same parameters (ONEBIT_FREEZE_STEP set on some ranks "
+                                   "only? different checkpoints loaded? different models?)")
+
+    def _step_failure(self, error, step, stage):
+        """The error of a failed compressed all_reduce, with the step, its stage, and for NaN or Inf
+        the likely causes (docs/usage.md, "A step fails on NaN or Inf")."""
+        text = f"{self._who} step {step} ({stage}): {error}"
+        if "NaN or Inf" in str(error):
+            text += (". A momentum turned non-finite: the loss diverged (learning rate too high for the compression "
+                     "stage, or the variance frozen before it settled: a later freeze_step), a non-finite gradient "
+                     "(fp16 overflow, bad data), or a NaN in the parameters. Nothing changed in this step; see "
+                     "docs/usage.md, \"A step fails on NaN or Inf\"")
+        return RuntimeError(text)
+
+    def _report_freeze(self, step, variance):
+        """Rank 0's one line when the variance freezes: how many elements are dormant (sqrt(v) <= eps,
+        onebit.h "Dormant elements": they take no momentum step from now on), in which groups."""
+        counts = []
+        for group, (lo, hi) in zip(self.param_groups, self._ranges):
+            if self._device.type == "cuda":
+                counts.append(int((variance[lo:hi].sqrt() <= group["eps"]).sum()))
+            else:
+                count = ctypes.c_size_t()
+                _check(self._lib, self._lib.onebit_dormant_count(_ptr(variance[lo:]), ctypes.c_size_t(hi - lo),
+                                                                 ctypes.c_float(group["eps"]), ctypes.byref(count)))
+                counts.append(count.value)
+        self.dormant_elements = sum(counts)
+        if self._rank != 0:
+            return
+        line = (f"onebit: {self._who}: variance frozen from step {step}; {self.dormant_elements} of {self._total} "
+                "elements are dormant")
+        if self.dormant_elements:
+            which = ", ".join(f"group {g} ({c} of {hi - lo})" for g, (c, (lo, hi)) in enumerate(zip(counts, self._ranges))
+                              if c)
+            line += (" (sqrt(v) <= eps: no gradient reached them) and take no momentum step, only weight decay: "
+                     + which)
+        print(line, file=sys.stderr, flush=True)
+
+    def _warn_if_averaged_twice(self, local):
+        """First full-precision step without the DDP hook: if the gradients came in already equal on
+        every rank (after our average, each rank's own equals it), DDP averaged them — without
+        onebit.ddp_comm_hook, which then goes on averaging fp32 gradients in the compression stage."""
+        self._checked_for_ddp = True
+        if self._rank == 0 and torch.allclose(local, self._grad, rtol=1e-6, atol=0) and bool(local.abs().sum() > 0):
+            ring = 2 * (self._world - 1) / self._world * 4 * self._total
+            print(f"onebit: WARNING: {self._who}: the gradients arrived already averaged over the ranks: "
+                  "DistributedDataParallel without onebit.ddp_comm_hook? Training stays correct, but DDP keeps "
+                  f"averaging {ring / 1e6:.1f} MB of fp32 gradients per rank and step in the compression stage, "
+                  "which onebit's compression is meant to replace. Register "
+                  "model.register_comm_hook(optimizer, onebit.ddp_comm_hook).", file=sys.stderr, flush=True)
 
     def add_param_group(self, param_group):
         if hasattr(self, "_flat"):
@@ -124,13 +222,20 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def _average_gradients(self):
         """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
         if self._world > 1 and not self._gradients_averaged_by_hook:
+            local = None if self._checked_for_ddp else self._grad.clone()
             dist.all_reduce(self._grad, group=self._group)  # untagged: full precision
             self._grad.div_(self._world)
+            if local is not None:
+                self._warn_if_averaged_twice(local)
 
-    def _average_tagged(self, buffer):
-        """The tagged buffer averaged over ranks: one compressed all_reduce (which returns W × the average)."""
+    def _average_tagged(self, buffer, step, stage):
+        """The tagged buffer averaged over ranks: one compressed all_reduce (which returns W × the
+        average). A failure is raised with the step and stage (_step_failure)."""
         if self._world > 1:
-            dist.all_reduce(buffer, group=self._group)
+            try:
+                dist.all_reduce(buffer, group=self._group)
+            except RuntimeError as error:
+                raise self._step_failure(error, step, stage) from error
             buffer.div_(self._world)
 
     def _error_state(self, required):
@@ -182,11 +287,18 @@ class _FlatOptimizer(torch.optim.Optimizer):
 class OnebitAdam(_FlatOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
                  process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
-                 max_freeze_step=None):
+                 max_freeze_step=None, deepspeed_schedule=False):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("OnebitAdam", process_group)
+        if deepspeed_schedule and freeze_step == "auto":
+            raise ValueError("OnebitAdam: deepspeed_schedule=True takes a fixed freeze_step (DeepSpeed has no 'auto')")
+        # DeepSpeed's schedule (docs/deepspeed.md): the first step() call only counts — no update,
+        # its gradient dropped, as DeepSpeed's initialising call — so freeze_step F gives F - 1
+        # full-precision updates and compression from the (F+1)-th call, as in DeepSpeed.
+        self._deepspeed_schedule = bool(deepspeed_schedule)
         self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
         self._lib.onebit_adam_auto_freeze_decide.restype = ctypes.c_int64
+        self._lib.onebit_adam_step_bound.restype = ctypes.c_float
         auto = freeze_step == "auto"
         if not auto and (not isinstance(freeze_step, int) or freeze_step < 0):
             raise ValueError(f"OnebitAdam: freeze_step must be a step (an int >= 0) or 'auto', not {freeze_step!r}")
@@ -205,8 +317,13 @@ class OnebitAdam(_FlatOptimizer):
         self._m_before = self._zeros()  # the momentum before a compressed step, to undo a failed one
         self._v_then = self._zeros() if self._auto is not None else None  # "auto": v at the last measurement
         self._name = name
-        tag(self._m, name)
         self._step = 0
+        self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
+        self._own_tag(self._m, name)
+
+    def _agree_on_schedule(self):
+        self._agree(parameters=self._total, groups=len(self.param_groups), step=self._step,
+                    freeze_step=self._freeze_step)
 
     def _config(self, group):
         return _AdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
@@ -266,6 +383,9 @@ class OnebitAdam(_FlatOptimizer):
     def step(self, closure=None):
         loss = self._take_gradients(closure)
         lib = self._lib
+        if self._deepspeed_schedule and self._step == 0:
+            self._step = 1  # DeepSpeed's initialising call: counted, nothing moves
+            return loss
         if not self.compressing:
             self._average_gradients()
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
@@ -279,6 +399,8 @@ class OnebitAdam(_FlatOptimizer):
                                                         _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
                                                         ctypes.c_size_t(hi - lo)))
         else:
+            if self._step == self._freeze_step:
+                self._report_freeze(self._step, self._v)
             self._m_before.copy_(self._m)
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 if self._device.type == "cuda":
@@ -287,13 +409,15 @@ class OnebitAdam(_FlatOptimizer):
                 _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
                                                           _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
             try:
-                self._average_tagged(self._m)  # compressed
+                self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:
                 self._m.copy_(self._m_before)  # a failed step changes nothing
                 raise
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 if self._device.type == "cuda":
-                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
+                    bound = lib.onebit_adam_step_bound(ctypes.c_float(group["betas"][0]),
+                                                       ctypes.c_float(group["betas"][1]))
+                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi], bound)
                     continue
                 _check(lib, lib.onebit_adam_apply_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
@@ -324,20 +448,36 @@ class OnebitAdam(_FlatOptimizer):
             self._v_then.copy_(saved["v_then"])
             self.variance_changes = list(saved["variance_changes"])
         self._load_error_state(saved["worker_error"], saved["server_error"])
+        self._agree_on_schedule()
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
-        untag(self._m)
+        self._drop_tag()
 
 
-# The C core's rule (plugin/optim/onebit_adam.cc) as torch operations, for CUDA parameters.
+def _untag_address(address):
+    """Untags whatever is tagged at `address` (an optimizer's buffer, at its close or collection)."""
+    lib = _library()
+    lib.onebit_untag(ctypes.c_void_p(address))  # an address no longer tagged is not an error worth raising here
+    _tags.pop(address, None)
+
+
+# The C core's rule (plugin/optim/onebit_adam.cc, dormant elements included) as torch operations,
+# for CUDA parameters.
 def _momentum_on_device(group, m, g):
     beta1 = group["betas"][0]
     m.mul_(beta1).add_(g, alpha=1.0 - beta1)
 
 
-def _apply_on_device(group, p, m, v):
-    update = m / v.sqrt().add_(group["eps"])
+def _apply_on_device(group, p, m, v, bound=None):
+    """Warmup's update (bound None), or the compression stage's under the frozen-variance rules
+    (onebit.h): dormant elements' m zeroed, the direction clipped to Adam's own largest step."""
+    root = v.sqrt()
+    if bound is not None:
+        m.masked_fill_(root <= group["eps"], 0.0)
+    update = m / root.add_(group["eps"])
+    if bound is not None:
+        update.clamp_(-bound, bound)
     if group["weight_decay"]:
         update.add_(p, alpha=group["weight_decay"])
     p.add_(update, alpha=-group["lr"])

@@ -64,7 +64,14 @@ class ZeroOneAdam(_FlatOptimizer):
         self._p_sync = self._zeros()  # the parameters at the last sync
         self._lrs = [ctypes.c_float(0.0) for _ in self.param_groups]
         self._name = name
-        tag(self._u, name)
+        self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
+        self._own_tag(self._u, name)
+
+    def _agree_on_schedule(self):
+        var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper = self._schedule_config
+        self._agree(parameters=self._total, groups=len(self.param_groups), step=self._schedule.step,
+                    var_freeze_step=var_freeze_step, var_update_scaler=var_update_scaler,
+                    local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
 
     def _config(self, group):
         return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
@@ -105,7 +112,8 @@ class ZeroOneAdam(_FlatOptimizer):
                 averaged = self._grad
             else:
                 self._u.copy_(self._grad)
-                self._average_tagged(self._u)  # compressed; a failure has changed nothing else
+                # compressed; a failure has changed nothing else
+                self._average_tagged(self._u, self._schedule.step, "a compressed-gradient step of the variance stage")
                 averaged = self._u
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
                 _check(lib, lib.onebit_zero_one_adam_gradient_step(
@@ -121,7 +129,7 @@ class ZeroOneAdam(_FlatOptimizer):
                     _check(lib, lib.onebit_zero_one_adam_sync_begin(
                         ctypes.byref(self._config(group)), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
                         self._lrs[index], ctypes.c_size_t(hi - lo)))
-                self._average_tagged(self._u)  # compressed
+                self._average_tagged(self._u, self._schedule.step, "a sync step of the local-step stage")
             except RuntimeError:
                 self._flat.copy_(before[0])  # a failed step changes nothing
                 self._m.copy_(before[1])
@@ -138,6 +146,7 @@ class ZeroOneAdam(_FlatOptimizer):
         _check(lib, lib.onebit_zero_one_adam_advance(ctypes.byref(self._config(self.param_groups[0])),
                                                      ctypes.byref(self._schedule)))
         if entering_local_stage:
+            self._report_freeze(self._schedule.step, self._v)
             # The tagged buffer carries u from now on: zero, with its error feedback started afresh.
             untag(self._u)
             self._u.zero_()
@@ -167,7 +176,8 @@ class ZeroOneAdam(_FlatOptimizer):
         self._p_sync.copy_(saved["params_at_sync"])
         for l, value in zip(self._lrs, saved["lrs"]):
             l.value = value
+        self._agree_on_schedule()
 
     def close(self):
         """Untags the buffer (frees its error-feedback state)."""
-        untag(self._u)
+        self._drop_tag()

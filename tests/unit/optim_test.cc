@@ -1,11 +1,21 @@
-// 1-bit Adam's arithmetic (plugin/optim): the phase boundary and each update, element by element,
-// against the formulas of algorithm.md written out here in the same fp32 operations.
+// The optimizers' arithmetic (plugin/optim): 1-bit Adam's phase boundary and each update, element by
+// element, against the formulas of algorithm.md written out here in the same fp32 operations; the
+// frozen-variance rules (plugin/optim/frozen_variance.h: dormant elements, Adam's step bound) in
+// every step that divides by a variance it no longer updates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
+#include <string>
 #include <vector>
 
+#include "onebit/onebit.h"
+#include "onebit/optimizer_report.hpp"
+#include "plugin/optim/frozen_variance.h"
 #include "plugin/optim/onebit_adam.h"
+#include "plugin/optim/onebit_lamb.h"
+#include "plugin/optim/zero_one_adam.h"
 
 namespace onebit::optim {
 namespace {
@@ -46,6 +56,172 @@ TEST(OnebitAdam, UpdatesFollowTheFormulas) {
     EXPECT_EQ(p[i], p2[i]);
     EXPECT_EQ(v[i], frozen[i]);
   }
+}
+
+// Adam's own steps never exceed the bound, whatever the gradients: 200 steps of Adam from zero on
+// gradients that swing over 12 orders of magnitude and vanish, for several betas; and the bound is
+// nearly reached (a gradient that grows geometrically at the rate that makes Cauchy–Schwarz tight).
+TEST(FrozenVariance, AdamStaysWithinItsStepBound) {
+  const float betas[][2] = {{0.9f, 0.999f}, {0.8f, 0.99f}, {0.0f, 0.9f}, {0.5f, 0.3f}};
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> exponent(-12.0f, 0.0f), coin(0.0f, 1.0f);
+  for (const auto& b : betas) {
+    const double bound = adam_step_bound(b[0], b[1]);
+    double largest = 0;
+    for (int trial = 0; trial < 50; ++trial) {
+      double m = 0, v = 0;
+      for (int t = 0; t < 200; ++t) {
+        const double g = coin(rng) < 0.3 ? 0.0 : (coin(rng) < 0.5 ? -1 : 1) * std::pow(10.0, exponent(rng));
+        m = b[0] * m + (1 - b[0]) * g;
+        v = b[1] * v + (1 - b[1]) * g * g;
+        if (v > 0) largest = std::max(largest, std::fabs(m) / std::sqrt(v));
+      }
+    }
+    EXPECT_LE(largest, bound * (1 + 1e-6)) << "betas " << b[0] << ", " << b[1];
+    // The tight case (Cauchy–Schwarz's equality): g changes by β2/β1 a step, all of one sign.
+    if (b[0] > 0) {
+      const double rate = static_cast<double>(b[1]) / b[0];
+      double m = 0, v = 0, g = rate > 1 ? 1e-30 : 1e30;
+      for (int t = 0; t < 5000 && g >= 1e-30 && g <= 1e30; ++t) {
+        m = b[0] * m + (1 - b[0]) * g;
+        v = b[1] * v + (1 - b[1]) * g * g;
+        g *= rate;
+      }
+      EXPECT_GT(std::fabs(m) / std::sqrt(v), 0.99 * bound) << "betas " << b[0] << ", " << b[1];
+    }
+  }
+  EXPECT_NEAR(adam_step_bound(0.9f, 0.999f), 7.2703, 1e-3);
+  EXPECT_EQ(adam_step_bound(0.0f, 0.99f), static_cast<float>(1.0 / std::sqrt(1.0 - static_cast<double>(0.99f))));
+  EXPECT_TRUE(std::isinf(adam_step_bound(0.99f, 0.9f)));  // β1² ≥ β2: Adam has no bound, nor do we
+  EXPECT_EQ(onebit_adam_step_bound(0.9f, 0.999f), adam_step_bound(0.9f, 0.999f));
+}
+
+// v = {0, eps² / 4, 4·eps², 0.01}: the first two are dormant (√v ≤ eps), the last two are not — the
+// third only just (√v = 2·eps): the floor is eps itself, not "exactly zero". The third's direction
+// 0.37 / 3e-4 is far past Adam's bound (7.27): clipped; the fourth's, 0.37 / 0.1001, is not.
+constexpr float kEps = 1e-4f;
+const std::vector<float> kFrozen = {0.0f, kEps * kEps / 4, 4 * kEps * kEps, 0.01f};
+const std::vector<float> kCompressed = {0.37f, -0.37f, 0.37f, -0.37f};  // ±scale, as a 1-bit average is
+
+float bound_of(float beta1, float beta2) { return adam_step_bound(beta1, beta2); }
+
+TEST(FrozenVariance, DormantCountedByTheCAbi) {
+  std::size_t count = 99;
+  ASSERT_EQ(onebit_dormant_count(kFrozen.data(), kFrozen.size(), kEps, &count), ONEBIT_SUCCESS);
+  EXPECT_EQ(count, 2u);
+  ASSERT_EQ(onebit_dormant_count(kFrozen.data(), 0, kEps, &count), ONEBIT_SUCCESS);
+  EXPECT_EQ(count, 0u);
+  EXPECT_EQ(onebit_dormant_count(kFrozen.data(), kFrozen.size(), 0.0f, &count), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("eps 0"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_dormant_count(nullptr, 3, kEps, &count), ONEBIT_INVALID_ARGUMENT);
+}
+
+// The line rank 0 prints at the freeze (the Python shims print the same words).
+TEST(FrozenVariance, FreezeReportNamesTheDormantElementsByGroup) {
+  const std::vector<float> live = {0.5f, 0.25f};
+  EXPECT_EQ(freeze_report("onebit::OnebitAdam", 3, {{kFrozen.data(), kFrozen.size(), kEps}, {live.data(), 2, kEps}}),
+            "onebit: onebit::OnebitAdam: variance frozen from step 3; 2 of 6 elements are dormant (sqrt(v) <= eps: no "
+            "gradient reached them) and take no momentum step, only weight decay: group 0 (2 of 4)");
+  EXPECT_EQ(freeze_report("x", 7, {{live.data(), 2, kEps}}), "onebit: x: variance frozen from step 7; 0 of 2 elements are dormant");
+  try {
+    freeze_report("x", 0, {{kFrozen.data(), kFrozen.size(), 0.0f}});
+    ADD_FAILURE() << "eps 0 was accepted";
+  } catch (const CallError& error) {
+    EXPECT_EQ(error.code(), ONEBIT_INVALID_ARGUMENT);
+  }
+}
+
+TEST(FrozenVariance, OnebitAdamHoldsDormantAndClipsTheRest) {
+  const AdamConfig c{0.01f, 0.9f, 0.999f, kEps, 0.1f, 0};
+  const float bound = bound_of(c.beta1, c.beta2);
+  std::vector<float> p = {1.0f, -2.0f, 0.5f, 3.0f}, m = kCompressed;
+  const std::vector<float> p0 = p;
+  apply_step(c, p.data(), m.data(), kFrozen.data(), p.size());
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(m[i], 0.0f) << i;
+    EXPECT_EQ(p[i], p0[i] - c.lr * (0.0f + c.weight_decay * p0[i])) << i;
+  }
+  EXPECT_EQ(m[2], kCompressed[2]);  // the momentum is kept; only the step is bounded
+  EXPECT_EQ(p[2], p0[2] - c.lr * (bound + c.weight_decay * p0[2]));
+  const float direction = kCompressed[3] / (std::sqrt(kFrozen[3]) + kEps);
+  ASSERT_LT(std::fabs(direction), bound);
+  EXPECT_EQ(p[3], p0[3] - c.lr * (direction + c.weight_decay * p0[3]));
+}
+
+TEST(FrozenVariance, ZeroOneAdamOnlyWhereVarianceIsKept) {
+  onebit_zero_one_adam_config_t c{0.01f, 0.9f, 0.999f, kEps, 0.1f, 100, 16, 32678, 16};
+  const float bound = bound_of(c.beta1, c.beta2);
+  const std::vector<float> g = kCompressed;
+  std::vector<float> p = {1.0f, -2.0f, 0.5f, 3.0f}, m(4, 0.0f), v = kFrozen;
+  // A variance step is Adam's: v takes the gradient, nothing is masked or clipped.
+  std::vector<float> p0 = p;
+  zero_one_adam::gradient_step(c, p.data(), m.data(), v.data(), g.data(), 4, true);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(m[i], (1.0f - c.beta1) * g[i]) << i;
+    EXPECT_EQ(p[i], p0[i] - c.lr * (m[i] / (std::sqrt(v[i]) + c.eps) + c.weight_decay * p0[i])) << i;
+  }
+  // A compressed step keeps v: the dormant elements' momentum is 0 (weight decay alone), the
+  // third's direction is clipped.
+  v = kFrozen;
+  p0 = p;
+  zero_one_adam::gradient_step(c, p.data(), m.data(), v.data(), g.data(), 4, false);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(m[i], 0.0f) << i;
+    EXPECT_EQ(p[i], p0[i] - c.lr * (0.0f + c.weight_decay * p0[i])) << i;
+  }
+  EXPECT_EQ(p[2], p0[2] - c.lr * (bound + c.weight_decay * p0[2]));
+  // Local steps, then a sync: a dormant element keeps the p of its local steps and ignores u's
+  // average; the third moves from p_sync at most lrs·(C + wd·|p_sync|); the fourth as written.
+  std::vector<float> u(4, 0.0f), p_sync = p;
+  float lrs = 0.0f;
+  p0 = p;
+  zero_one_adam::local_step(c, p.data(), m.data(), v.data(), u.data(), &lrs, g.data(), 4);
+  EXPECT_EQ(m[0], 0.0f);
+  EXPECT_EQ(p[0], p0[0] - c.lr * (0.0f + c.weight_decay * p0[0]));
+  EXPECT_EQ(p[2], p0[2] - c.lr * (bound + c.weight_decay * p0[2]));
+  const std::vector<float> after_local = p;
+  zero_one_adam::sync_begin(c, u.data(), v.data(), lrs, 4);
+  u = {0.37f, -0.37f, 0.37f, -0.0037f};  // what a compressed average returns
+  const std::vector<float> averaged = u;
+  zero_one_adam::sync_end(c, p.data(), p_sync.data(), m.data(), u.data(), v.data(), &lrs, 4);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(p[i], after_local[i]) << i;
+    EXPECT_EQ(p_sync[i], after_local[i]) << i;
+    EXPECT_EQ(m[i], 0.0f) << i;
+  }
+  const float reach = c.lr * (bound + c.weight_decay * std::fabs(p0[2]));
+  EXPECT_EQ(p[2], p0[2] + reach);
+  EXPECT_EQ(p[3], p0[3] + averaged[3] / (std::sqrt(v[3]) + c.eps));
+  EXPECT_EQ(p_sync[3], p[3]);
+}
+
+TEST(FrozenVariance, OnebitLambLeavesDormantOutOfTheFactor) {
+  onebit_lamb_config_t c{0.01f, 0.9f, 0.999f, kEps, 0.0f, 0, 10.0, 0.01, 0.9, 4.0, 0.5, 0.5};
+  onebit_lamb_layer_t layer{1.0, 1.0, 1.0, 1.0};
+  // The dormant elements' fresh variance falls to 0, which would make their ratio (√v+ε)/ε up to
+  // 1.5 and raise the whole layer's factor; the live ones' fresh variance follows the rebuilt ±3.7.
+  std::vector<float> p = {1.0f, -2.0f, 0.5f, 3.0f}, m = kCompressed, m_last(4, 0.0f), fresh(4, 0.0f);
+  const std::vector<float> p0 = p;
+  lamb::apply_step(c, layer, p.data(), m.data(), m_last.data(), kFrozen.data(), fresh.data(), 4);
+  EXPECT_EQ(m[0], 0.0f);
+  EXPECT_EQ(m[1], 0.0f);
+  EXPECT_EQ(fresh[0], 0.0f);  // the rebuilt gradient of a dormant element is 0
+  EXPECT_EQ(p[0], p0[0]);     // no weight decay here: it does not move
+  EXPECT_EQ(p[1], p0[1]);
+  // The factor is the live elements' max((√v+ε)/(√v_fresh+ε)) (0.855), within factor_min 0.5.
+  float live = 0.0f;
+  for (std::size_t i = 2; i < 4; ++i) live = std::max(live, (std::sqrt(kFrozen[i]) + kEps) / (std::sqrt(fresh[i]) + kEps));
+  EXPECT_EQ(layer.last_factor, std::max(0.5, static_cast<double>(live)));
+  const float step = static_cast<float>(static_cast<double>(c.lr) * layer.lamb_coeff);
+  for (std::size_t i = 2; i < 4; ++i) {  // not clipped: LAMB takes the dormant rule only
+    EXPECT_EQ(p[i], p0[i] - step * (kCompressed[i] / (std::sqrt(kFrozen[i]) + kEps))) << i;
+  }
+  // All dormant: the factor is 1.
+  onebit_lamb_layer_t asleep{1.0, 1.0, 1.0, 1.0};
+  std::vector<float> q = {1.0f, 2.0f}, mq = {0.3f, -0.3f}, lq(2, 0.0f), fq(2, 0.0f), vq(2, 0.0f);
+  lamb::apply_step(c, asleep, q.data(), mq.data(), lq.data(), vq.data(), fq.data(), 2);
+  EXPECT_EQ(asleep.last_factor, 1.0);
+  EXPECT_EQ(q[0], 1.0f);
 }
 
 }  // namespace

@@ -1,0 +1,384 @@
+"""What a real training job throws at onebit's optimizers (issue 25), 2 ranks of real
+torch.distributed each:
+
+  mlp-adam, mlp-lamb, mlp-zero_one
+      A 4-layer ReLU MLP (1024 -> 512 -> 512 -> 512 -> 1024), one fixed batch of 16 per rank, DDP
+      with onebit.ddp_comm_hook, the variance frozen after step 3: units dead on the batch leave
+      elements with v = 0 (dormant, onebit.h). Before the dormant rule the loss reached 1e32 and
+      NaN within 4 steps of the freeze. Now: 40 finite steps, the loss falls, both ranks bitwise
+      equal, rank 0 names the dormant elements in one line.
+  disagree      ONEBIT_FREEZE_STEP 1 on rank 0 and 3 on rank 1: every rank's constructor refuses,
+                naming freeze_step and both values (before: both waited in different all_reduces).
+  foreign-hook  onebit.ddp_comm_hook registered with torch.optim.Adam: the backward pass fails naming it.
+  no-hook       DDP without the hook: correct (ranks bitwise equal) and rank 0 warns once that the
+                gradients arrive averaged, naming the fp32 bytes DDP goes on sending.
+  no-sync       Gradient accumulation with DDP's no_sync(): bitwise the run without DDP that
+                accumulates the same two micro-batches by hand.
+  autocast      torch.autocast(bfloat16) forward passes: trains, ranks bitwise equal; bfloat16
+                parameters and parameters that require no grad are refused by name.
+  none-grads    A head that gets no gradient on some steps on rank 0 only: ranks stay bitwise equal,
+                and equal the run that passes zeros instead (the documented rule).
+  nan           A NaN gradient on rank 1 in the compression stage: every rank's step fails naming
+                the step, the stage and the likely causes; nothing changed.
+  deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
+                with freeze_step 3 on the same gradients less the first call's.
+
+    PYTHON tests/python/training_hazards_check.py BUILD_DIR [preload|onebit] [MODE ...]
+
+"preload" (the default): Debian's torch with libonebit-preload.so under gloo; "onebit": pip's torch
+with the onebit backend (exit 77, a skip, where that torch has no c10d Backend class).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+WORLD, FREEZE, MLP_STEPS = 2, 3, 40
+MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "foreign-hook", "no-hook", "no-sync", "autocast",
+         "none-grads", "nan", "deepspeed")
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def require(condition, what):
+    """A check that stays under python -O (a bare assert would vanish)."""
+    if not condition:
+        raise CheckFailed(what)
+
+
+def rank_main(mode, door, rank, store, out):
+    import torch
+    import torch.distributed as dist
+    import onebit
+    if door == "onebit":
+        onebit.register_backend()
+    dist.init_process_group("onebit" if door == "onebit" else "gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=WORLD)
+    torch.manual_seed(0)
+    try:
+        CASES[mode.split("-")[0] if mode.startswith("mlp") else mode](mode, rank, torch, dist, onebit, out)
+    except CheckFailed as failure:
+        print(f"rank {rank}: FAIL: {mode}: {failure}", file=sys.stderr, flush=True)
+        sys.exit(4)
+    dist.destroy_process_group()
+
+
+def flat(model):
+    import torch
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def same_on_every_rank(torch, dist, tensor, what):
+    """Bitwise: every rank's copy of `tensor` equals rank 0's (broadcast, exact)."""
+    theirs = tensor.clone()
+    dist.broadcast(theirs, 0)
+    require(torch.equal(theirs, tensor), f"{what}: this rank differs from rank 0 (max |diff| "
+                                         f"{(theirs - tensor).abs().max().item():.3g})")
+
+
+def make_optimizer(onebit, kind, params, freeze=FREEZE):
+    if kind == "adam":
+        return onebit.OnebitAdam(params, lr=1e-4, freeze_step=freeze)
+    if kind == "lamb":
+        return onebit.OnebitLamb(params, lr=1e-3, freeze_step=freeze)
+    return onebit.ZeroOneAdam(params, lr=1e-4, var_freeze_step=freeze, local_step_clipper=4)
+
+
+def mlp_case(mode, rank, torch, dist, onebit, out):
+    kind = mode.split("-", 1)[1]
+    torch.manual_seed(0)
+    layers = []
+    for a, b in ((1024, 512), (512, 512), (512, 512)):
+        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
+    model = torch.nn.Sequential(*layers, torch.nn.Linear(512, 1024))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = make_optimizer(onebit, kind, ddp.parameters())
+    ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    generator = torch.Generator().manual_seed(10 + rank)
+    x = torch.rand(16, 1024, generator=generator)  # one fixed batch; non-negative inputs leave units dead on it
+    y = torch.rand(16, 1024, generator=generator)
+    losses = []
+    for _ in range(MLP_STEPS):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    mean = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(mean)
+    mean = (mean / WORLD).tolist()
+    require(all(v == v and abs(v) < 1e6 for v in mean), f"{kind}: losses not finite: {mean}")
+    require(mean[-1] < 0.5 * mean[0], f"{kind}: the loss did not fall by half: {mean[0]:.4f} -> {mean[-1]:.4f}")
+    require(min(mean[FREEZE + 1:]) < mean[FREEZE], f"{kind}: no progress in the compression stage: {mean}")
+    require(optimizer.dormant_elements and optimizer.dormant_elements > 0,
+            f"{kind}: no dormant element: the case does not test the rule ({optimizer.dormant_elements})")
+    same_on_every_rank(torch, dist, flat(model), f"{kind}: parameters after {MLP_STEPS} steps")
+    if rank == 0:
+        print(f"{kind}: losses {mean[0]:.4f} -> {mean[FREEZE]:.4f} (freeze) -> {mean[-1]:.4f}; "
+              f"{optimizer.dormant_elements} dormant elements", flush=True)
+
+
+def disagree_case(mode, rank, torch, dist, onebit, out):
+    model = torch.nn.Linear(8, 4)
+    for kind in ("adam", "lamb"):
+        try:
+            make_optimizer(onebit, kind, model.parameters(), freeze=5)
+        except RuntimeError as error:
+            text = str(error)
+            require("disagree on freeze_step" in text and "rank 0: 1" in text and "rank 1: 3" in text,
+                    f"{kind}: the error does not name freeze_step and both values: {text}")
+            continue
+        raise CheckFailed(f"{kind}: ranks with ONEBIT_FREEZE_STEP 1 and 3 were accepted")
+
+
+def foreign_hook_case(mode, rank, torch, dist, onebit, out):
+    model = torch.nn.Linear(8, 4)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp.register_comm_hook(torch.optim.Adam(model.parameters()), onebit.ddp_comm_hook)
+    try:
+        ddp(torch.ones(2, 8)).sum().backward()
+    except (TypeError, RuntimeError) as error:
+        require("register it with the optimizer" in str(error), f"unclear error: {error}")
+        return
+    raise CheckFailed("the hook ran with torch.optim.Adam as its state")
+
+
+def no_hook_case(mode, rank, torch, dist, onebit, out):
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = onebit.OnebitAdam(ddp.parameters(), lr=1e-2, freeze_step=FREEZE)
+    generator = torch.Generator().manual_seed(20 + rank)
+    x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 2, generator=generator)
+    for _ in range(8):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(ddp(x), y).backward()
+        optimizer.step()
+    same_on_every_rank(torch, dist, flat(model), "DDP without the hook")
+
+
+def accumulate(torch, dist, onebit, rank, use_ddp):
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    wrapped = torch.nn.parallel.DistributedDataParallel(model) if use_ddp else model
+    optimizer = onebit.OnebitAdam(wrapped.parameters(), lr=1e-2, freeze_step=FREEZE)
+    if use_ddp:
+        wrapped.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    generator = torch.Generator().manual_seed(30 + rank)
+    for _ in range(8):
+        batches = [(torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)) for _ in range(2)]
+        optimizer.zero_grad()
+        for i, (x, y) in enumerate(batches):
+            if use_ddp and i == 0:
+                with wrapped.no_sync():
+                    torch.nn.functional.mse_loss(wrapped(x), y).backward()
+            else:
+                torch.nn.functional.mse_loss(wrapped(x), y).backward()
+        optimizer.step()
+    optimizer.close()
+    return flat(model)
+
+
+def no_sync_case(mode, rank, torch, dist, onebit, out):
+    with_ddp = accumulate(torch, dist, onebit, rank, True)
+    by_hand = accumulate(torch, dist, onebit, rank, False)
+    require(torch.equal(with_ddp, by_hand), "no_sync() accumulation differs from accumulating by hand "
+                                            f"(max |diff| {(with_ddp - by_hand).abs().max().item():.3g})")
+    same_on_every_rank(torch, dist, with_ddp, "no_sync() accumulation")
+
+
+def autocast_case(mode, rank, torch, dist, onebit, out):
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2))
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = onebit.OnebitAdam(ddp.parameters(), lr=1e-2, freeze_step=FREEZE)
+    ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    generator = torch.Generator().manual_seed(40 + rank)
+    x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 2, generator=generator)
+    losses = []
+    for _ in range(12):
+        optimizer.zero_grad()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out_ = ddp(x)
+        loss = torch.nn.functional.mse_loss(out_.float(), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    require(all(v == v for v in losses) and losses[-1] < losses[0], f"autocast: the loss did not fall: {losses}")
+    same_on_every_rank(torch, dist, flat(model), "autocast")
+    refusals = (([torch.nn.Parameter(torch.zeros(3, dtype=torch.bfloat16))], "float32, not torch.bfloat16"),
+                ([torch.nn.Parameter(torch.zeros(3)), torch.nn.Parameter(torch.zeros(2), requires_grad=False)],
+                 "parameter 1 of group 0 (shape (2,)) does not require grad"))
+    for params, words in refusals:
+        try:
+            onebit.OnebitAdam(params)
+        except ValueError as error:
+            require(words in str(error), f"the refusal does not say '{words}': {error}")
+            continue
+        raise CheckFailed(f"accepted what should be refused ({words})")
+
+
+def heads(torch, dist, onebit, rank, zeros_for_none):
+    torch.manual_seed(4)
+    trunk, a, b = torch.nn.Linear(16, 32), torch.nn.Linear(32, 2), torch.nn.Linear(32, 2)
+    params = list(trunk.parameters()) + list(a.parameters()) + list(b.parameters())
+    optimizer = onebit.OnebitAdam(params, lr=1e-2, weight_decay=0.01, freeze_step=FREEZE)
+    generator = torch.Generator().manual_seed(50 + rank)
+    for step in range(10):
+        x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        h = torch.tanh(trunk(x))
+        skip_b = rank == 0 and step % 2 == 1  # head b unused on rank 0 at odd steps: its grads stay None
+        out_ = a(h) if skip_b else a(h) + b(h)
+        torch.nn.functional.mse_loss(out_, y).backward()
+        if zeros_for_none:
+            for p in b.parameters():
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        optimizer.step()
+    optimizer.close()
+    return torch.cat([p.detach().reshape(-1) for p in params])
+
+
+def none_grads_case(mode, rank, torch, dist, onebit, out):
+    with_none = heads(torch, dist, onebit, rank, False)
+    with_zeros = heads(torch, dist, onebit, rank, True)
+    require(torch.equal(with_none, with_zeros), "None gradients are not taken as zeros")
+    same_on_every_rank(torch, dist, with_none, "None gradients on one rank")
+
+
+def nan_case(mode, rank, torch, dist, onebit, out):
+    torch.manual_seed(5)
+    model = torch.nn.Linear(64, 8)
+    optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-2, freeze_step=FREEZE)
+    generator = torch.Generator().manual_seed(60 + rank)
+    for step in range(FREEZE + 2):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(torch.randn(4, 64, generator=generator)), torch.zeros(4, 8)).backward()
+        if step < FREEZE + 1:
+            optimizer.step()
+            continue
+        if rank == 1:
+            model.weight.grad[0, 0] = float("nan")
+        before = flat(model).clone()
+        state = optimizer.state_dict()["onebit"]
+        try:
+            optimizer.step()
+        except RuntimeError as error:
+            text = str(error)
+            for words in (f"OnebitAdam step {FREEZE + 1}", f"compression stage since step {FREEZE}", "NaN or Inf",
+                          "learning rate too high", "A step fails on NaN or Inf"):
+                require(words in text, f"the error does not say '{words}': {text}")
+            require(torch.equal(flat(model), before), "the failed step moved the parameters")
+            require(torch.equal(optimizer.state_dict()["onebit"]["m"], state["m"]), "the failed step changed m")
+            return
+        raise CheckFailed("a NaN gradient in the compression stage did not fail the step")
+
+
+def deepspeed_case(mode, rank, torch, dist, onebit, out):
+    """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
+    gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
+    def run(deepspeed, freeze, skip_first):
+        torch.manual_seed(6)
+        model = torch.nn.Linear(16, 4)
+        optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-2, freeze_step=freeze, deepspeed_schedule=deepspeed,
+                                      name=f"ds{int(deepspeed)}")
+        generator = torch.Generator().manual_seed(70 + rank)
+        batches = [(torch.randn(8, 16, generator=generator), torch.randn(8, 4, generator=generator)) for _ in range(10)]
+        stages = []
+        for x, y in batches[1:] if skip_first else batches:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            stages.append(optimizer.compressing)
+            optimizer.step()
+        optimizer.close()
+        return flat(model), stages
+    ours, ours_stages = run(False, 3, True)
+    theirs, theirs_stages = run(True, 4, False)
+    require(theirs_stages == [False] * 4 + [True] * 6, f"deepspeed_schedule stages: {theirs_stages}")
+    require(torch.equal(ours, theirs), "deepspeed_schedule=True, freeze_step 4 differs from freeze_step 3 without "
+                                       "the first call")
+    try:
+        onebit.OnebitAdam(torch.nn.Linear(2, 2).parameters(), freeze_step="auto", deepspeed_schedule=True)
+    except ValueError as error:
+        require("fixed freeze_step" in str(error), f"unclear refusal: {error}")
+    else:
+        raise CheckFailed("deepspeed_schedule with freeze_step='auto' was accepted")
+
+
+CASES = {"mlp": mlp_case, "disagree": disagree_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case,
+         "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
+         "deepspeed": deepspeed_case}
+
+
+def run(mode, door, build, tmp):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1")
+    env.pop("ONEBIT_FREEZE_STEP", None)
+    if door == "preload":
+        env["LD_PRELOAD"] = os.path.join(build, "libonebit-preload.so")
+    else:
+        env["ONEBIT_LIBRARY"] = os.path.join(build, "libonebit.so")
+    store = os.path.join(tmp, f"store-{mode}")
+    procs = []
+    for rank in range(WORLD):
+        rank_env = dict(env, ONEBIT_FREEZE_STEP=str(1 + 2 * rank)) if mode == "disagree" else env
+        procs.append(subprocess.Popen([sys.executable, __file__, "rank", mode, door, str(rank), store, tmp],
+                                      env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=600) for p in procs]
+    return [p.returncode for p in procs], outputs
+
+
+def check_logs(mode, outputs):
+    """What rank 0 (and only rank 0) says: the freeze line, the DDP warning."""
+    err0, err1 = outputs[0][1], outputs[1][1]
+    if mode.startswith("mlp"):
+        require("elements are dormant (sqrt(v) <= eps" in err0, f"rank 0 did not name the dormant elements:\n{err0}")
+        require("variance frozen" not in err1, "rank 1 printed the freeze line too")
+    if mode == "no-hook":
+        require("arrived already averaged" in err0 and "MB of fp32 gradients" in err0,
+                f"DDP without the hook: no warning on rank 0:\n{err0}")
+        require(err0.count("arrived already averaged") == 1, "the warning came more than once")
+    if mode in ("no-sync", "autocast", "mlp-adam"):
+        require("arrived already averaged" not in err0, f"{mode}: a false warning:\n{err0}")
+
+
+def main():
+    if len(sys.argv) == 7 and sys.argv[1] == "rank":
+        rank_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+        return 0
+    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
+        print(__doc__)
+        return 2
+    build = os.path.abspath(sys.argv[1])
+    door = sys.argv[2] if len(sys.argv) > 2 else "preload"
+    modes = sys.argv[3:] or MODES
+    import torch
+    if door == "onebit" and not hasattr(torch._C._distributed_c10d, "Backend"):
+        print(f"SKIP: torch {torch.__version__} has no c10d Backend class (the onebit backend needs torch >= 2.0)")
+        return 77
+    print(f"torch {torch.__version__}, door {door}", flush=True)
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            codes, outputs = run(mode, door, build, tmp)
+            try:
+                require(codes == [0] * WORLD, f"exit codes {codes}")
+                check_logs(mode, outputs)
+            except CheckFailed as failure:
+                failed.append(mode)
+                print(f"FAIL: {mode}: {failure}")
+                for rank, (stdout, stderr) in enumerate(outputs):
+                    print(f"--- rank {rank}\n{stdout[-2000:]}{stderr[-4000:]}")
+                continue
+            print(f"ok: {mode} {outputs[0][0].strip()}", flush=True)
+    print(f"{len(modes) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
