@@ -17,6 +17,7 @@ at ONEBIT_ROOT, or at MASTER_ADDR (127.0.0.1 when unset) on a free port it publi
 The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
 package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
 """
+import atexit
 import ctypes
 import os
 import socket
@@ -68,7 +69,7 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         super().__init__(rank, size)
         self._lib = _library()
         self._rank, self._size = rank, size
-        self._gloo = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
+        self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
         self._comm = ctypes.c_void_p()
         config = _Config(int(timeout.total_seconds() * 1000), 0, None, None)
         root = _root_address(store, rank)
@@ -77,7 +78,33 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         self._lock = threading.Lock()  # forwarded-call counters
         self.forwarded_calls = 0
         self.forwarded_bytes = 0
+        self._final_stats = None  # stats() once released
         _backends.append(self)
+
+    @property
+    def _gloo(self):
+        if self._gloo_group is None:
+            raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
+        return self._gloo_group
+
+    def shutdown(self):
+        """Called by destroy_process_group: releases onebit's communicator and the inner gloo group
+        now, their threads joined while Python is whole — not at interpreter teardown, where a
+        gloo thread meeting a half-finalized interpreter ended finished jobs with SIGABRT
+        ("terminate called without an active exception")."""
+        self._release()
+
+    def _release(self):
+        with _release_lock:
+            if self._comm is None:
+                return
+            self._final_stats = self.stats()
+            comm, self._comm = self._comm, None
+            self._lib.onebit_comm_destroy(comm)
+            gloo, self._gloo_group = self._gloo_group, None
+            if hasattr(gloo, "shutdown"):
+                gloo.shutdown()
+            del gloo
 
     def getBackendName(self):
         return BACKEND_NAME
@@ -105,6 +132,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
             return self._gloo.allreduce(tensors, opts)
         dtype, op = verdict
         t = tensors[0]
+        if self._comm is None:
+            raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
         # Synchronous: the tensor is complete (or untouched, with the error raised) on return.
         _check(self._lib, self._lib.onebit_allreduce(self._comm, ctypes.c_void_p(t.data_ptr()),
                                                      ctypes.c_size_t(t.numel()), dtype, op))
@@ -158,13 +187,24 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         return self._gloo.recv_anysource(tensors, tag)
 
     def stats(self):
+        if self._comm is None:
+            return dict(self._final_stats)
         out = _CommStats()
         _check(self._lib, self._lib.onebit_comm_stats(self._comm, ctypes.byref(out)))
         return {name: getattr(out, name) for name, _ in _CommStats._fields_}
 
 
-_backends = []  # every live OnebitBackend of this process, for onebit.stats()
+_backends = []  # every OnebitBackend of this process, for onebit.stats() (released ones keep their counts)
+_release_lock = threading.Lock()
 _registered = False
+
+
+@atexit.register
+def _release_all():
+    """At interpreter exit, before its teardown: every backend not destroyed by then releases its
+    communicator and gloo group (see OnebitBackend.shutdown)."""
+    for backend in list(_backends):
+        backend._release()
 
 
 def register_backend():
