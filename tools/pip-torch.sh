@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A venv with the current PyTorch from PyPI, made the way docs/usage.md tells a user to make one
-# (python3 -m venv; pip install torch ./python), for the end-to-end tests that run against pip's
-# torch as well as Debian's. Reused while it imports (it is 5 GB: torch and its CUDA wheels); the
+# (python3 -m venv; pip install torch ./python; and safetensors), for the end-to-end tests that run
+# against pip's torch as well as Debian's. Reused while it imports (it is 5 GB: torch and its CUDA wheels); the
 # first run needs PyPI and a few minutes. Exit 77 with a message when PyPI cannot be reached, so
 # the tests that need it skip with that message instead of failing.
 #   tools/pip-torch.sh            # ONEBIT_PIP_TORCH_VENV, default /var/cache/onebit/pip-torch
@@ -19,5 +19,10 @@ if ! "$venv/bin/python" -W ignore -c "import torch, numpy, matplotlib" 2>/dev/nu
     exit 77
   fi
 fi
+# safetensors: parameter_moves_check.py saves tied weights with it (a venv made before it was
+# needed gains it here; without PyPI that one case skips, saying so).
+"$venv/bin/python" -W ignore -c "import safetensors" 2>/dev/null ||
+  "$venv/bin/pip" install -q --disable-pip-version-check safetensors ||
+  echo "tools/pip-torch.sh: could not install safetensors; its check will skip" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation ./python >/dev/null || exit 1
 echo "tools/pip-torch.sh: $("$venv/bin/python" -W ignore -c 'import torch; print("torch", torch.__version__)') in $venv"

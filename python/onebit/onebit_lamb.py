@@ -69,8 +69,9 @@ class OnebitLamb(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._m, name)
 
-    def _agree_on_schedule(self):
-        self._agree(parameters=self._total, layers=len(self._layers), step=self._step, freeze_step=self._freeze_step)
+    def _agree_on_schedule(self, step=None):
+        self._agree(parameters=self._total, layers=len(self._layers), step=self._step if step is None else step,
+                    freeze_step=self._freeze_step)
 
     def _config(self, group):
         coeff_beta, factor_max, factor_min, factor_threshold = self._factors
@@ -101,9 +102,7 @@ class OnebitLamb(_FlatOptimizer):
         for j, ((lo, hi), group) in enumerate(zip(self._slices, self._layer_groups)):
             yield ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = self._take_gradients(closure)
+    def _flat_step(self):
         lib = self._lib
         if not self.compressing:
             self._average_gradients()
@@ -131,7 +130,6 @@ class OnebitLamb(_FlatOptimizer):
                                                        _ptr(self._m_last[lo:]), _ptr(self._v[lo:]),
                                                        _ptr(self._v_fresh[lo:]), n))
         self._step += 1
-        return loss
 
     def state_dict(self):
         return self._state_dict_with(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
@@ -143,6 +141,7 @@ class OnebitLamb(_FlatOptimizer):
         if len(saved["layers"]) != len(self._layers):
             raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
                              f"this optimizer {len(self._layers)}")
+        self._agree_on_schedule(step=saved["step"])  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])
         self._step = saved["step"]
@@ -152,7 +151,6 @@ class OnebitLamb(_FlatOptimizer):
         for layer, values in zip(self._layers, saved["layers"]):
             for name, value in values.items():
                 setattr(layer, name, value)
-        self._agree_on_schedule()
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""

@@ -39,6 +39,8 @@ one per rank, load each into the same rank of a job of the same size, and traini
 for bit (docs/usage.md, "Restarting a job").
 """
 import ctypes
+import gc
+import struct
 import sys
 import weakref
 
@@ -66,11 +68,18 @@ def _ptr(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
 
 
+def _bits(value):
+    """A float64's bits as an int64: floats compared exactly in _agree's integer table."""
+    return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
 class _FlatOptimizer(torch.optim.Optimizer):
-    """What onebit's optimizers share: every parameter a view into one flat fp32 buffer (each group
-    a contiguous range of it, in param_groups order), a flat gradient buffer, the gradient average
-    of the full-precision steps, the tagged buffer's error-feedback state in state_dict(), and the
-    DDP hook's question: does the next step want averaged gradients?"""
+    """What onebit's optimizers share: one flat fp32 buffer of every parameter (each group a
+    contiguous range of it, in param_groups order) and one of their gradients, filled at every step
+    from the parameters as they are then and written back after it (the parameters own their
+    storage: frameworks that move or swap it, and safetensors, see ordinary tensors); the gradient
+    average of the full-precision steps; the tagged buffer's error-feedback state in state_dict();
+    and the DDP hook's question: does the next step want averaged gradients?"""
 
     def _flatten(self, who, process_group, cuda=True):
         self._who = who
@@ -108,7 +117,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._grad = self._zeros()
         for p, (lo, hi) in zip(self._params(), self._slices):
             self._flat[lo:hi].copy_(p.data.reshape(-1))
-            p.data = self._flat[lo:hi].view_as(p)
+        self._warned_no_gradient = False
 
     def _zeros(self):
         return torch.zeros(self._total, device=self._device)
@@ -117,7 +126,17 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """Tags `buffer` for as long as this optimizer lives: close() or the optimizer's collection
         untags it (before the buffer's memory is freed: a weakref callback runs before the
         instance's attributes are released), so that no later tensor at that address is taken as
-        tagged and no later optimizer under `name` inherits this one's error feedback."""
+        tagged and no later optimizer under `name` inherits this one's error feedback.
+
+        A name still tagged by a live buffer is refused. gc.collect() first lets an optimizer
+        dropped in a reference cycle go on every rank alike: otherwise a rank whose collector had
+        run would start the name afresh and one whose had not would move it, keeping its call
+        sequence, and the ranks' first compressed calls would not match."""
+        gc.collect()
+        holder = next((entry for entry in _tags.values() if entry[0] == name), None)
+        if holder is not None:
+            raise ValueError(f"{self._who}: the name {name!r} is tagged by another live buffer ({holder[1]} elements; "
+                             "another optimizer not closed?): close() it first, or pass name=...")
         tag(buffer, name)
         self._tag_release = weakref.finalize(self, _untag_address, buffer.data_ptr())
 
@@ -203,21 +222,42 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
 
-    def _take_gradients(self, closure):
-        """Runs the closure (if any) and gathers this rank's gradients into the flat buffer; the loss."""
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step: the closure (if any); the parameters' values and this rank's gradients into the
+        flat buffers; the optimizer's rule over them (_flat_step); the parameters written back."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._gather_gradients()
+        self._gather()
+        self._flat_step()
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            p.copy_(self._flat[lo:hi].view_as(p))
         return loss
 
-    def _gather_gradients(self):
-        for p, (lo, hi) in zip(self._params(), self._slices):
+    def _gather(self):
+        """The parameters as they are now — wherever a framework has put their storage since (a
+        .to() copy, swap_tensors) — and their gradients, into the flat buffers. A parameter moved
+        to another device, cast, or resized is an error naming it; none with a gradient, a warning."""
+        without_grad = 0
+        for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices)):
+            moved = p.device.type != self._device.type or (p.device.type == "cuda" and p.device != self._device)
+            if moved or p.dtype != torch.float32 or p.numel() != hi - lo:
+                raise RuntimeError(f"{self._who}: parameter {index} is now {p.dtype} on {p.device} with {p.numel()} "
+                                   f"elements; the optimizer was made for float32 on {self._device} with {hi - lo}: "
+                                   "make the optimizer after the model is moved or cast")
+            self._flat[lo:hi].copy_(p.reshape(-1))
             if p.grad is None:
                 self._grad[lo:hi].zero_()
+                without_grad += 1
             else:
                 self._grad[lo:hi].copy_(p.grad.reshape(-1))
+        if without_grad == len(self._slices) and not self._warned_no_gradient:
+            self._warned_no_gradient = True
+            print(f"onebit: WARNING: {self._who}: step() found no gradient on any of its {without_grad} parameters: "
+                  "were they replaced after the optimizer was made (load_state_dict(assign=True), a new model)? "
+                  "Make the optimizer from the parameters the model trains.", file=sys.stderr, flush=True)
 
     def _average_gradients(self):
         """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
@@ -311,6 +351,9 @@ class OnebitAdam(_FlatOptimizer):
             if self._lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), ctypes.c_int64(0)) < 0:
                 _check(self._lib, 1)
             self._freeze_step = _UNDECIDED
+        if self._deepspeed_schedule:
+            # DeepSpeed's freeze check skips its initialising call: F <= 2 all compress from call 3.
+            self._freeze_step = max(self._freeze_step, 2)
         self.variance_changes = []  # "auto": (step, change) of every measurement, the largest over ranks
         self._m = self._zeros()
         self._v = self._zeros()
@@ -321,9 +364,15 @@ class OnebitAdam(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._m, name)
 
-    def _agree_on_schedule(self):
-        self._agree(parameters=self._total, groups=len(self.param_groups), step=self._step,
-                    freeze_step=self._freeze_step)
+    def _agree_on_schedule(self, step=None, freeze_step=None):
+        """The ranks agree on what decides when collectives happen (step, freeze_step — or "auto"'s
+        window, threshold and limit — and deepspeed_schedule) and on the parameters."""
+        auto = self._auto or _AutoFreeze(0, 0.0, 0)
+        self._agree(parameters=self._total, groups=len(self.param_groups),
+                    step=self._step if step is None else step,
+                    freeze_step=self._freeze_step if freeze_step is None else freeze_step,
+                    freeze_window=auto.window, freeze_threshold_bits=_bits(auto.threshold),
+                    max_freeze_step=auto.max_step, deepspeed_schedule=self._deepspeed_schedule)
 
     def _config(self, group):
         return _AdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
@@ -379,13 +428,11 @@ class OnebitAdam(_FlatOptimizer):
                 print(f"onebit: OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
                       f"compression from step {first}", file=sys.stderr, flush=True)
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = self._take_gradients(closure)
+    def _flat_step(self):
         lib = self._lib
         if self._deepspeed_schedule and self._step == 0:
             self._step = 1  # DeepSpeed's initialising call: counted, nothing moves
-            return loss
+            return
         if not self.compressing:
             self._average_gradients()
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
@@ -425,7 +472,6 @@ class OnebitAdam(_FlatOptimizer):
         self._step += 1
         if self._auto is not None and self._freeze_step == _UNDECIDED:
             self._measure_variance(self._step - 1)  # the step is taken; this decides the next one's stage
-        return loss
 
     def state_dict(self):
         return self._state_dict_with(self.compressing and self._step > self._freeze_step, step=self._step,
@@ -435,6 +481,7 @@ class OnebitAdam(_FlatOptimizer):
 
     def load_state_dict(self, state_dict):
         state_dict, saved = self._split_state_dict(state_dict)
+        self._agree_on_schedule(step=saved["step"], freeze_step=saved.get("freeze_step", self._freeze_step))
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])
@@ -448,7 +495,6 @@ class OnebitAdam(_FlatOptimizer):
             self._v_then.copy_(saved["v_then"])
             self.variance_changes = list(saved["variance_changes"])
         self._load_error_state(saved["worker_error"], saved["server_error"])
-        self._agree_on_schedule()
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""

@@ -67,9 +67,10 @@ class ZeroOneAdam(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._u, name)
 
-    def _agree_on_schedule(self):
+    def _agree_on_schedule(self, step=None):
         var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper = self._schedule_config
-        self._agree(parameters=self._total, groups=len(self.param_groups), step=self._schedule.step,
+        self._agree(parameters=self._total, groups=len(self.param_groups),
+                    step=self._schedule.step if step is None else step,
                     var_freeze_step=var_freeze_step, var_update_scaler=var_update_scaler,
                     local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
 
@@ -101,9 +102,7 @@ class ZeroOneAdam(_FlatOptimizer):
                 ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
                 _ptr(self._u[lo:]), ctypes.byref(self._lrs[index]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        loss = self._take_gradients(closure)
+    def _flat_step(self):
         lib = self._lib
         kind = self.next_step_kind()
         if kind in (VARIANCE_STEP, COMPRESSED_STEP):
@@ -152,7 +151,6 @@ class ZeroOneAdam(_FlatOptimizer):
             self._u.zero_()
             tag(self._u, self._name)
             self._p_sync.copy_(self._flat)
-        return loss
 
     def state_dict(self):
         return self._state_dict_with(False, schedule=self.schedule, u=self._u.clone(),
@@ -167,6 +165,7 @@ class ZeroOneAdam(_FlatOptimizer):
         if len(saved["lrs"]) != len(self._lrs):
             raise ValueError(f"ZeroOneAdam.load_state_dict: the checkpoint has {len(saved['lrs'])} parameter groups, "
                              f"this optimizer {len(self._lrs)}")
+        self._agree_on_schedule(step=schedule.step)  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])
         self._schedule = schedule
@@ -176,7 +175,6 @@ class ZeroOneAdam(_FlatOptimizer):
         self._p_sync.copy_(saved["params_at_sync"])
         for l, value in zip(self._lrs, saved["lrs"]):
             l.value = value
-        self._agree_on_schedule()
 
     def close(self):
         """Untags the buffer (frees its error-feedback state)."""
