@@ -202,7 +202,10 @@ def stats():
     """
     lib = _library()
     if not hasattr(lib, "onebit_preload_stats"):  # libonebit.so: the onebit backend's counts
-        from .backend import backend_stats
+        try:
+            from .backend import backend_stats
+        except AttributeError:  # a torch without c10d's Backend class: no onebit backend can exist here
+            return dict({name: 0 for name, _ in _Stats._fields_}, forwarded_calls=0, forwarded_bytes=0)
         return backend_stats()
     out = _PreloadStats()
     _check(lib, lib.onebit_preload_stats(ctypes.byref(out)))

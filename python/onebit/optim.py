@@ -47,7 +47,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _library, _check, _tags, tag
+from . import _library, _check, _tags, stats, tag
 
 __all__ = ["OnebitAdam", "ddp_comm_hook"]
 
@@ -96,6 +96,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
             where = "one CPU or CUDA device" if cuda else "the CPU (the C core works on host memory; OnebitAdam also runs on CUDA)"
             raise ValueError(f"{who}: parameters must all be on {where}, not {sorted(map(str, devices))}")
         self._device = next(iter(devices))
+        # _warn_if_not_compressed ran (on CPU only: the NCCL door counts in its own library)
+        self._checked_compression = self._device.type == "cuda"
         self._ranges, self._slices = [], []  # per group; per parameter
         offset = 0
         for g, group in enumerate(self.param_groups):
@@ -270,13 +272,29 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _average_tagged(self, buffer, step, stage):
         """The tagged buffer averaged over ranks: one compressed all_reduce (which returns W × the
-        average). A failure is raised with the step and stage (_step_failure)."""
+        average). A failure is raised with the step and stage (_step_failure). The first one also
+        checks that onebit took the call (_warn_if_not_compressed)."""
         if self._world > 1:
+            before = None if self._checked_compression else stats()["compressed_calls"]
             try:
                 dist.all_reduce(buffer, group=self._group)
             except RuntimeError as error:
                 raise self._step_failure(error, step, stage) from error
             buffer.div_(self._world)
+            if before is not None:
+                self._warn_if_not_compressed(before, step, buffer)
+
+    def _warn_if_not_compressed(self, before, step, buffer):
+        """The first compressed all_reduce: when onebit's count did not move, the group runs neither
+        the onebit backend nor a front door, and every "compressed" step sends fp32 — said once."""
+        self._checked_compression = True
+        if self._rank == 0 and stats()["compressed_calls"] == before:
+            ring = 2 * (self._world - 1) / self._world * buffer.numel() * buffer.element_size()
+            print(f"onebit: WARNING: {self._who}: step {step}'s all_reduce of the tagged buffer was not compressed: "
+                  "this process group runs neither the onebit backend nor libonebit-preload.so, so every step of "
+                  f"the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 bit an element. "
+                  "Use dist.init_process_group(\"onebit\") after onebit.register_backend() (pip's torch) or "
+                  "LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage.md).", file=sys.stderr, flush=True)
 
     def _error_state(self, required):
         workers, servers = ctypes.c_size_t(), ctypes.c_size_t()

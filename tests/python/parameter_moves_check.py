@@ -17,29 +17,15 @@ torch.distributed each, for OnebitAdam, ZeroOneAdam and OnebitLamb:
     PYTHON tests/python/parameter_moves_check.py BUILD_DIR [preload|onebit] [MODE ...]
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from modes import CheckFailed, Skipped, rank_or_driver, require  # noqa: E402
 
 WORLD, STEPS, FREEZE = 2, 10, 3
 MODES = ("to-cpu0", "swap", "tied", "cast", "assign")
 KINDS = ("adam", "zero_one", "lamb")
-
-
-class CheckFailed(Exception):
-    pass
-
-
-class Skipped(Exception):
-    pass
-
-
-def require(condition, what):
-    if not condition:
-        raise CheckFailed(what)
 
 
 def make_optimizer(onebit, kind, params):
@@ -75,7 +61,7 @@ def train(torch, onebit, rank, kind, move, use_ddp):
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), losses, moved
 
 
-def moved_case(mode, rank, torch, dist, onebit):
+def moved_case(mode, rank, torch, dist, onebit, out):
     if mode == "swap":
         future = getattr(torch, "__future__", None)
         if future is None or not hasattr(future, "set_swap_module_params_on_conversion"):
@@ -94,7 +80,7 @@ def moved_case(mode, rank, torch, dist, onebit):
                   f"{losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
 
 
-def tied_case(mode, rank, torch, dist, onebit):
+def tied_case(mode, rank, torch, dist, onebit, out):
     try:
         from safetensors.torch import load_model, save_model
     except ImportError:
@@ -121,7 +107,7 @@ def tied_case(mode, rank, torch, dist, onebit):
         torch.nn.functional.cross_entropy(model(tokens), tokens).backward()
         optimizer.step()
     optimizer.close()
-    path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
+    path = os.path.join(out, f"tied{rank}.safetensors")
     save_model(model, path)
     again = Tied()
     load_model(again, path)
@@ -129,7 +115,7 @@ def tied_case(mode, rank, torch, dist, onebit):
             "the safetensors round trip lost the tied weight")
 
 
-def cast_case(mode, rank, torch, dist, onebit):
+def cast_case(mode, rank, torch, dist, onebit, out):
     model = torch.nn.Linear(4, 2)
     optimizer = onebit.OnebitAdam(model.parameters(), freeze_step=FREEZE, name="moves/cast")
     model.double()
@@ -143,7 +129,7 @@ def cast_case(mode, rank, torch, dist, onebit):
     raise CheckFailed("a parameter cast to float64 after the optimizer was made was accepted")
 
 
-def assign_case(mode, rank, torch, dist, onebit):
+def assign_case(mode, rank, torch, dist, onebit, out):
     model = torch.nn.Linear(4, 2)
     optimizer = onebit.OnebitAdam(model.parameters(), freeze_step=FREEZE, name="moves/assign")
     state = {k: v.clone() for k, v in model.state_dict().items()}
@@ -160,69 +146,16 @@ def assign_case(mode, rank, torch, dist, onebit):
 CASES = {"to-cpu0": moved_case, "swap": moved_case, "tied": tied_case, "cast": cast_case, "assign": assign_case}
 
 
-def rank_main(mode, door, rank, store):
-    import torch
-    import torch.distributed as dist
-    import onebit
-    if door == "onebit":
-        onebit.register_backend()
-    dist.init_process_group("onebit" if door == "onebit" else "gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=WORLD)
-    try:
-        CASES[mode](mode, rank, torch, dist, onebit)
-    except CheckFailed as failure:
-        print(f"rank {rank}: FAIL: {mode}: {failure}", file=sys.stderr, flush=True)
-        sys.exit(4)
-    except Skipped as why:
-        print(f"SKIP: {why}", flush=True)
-    dist.destroy_process_group()
+def check(mode, outputs):
+    """assign: rank 0 warned once (unless the case was skipped)."""
+    stdout, stderr = outputs[0]
+    if mode == "assign" and "SKIP" not in stdout:
+        require(stderr.count("found no gradient on any of its 2 parameters") == 1,
+                f"no single warning about the parameters without gradients:\n{stderr}")
 
 
 def main():
-    if len(sys.argv) == 6 and sys.argv[1] == "rank":
-        rank_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5])
-        return 0
-    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
-        print(__doc__)
-        return 2
-    build = os.path.abspath(sys.argv[1])
-    door = sys.argv[2] if len(sys.argv) > 2 else "preload"
-    modes = sys.argv[3:] or MODES
-    import torch
-    if door == "onebit" and not hasattr(torch._C._distributed_c10d, "Backend"):
-        print(f"SKIP: torch {torch.__version__} has no c10d Backend class (the onebit backend needs torch >= 2.0)")
-        return 77
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1")
-    env.pop("ONEBIT_FREEZE_STEP", None)
-    if door == "preload":
-        env["LD_PRELOAD"] = os.path.join(build, "libonebit-preload.so")
-    else:
-        env["ONEBIT_LIBRARY"] = os.path.join(build, "libonebit.so")
-    print(f"torch {torch.__version__}, door {door}", flush=True)
-    failed = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode in modes:
-            store = os.path.join(tmp, f"store-{mode}")
-            procs = [subprocess.Popen([sys.executable, __file__, "rank", mode, door, str(r), store], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in range(WORLD)]
-            outputs = [p.communicate(timeout=600) for p in procs]
-            codes = [p.returncode for p in procs]
-            err0 = outputs[0][1]
-            problem = None
-            if any(codes):
-                problem = f"exit codes {codes}"
-            elif (mode == "assign" and "SKIP" not in outputs[0][0]
-                  and err0.count("found no gradient on any of its 2 parameters") != 1):
-                problem = f"no single warning about the parameters without gradients:\n{err0}"
-            if problem:
-                failed.append(mode)
-                print(f"FAIL: {mode}: {problem}")
-                for rank, (stdout, stderr) in enumerate(outputs):
-                    print(f"--- rank {rank}\n{stdout[-2000:]}{stderr[-3000:]}")
-                continue
-            print(f"ok: {mode}\n{outputs[0][0].rstrip()}", flush=True)
-    print(f"{len(modes) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    return rank_or_driver(__file__, CASES, MODES, WORLD, check=check, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,8 @@ torch.distributed each:
                 naming freeze_step and both values (before: both waited in different all_reduces).
   disagree-auto freeze_step="auto" with freeze_window 2 and 3: refused, naming freeze_window.
   same-name     a second live optimizer of one name is refused; close() or collection frees it.
+  uncompressed  a plain gloo group with neither the preload nor the backend: rank 0 warns once, at
+                the first compression step, that its all_reduce was not compressed.
   foreign-hook  onebit.ddp_comm_hook registered with torch.optim.Adam: the backward pass fails naming it.
   no-hook       DDP without the hook: correct (ranks bitwise equal) and rank 0 warns once that the
                 gradients arrive averaged, naming the fp32 bytes DDP goes on sending.
@@ -32,43 +34,15 @@ torch.distributed each:
 with the onebit backend (exit 77, a skip, where that torch has no c10d Backend class).
 """
 import os
-import subprocess
 import sys
-import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from modes import CheckFailed, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
-MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "foreign-hook", "no-hook",
-         "no-sync", "autocast", "none-grads", "nan", "deepspeed")
-
-
-class CheckFailed(Exception):
-    pass
-
-
-def require(condition, what):
-    """A check that stays under python -O (a bare assert would vanish)."""
-    if not condition:
-        raise CheckFailed(what)
-
-
-def rank_main(mode, door, rank, store, out):
-    import torch
-    import torch.distributed as dist
-    import onebit
-    if door == "onebit":
-        onebit.register_backend()
-    dist.init_process_group("onebit" if door == "onebit" else "gloo", init_method=f"file://{store}", rank=rank,
-                            world_size=WORLD)
-    torch.manual_seed(0)
-    try:
-        CASES[mode.split("-")[0] if mode.startswith("mlp") else mode](mode, rank, torch, dist, onebit, out)
-    except CheckFailed as failure:
-        print(f"rank {rank}: FAIL: {mode}: {failure}", file=sys.stderr, flush=True)
-        sys.exit(4)
-    dist.destroy_process_group()
+MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
+         "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "deepspeed")
 
 
 def flat(model):
@@ -170,6 +144,19 @@ def same_name_case(mode, rank, torch, dist, onebit, out):
     model(torch.ones(2, 8)).sum().backward()
     third.step()  # a compressed step: the ranks' call sequences for the name agree
     third.close()
+
+
+def uncompressed_case(mode, rank, torch, dist, onebit, out):
+    """A plain gloo group (no preload in this process, no onebit backend on it): training works,
+    and rank 0 warns once at the first compression step that nothing is compressed."""
+    group = dist.new_group(backend="gloo")
+    model = torch.nn.Linear(16, 4)
+    optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-2, freeze_step=2, process_group=group)
+    for _ in range(5):
+        optimizer.zero_grad()
+        model(torch.randn(8, 16) + rank).pow(2).mean().backward()
+        optimizer.step()
+    require(onebit.stats()["compressed_calls"] == 0, "something was compressed after all")
 
 
 def foreign_hook_case(mode, rank, torch, dist, onebit, out):
@@ -351,26 +338,21 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
         raise CheckFailed("deepspeed_schedule with freeze_step='auto' was accepted")
 
 
-CASES = {"mlp": mlp_case, "disagree": disagree_case, "disagree-auto": disagree_auto_case, "same-name": same_name_case,
-         "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
+CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
+         "disagree-auto": disagree_auto_case, "same-name": same_name_case,
+         "uncompressed": uncompressed_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
          "deepspeed": deepspeed_case}
 
 
-def run(mode, door, build, tmp):
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1")
-    env.pop("ONEBIT_FREEZE_STEP", None)
-    if door == "preload":
-        env["LD_PRELOAD"] = os.path.join(build, "libonebit-preload.so")
-    else:
-        env["ONEBIT_LIBRARY"] = os.path.join(build, "libonebit.so")
-    store = os.path.join(tmp, f"store-{mode}")
-    procs = []
-    for rank in range(WORLD):
-        rank_env = dict(env, ONEBIT_FREEZE_STEP=str(1 + 2 * rank)) if mode == "disagree" else env
-        procs.append(subprocess.Popen([sys.executable, __file__, "rank", mode, door, str(rank), store, tmp],
-                                      env=rank_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [p.communicate(timeout=600) for p in procs]
-    return [p.returncode for p in procs], outputs
+def rank_env(mode, rank, env):
+    """disagree: ONEBIT_FREEZE_STEP 1 on rank 0 and 3 on rank 1; uncompressed: no preload (the
+    package then finds libonebit.so in the build tree for its tags)."""
+    if mode == "disagree":
+        return dict(env, ONEBIT_FREEZE_STEP=str(1 + 2 * rank))
+    if mode == "uncompressed" and "LD_PRELOAD" in env:
+        env = dict(env)
+        env["ONEBIT_LIBRARY"] = env.pop("LD_PRELOAD").replace("libonebit-preload.so", "libonebit.so")
+    return env
 
 
 def check_logs(mode, outputs):
@@ -385,39 +367,15 @@ def check_logs(mode, outputs):
         require(err0.count("arrived already averaged") == 1, "the warning came more than once")
     if mode in ("no-sync", "autocast", "mlp-adam"):
         require("arrived already averaged" not in err0, f"{mode}: a false warning:\n{err0}")
+        require("was not compressed" not in err0, f"{mode}: a false warning:\n{err0}")
+    if mode == "uncompressed":
+        require(err0.count("step 2's all_reduce of the tagged buffer was not compressed") == 1,
+                f"no single warning that nothing was compressed:\n{err0}")
+        require("was not compressed" not in err1, "rank 1 warned too")
 
 
 def main():
-    if len(sys.argv) == 7 and sys.argv[1] == "rank":
-        rank_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
-        return 0
-    if len(sys.argv) < 2 or not os.path.isdir(sys.argv[1]):
-        print(__doc__)
-        return 2
-    build = os.path.abspath(sys.argv[1])
-    door = sys.argv[2] if len(sys.argv) > 2 else "preload"
-    modes = sys.argv[3:] or MODES
-    import torch
-    if door == "onebit" and not hasattr(torch._C._distributed_c10d, "Backend"):
-        print(f"SKIP: torch {torch.__version__} has no c10d Backend class (the onebit backend needs torch >= 2.0)")
-        return 77
-    print(f"torch {torch.__version__}, door {door}", flush=True)
-    failed = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode in modes:
-            codes, outputs = run(mode, door, build, tmp)
-            try:
-                require(codes == [0] * WORLD, f"exit codes {codes}")
-                check_logs(mode, outputs)
-            except CheckFailed as failure:
-                failed.append(mode)
-                print(f"FAIL: {mode}: {failure}")
-                for rank, (stdout, stderr) in enumerate(outputs):
-                    print(f"--- rank {rank}\n{stdout[-2000:]}{stderr[-4000:]}")
-                continue
-            print(f"ok: {mode} {outputs[0][0].strip()}", flush=True)
-    print(f"{len(modes) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
+    return rank_or_driver(__file__, CASES, MODES, WORLD, check=check_logs, rank_env=rank_env, doc=__doc__)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,113 @@
+"""The runner the checks that take a door and a list of modes share (training_hazards_check.py,
+parameter_moves_check.py): each mode is WORLD ranks of one script as processes over a file store,
+through one of two doors —
+
+  preload: Debian's torch, gloo, libonebit-preload.so in LD_PRELOAD;
+  onebit:  pip's torch, the onebit backend, libonebit.so through ONEBIT_LIBRARY —
+
+and a check named by the script (`CheckFailed` from `require`, never a bare assert, which python
+-O would drop). The script's rank entry is `SCRIPT rank MODE DOOR RANK STORE TMP`.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+
+
+class CheckFailed(Exception):
+    pass
+
+
+class Skipped(Exception):
+    """Raised by a rank for a case this torch or this venv cannot run; the rank prints SKIP."""
+
+
+def require(condition, what):
+    if not condition:
+        raise CheckFailed(what)
+
+
+def join(door, rank, store, world):
+    """In a rank: the process group through `door`; returns (torch, dist, onebit)."""
+    import torch
+    import torch.distributed as dist
+    import onebit
+    if door == "onebit":
+        onebit.register_backend()
+    dist.init_process_group("onebit" if door == "onebit" else "gloo", init_method=f"file://{store}", rank=rank,
+                            world_size=world)
+    return torch, dist, onebit
+
+
+def run_case(case, mode, door, rank, store, tmp, world):
+    """In a rank: join, run `case(mode, rank, torch, dist, onebit, tmp)`, leave; exit 4 naming a failed check."""
+    torch, dist, onebit = join(door, rank, store, world)
+    torch.manual_seed(0)
+    try:
+        case(mode, rank, torch, dist, onebit, tmp)
+    except CheckFailed as failure:
+        print(f"rank {rank}: FAIL: {mode}: {failure}", file=sys.stderr, flush=True)
+        sys.exit(4)
+    except Skipped as why:
+        print(f"SKIP: {why}", flush=True)
+    dist.destroy_process_group()
+
+
+def door_env(build, door):
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1")
+    env.pop("ONEBIT_FREEZE_STEP", None)
+    if door == "preload":
+        env["LD_PRELOAD"] = os.path.join(build, "libonebit-preload.so")
+    else:
+        env["ONEBIT_LIBRARY"] = os.path.join(build, "libonebit.so")
+    return env
+
+
+def run_modes(script, argv, modes, world, check=None, rank_env=None, doc=""):
+    """The driver's main: `argv` is BUILD_DIR [preload|onebit] [MODE ...]. Runs each mode's ranks
+    (their environment from `rank_env(mode, rank, env)` if given), fails a mode whose ranks do not
+    all exit 0 or whose `check(mode, outputs)` raises CheckFailed (outputs: each rank's (stdout,
+    stderr)), and prints the closing 'N passed, N failed' line. Returns the exit code (77: skip)."""
+    if len(argv) < 1 or not os.path.isdir(argv[0]):
+        print(doc)
+        return 2
+    build = os.path.abspath(argv[0])
+    door = argv[1] if len(argv) > 1 else "preload"
+    modes = argv[2:] or modes
+    import torch
+    if door == "onebit" and not hasattr(torch._C._distributed_c10d, "Backend"):
+        print(f"SKIP: torch {torch.__version__} has no c10d Backend class (the onebit backend needs torch >= 2.0)")
+        return 77
+    print(f"torch {torch.__version__}, door {door}", flush=True)
+    env = door_env(build, door)
+    failed = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in modes:
+            store = os.path.join(tmp, f"store-{mode}")
+            procs = [subprocess.Popen([sys.executable, script, "rank", mode, door, str(rank), store, tmp],
+                                      env=rank_env(mode, rank, env) if rank_env else env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True) for rank in range(world)]
+            outputs = [p.communicate(timeout=600) for p in procs]
+            codes = [p.returncode for p in procs]
+            try:
+                require(codes == [0] * world, f"exit codes {codes}")
+                if check is not None:
+                    check(mode, outputs)
+            except CheckFailed as failure:
+                failed.append(mode)
+                print(f"FAIL: {mode}: {failure}")
+                for rank, (stdout, stderr) in enumerate(outputs):
+                    print(f"--- rank {rank}\n{stdout[-2000:]}{stderr[-4000:]}")
+                continue
+            print(f"ok: {mode}\n{outputs[0][0].rstrip()}".rstrip(), flush=True)
+    print(f"{len(modes) - len(failed)} passed, {len(failed)} failed")
+    return 1 if failed else 0
+
+
+def rank_or_driver(script, cases, modes, world, **driver):
+    """A check script's main: a rank when called as SCRIPT rank ..., else the driver."""
+    if len(sys.argv) == 7 and sys.argv[1] == "rank":
+        mode = sys.argv[2]
+        run_case(cases[mode], mode, sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6], world)
+        return 0
+    return run_modes(script, sys.argv[1:], modes, world, **driver)
