@@ -232,17 +232,16 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        self._gather()
+        self._read_parameters()
+        self._gather_gradients()
         self._flat_step()
-        for p, (lo, hi) in zip(self._params(), self._slices):
-            p.copy_(self._flat[lo:hi].view_as(p))
+        self._write_parameters()
         return loss
 
-    def _gather(self):
+    def _read_parameters(self):
         """The parameters as they are now — wherever a framework has put their storage since (a
-        .to() copy, swap_tensors) — and their gradients, into the flat buffers. A parameter moved
-        to another device, cast, or resized is an error naming it; none with a gradient, a warning."""
-        without_grad = 0
+        .to() copy, swap_tensors) — into the flat buffer. A parameter moved to another device,
+        cast, or resized is an error naming it."""
         for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices)):
             moved = p.device.type != self._device.type or (p.device.type == "cuda" and p.device != self._device)
             if moved or p.dtype != torch.float32 or p.numel() != hi - lo:
@@ -250,6 +249,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                    f"elements; the optimizer was made for float32 on {self._device} with {hi - lo}: "
                                    "make the optimizer after the model is moved or cast")
             self._flat[lo:hi].copy_(p.reshape(-1))
+
+    def _write_parameters(self):
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            p.copy_(self._flat[lo:hi].view_as(p))
+
+    def _gather_gradients(self):
+        """This rank's gradients into the flat buffer (None: zeros); none at all is a warning."""
+        without_grad = 0
+        for p, (lo, hi) in zip(self._params(), self._slices):
             if p.grad is None:
                 self._grad[lo:hi].zero_()
                 without_grad += 1

@@ -121,26 +121,7 @@ class ZeroOneAdam(_FlatOptimizer):
         elif kind == LOCAL_STEP:
             self._local_steps()
         else:
-            before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
-            try:
-                self._local_steps()
-                for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                    _check(lib, lib.onebit_zero_one_adam_sync_begin(
-                        ctypes.byref(self._config(group)), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
-                        self._lrs[index], ctypes.c_size_t(hi - lo)))
-                self._average_tagged(self._u, self._schedule.step, "a sync step of the local-step stage")
-            except RuntimeError:
-                self._flat.copy_(before[0])  # a failed step changes nothing
-                self._m.copy_(before[1])
-                self._u.copy_(before[2])
-                for l, value in zip(self._lrs, before[3]):
-                    l.value = value
-                raise
-            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                _check(lib, lib.onebit_zero_one_adam_sync_end(
-                    ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._p_sync[lo:]),
-                    _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]), ctypes.byref(self._lrs[index]),
-                    ctypes.c_size_t(hi - lo)))
+            self._sync(self._local_steps, "a sync step of the local-step stage")
         entering_local_stage = self._schedule.step == self._schedule_config[0]
         _check(lib, lib.onebit_zero_one_adam_advance(ctypes.byref(self._config(self.param_groups[0])),
                                                      ctypes.byref(self._schedule)))
@@ -151,6 +132,45 @@ class ZeroOneAdam(_FlatOptimizer):
             self._u.zero_()
             tag(self._u, self._name)
             self._p_sync.copy_(self._flat)
+
+    def _sync(self, local_steps, stage):
+        """A sync: `local_steps()` (the sync step's own local step, or nothing), u scaled, averaged
+        compressed, the parameters rebuilt from the last sync's. A failure changes nothing."""
+        lib = self._lib
+        before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
+        try:
+            local_steps()
+            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+                _check(lib, lib.onebit_zero_one_adam_sync_begin(
+                    ctypes.byref(self._config(group)), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
+                    self._lrs[index], ctypes.c_size_t(hi - lo)))
+            self._average_tagged(self._u, self._schedule.step, stage)
+        except RuntimeError:
+            self._flat.copy_(before[0])
+            self._m.copy_(before[1])
+            self._u.copy_(before[2])
+            for l, value in zip(self._lrs, before[3]):
+                l.value = value
+            raise
+        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+            _check(lib, lib.onebit_zero_one_adam_sync_end(
+                ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._p_sync[lo:]),
+                _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]), ctypes.byref(self._lrs[index]),
+                ctypes.c_size_t(hi - lo)))
+
+    @torch.no_grad()
+    def synchronize(self):
+        """Every rank's parameters made equal now — before saving or evaluating mid local-step stage,
+        where the replicas legitimately differ between syncs. It is a sync out of schedule: u
+        averaged 1-bit compressed, the parameters rebuilt from the last sync's (the schedule does
+        not move; the next sync averages what accumulates from here). A collective: every rank
+        calls it. Where the replicas are equal already (the variance stage, right after a sync:
+        every lr sum 0, the same on every rank) it does nothing and sends nothing."""
+        if all(l.value == 0 for l in self._lrs):
+            return
+        self._read_parameters()
+        self._sync(lambda: None, "synchronize()")
+        self._write_parameters()
 
     def state_dict(self):
         return self._state_dict_with(False, schedule=self.schedule, u=self._u.clone(),

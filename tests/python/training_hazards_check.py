@@ -14,6 +14,8 @@ torch.distributed each:
   same-name     a second live optimizer of one name is refused; close() or collection frees it.
   uncompressed  a plain gloo group with neither the preload nor the backend: rank 0 warns once, at
                 the first compression step, that its all_reduce was not compressed.
+  synchronize   ZeroOneAdam.synchronize() mid local-step stage: replicas bitwise equal after one
+                compressed call; a second call sends nothing; the next scheduled sync still agrees.
   foreign-hook  onebit.ddp_comm_hook registered with torch.optim.Adam: the backward pass fails naming it.
   no-hook       DDP without the hook: correct (ranks bitwise equal) and rank 0 warns once that the
                 gradients arrive averaged, naming the fp32 bytes DDP goes on sending.
@@ -42,7 +44,7 @@ from modes import CheckFailed, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
-         "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "deepspeed")
+         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "deepspeed")
 
 
 def flat(model):
@@ -157,6 +159,45 @@ def uncompressed_case(mode, rank, torch, dist, onebit, out):
         model(torch.randn(8, 16) + rank).pow(2).mean().backward()
         optimizer.step()
     require(onebit.stats()["compressed_calls"] == 0, "something was compressed after all")
+
+
+def synchronize_case(mode, rank, torch, dist, onebit, out):
+    """ZeroOneAdam's replicas differ between syncs (local steps on local data); synchronize() makes
+    them bitwise equal with one compressed call, is a no-op when they already are, and training
+    goes on (the next scheduled sync still lands every rank on the same parameters)."""
+    torch.manual_seed(8)
+    model = torch.nn.Linear(16, 4)
+    optimizer = onebit.ZeroOneAdam(model.parameters(), lr=1e-2, var_freeze_step=2, local_step_scaler=2,
+                                   local_step_clipper=8)
+    generator = torch.Generator().manual_seed(80 + rank)
+
+    def steps(n):
+        for _ in range(n):
+            optimizer.zero_grad()
+            model(torch.randn(8, 16, generator=generator)).pow(2).mean().backward()
+            optimizer.step()
+
+    local = onebit.zero_one_adam.LOCAL_STEP
+    while True:  # through the variance stage (steps 0-2) to just after a local step that is not a sync
+        kind = optimizer.next_step_kind()
+        steps(1)
+        if kind == local:
+            break
+    weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+    theirs = weights.clone()
+    dist.broadcast(theirs, 0)
+    require(rank == 0 or not torch.equal(theirs, weights), "the replicas were equal before synchronize(): no test")
+    calls = onebit.stats()["compressed_calls"]
+    optimizer.synchronize()
+    same_on_every_rank(torch, dist, flat(model), "after synchronize()")
+    require(onebit.stats()["compressed_calls"] == calls + 1, "synchronize() did not take one compressed call")
+    optimizer.synchronize()  # already equal: nothing sent
+    require(onebit.stats()["compressed_calls"] == calls + 1, "a second synchronize() communicated")
+    steps(11)
+    while optimizer.next_step_kind() != onebit.zero_one_adam.SYNC_STEP:
+        steps(1)
+    steps(1)
+    same_on_every_rank(torch, dist, flat(model), "after the next scheduled sync")
 
 
 def foreign_hook_case(mode, rank, torch, dist, onebit, out):
@@ -340,7 +381,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
          "deepspeed": deepspeed_case}
 
 
