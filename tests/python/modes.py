@@ -53,6 +53,18 @@ def run_case(case, mode, door, rank, store, tmp, world):
     dist.destroy_process_group()
 
 
+def fit(torch, model, optimizer, x, y, steps):
+    """`steps` optimizer steps of the MSE of model(x) against y, one batch; each step's loss."""
+    losses = []
+    for _ in range(steps):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 def door_env(build, door):
     env = dict(os.environ, MASTER_ADDR="127.0.0.1")
     env.pop("ONEBIT_FREEZE_STEP", None)

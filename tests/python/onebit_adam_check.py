@@ -25,6 +25,7 @@ def rank_main(rank, store, out_dir):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     import onebit
     from onebit.optim import OnebitAdam
+    from modes import fit  # tests/python, the script's own folder
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     torch.manual_seed(0)  # same initial model on every rank
@@ -34,13 +35,7 @@ def rank_main(rank, store, out_dir):
     x = torch.from_numpy(rng.standard_normal((256, 32)).astype(np.float32))
     y = x @ truth
     optimizer = OnebitAdam(model.parameters(), lr=0.02, freeze_step=FREEZE)
-    losses = []
-    for _ in range(STEPS):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = fit(torch, model, optimizer, x, y, STEPS)
     stats = onebit.stats()
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"weights{rank}.npy"), weights)

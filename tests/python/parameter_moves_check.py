@@ -21,7 +21,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-from modes import CheckFailed, Skipped, rank_or_driver, require  # noqa: E402
+from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E402
 
 WORLD, STEPS, FREEZE = 2, 10, 3
 MODES = ("to-cpu0", "swap", "tied", "cast", "assign")
@@ -50,13 +50,7 @@ def train(torch, onebit, rank, kind, move, use_ddp):
     moved = model[0].weight.data_ptr() != before
     generator = torch.Generator().manual_seed(10 + rank)
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 4, generator=generator)
-    losses = []
-    for _ in range(STEPS):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = fit(torch, ddp, optimizer, x, y, STEPS)
     optimizer.close()
     return torch.cat([p.detach().reshape(-1) for p in model.parameters()]), losses, moved
 

@@ -40,7 +40,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-from modes import CheckFailed, rank_or_driver, require  # noqa: E402
+from modes import CheckFailed, fit, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
@@ -81,13 +81,7 @@ def mlp_case(mode, rank, torch, dist, onebit, out):
     generator = torch.Generator().manual_seed(10 + rank)
     x = torch.rand(16, 1024, generator=generator)  # one fixed batch; non-negative inputs leave units dead on it
     y = torch.rand(16, 1024, generator=generator)
-    losses = []
-    for _ in range(MLP_STEPS):
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp(x), y)
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = fit(torch, ddp, optimizer, x, y, MLP_STEPS)
     mean = torch.tensor(losses, dtype=torch.float64)
     dist.all_reduce(mean)
     mean = (mean / WORLD).tolist()
@@ -154,10 +148,7 @@ def uncompressed_case(mode, rank, torch, dist, onebit, out):
     group = dist.new_group(backend="gloo")
     model = torch.nn.Linear(16, 4)
     optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-2, freeze_step=2, process_group=group)
-    for _ in range(5):
-        optimizer.zero_grad()
-        model(torch.randn(8, 16) + rank).pow(2).mean().backward()
-        optimizer.step()
+    fit(torch, model, optimizer, torch.randn(8, 16) + rank, torch.zeros(8, 4), 5)
     require(onebit.stats()["compressed_calls"] == 0, "something was compressed after all")
 
 
@@ -219,10 +210,7 @@ def no_hook_case(mode, rank, torch, dist, onebit, out):
     optimizer = onebit.OnebitAdam(ddp.parameters(), lr=1e-2, freeze_step=FREEZE)
     generator = torch.Generator().manual_seed(20 + rank)
     x, y = torch.randn(32, 16, generator=generator), torch.randn(32, 2, generator=generator)
-    for _ in range(8):
-        optimizer.zero_grad()
-        torch.nn.functional.mse_loss(ddp(x), y).backward()
-        optimizer.step()
+    fit(torch, ddp, optimizer, x, y, 8)
     same_on_every_rank(torch, dist, flat(model), "DDP without the hook")
 
 
