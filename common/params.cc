@@ -28,11 +28,21 @@ Str parse(const char*, const char* text, const Str&) { return text; }
 Int default_value(const char* text, Int) { return std::strtoll(text, nullptr, 0); }
 Str default_value(const char* text, const Str&) { return text; }
 
+void check_range(const char* env, const char* text, Int value) {
+  for (const Range& range : kRanges) {
+    if (std::string(range.env) != env) continue;
+    ONEBIT_CHECK(value >= range.min && value <= range.max, ONEBIT_INVALID_ARGUMENT, env, "='", text,
+                 "' is out of range: ", range.min, "..", range.max);
+  }
+}
+void check_range(const char*, const char*, const Str&) {}
+
 template <typename T>
 T read(const char* env, const char* default_text) {
   const char* text = std::getenv(env);
   if (text == nullptr) return default_value(default_text, T{});
   T value = parse(env, text, T{});
+  check_range(env, text, value);
   if (logged_by_reader(env)) {
     const bool secret = std::string(env) == "ONEBIT_AUTH_KEY";
     ONEBIT_LOG(INFO, env, "=", secret ? "(set; not shown)" : text, " (set by the environment)");

@@ -73,14 +73,27 @@
     "Verbs acknowledgement timeout exponent (1..31), as NCCL_IB_TIMEOUT: a lost packet is "     \
     "retried after 4.096 us * 2^value, 7 times, before the transfer fails with the peer named. " \
     "18: about 1 s per try. A peer that exits is noticed at once through its set-up socket.")  \
+  X(UnexpectedMb, Int, "UNEXPECTED_MB", "1024",                                                 \
+    "Most memory, in MiB, that one peer's messages may take while they wait for their receive " \
+    "(they arrive early when that peer is ahead, a call or two at most). Past it the sender is "  \
+    "a broken or hostile peer: the transport fails with ONEBIT_REMOTE_ERROR naming it and this " \
+    "variable. 1..1048576.")                                                                    \
   X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
     "Overrides the optimizer shims' freeze_step (OnebitAdam and OnebitLamb, Python and C++): the " \
     "first step of the compression stage, so an existing script is tuned without edits. -1: the " \
     "script's value. 0/1 Adam's var_freeze_step is not affected.")                               \
   X(AuthKey, Str, "AUTH_KEY", "",                                                               \
-    "A secret the launcher gives every rank. When set, the bootstrap is authenticated both "    \
-    "ways and data connections are keyed from it, so overhearing the bootstrap is not enough "  \
-    "to join the job. Every rank must have the same value. Never logged.")                      \
+    "A secret the launcher gives every rank. It keys every communicator's bootstrap (with the " \
+    "random secret the torch backend and the Gloo door draw for each group): a rank without "   \
+    "it, or with another, is refused and named, and overhearing the bootstrap is not enough "   \
+    "to join. Without it, communicators made from the environment keep out other jobs and "     \
+    "attempts but not a process that knows the job's identity (docs/reliability.md). Every "   \
+    "rank must have the same value. Never logged.")                                             \
+  X(JobId, Str, "JOB_ID", "",                                                                  \
+    "This job's identity, for communicators that onebit_comm_init* makes without a job_id: "    \
+    "text every rank of the job is given and no other job is. A rank of another identity is "    \
+    "refused at the bootstrap, naming both. Empty: the launcher's (torchrun's run id and "       \
+    "restart count, Slurm's job and step, Open MPI's job, MASTER_ADDR:MASTER_PORT).")           \
   X(Library, Str, "LIBRARY", "",                                                                \
     "Read by the Python shim only: the libonebit.so that onebit's torch.distributed backend "   \
     "loads (pip's PyTorch). Empty: the checkout's build/release, then the loader's path.")
@@ -93,6 +106,29 @@ using Str = std::string;
 #define ONEBIT_DECLARE_PARAM(name, type, suffix, def, doc) const type& name();
 ONEBIT_PARAMS(ONEBIT_DECLARE_PARAM)
 #undef ONEBIT_DECLARE_PARAM
+
+// The values each int variable may take. A value outside is refused at its first use with
+// ONEBIT_INVALID_ARGUMENT naming the variable, the value and the range: a timeout the clock cannot
+// add, a port or a count that cannot be. (A test checks every int variable has a row.)
+struct Range {
+  const char* env;
+  Int min;
+  Int max;
+};
+inline constexpr Range kRanges[] = {
+    {"ONEBIT_RANK", -1, (1 << 24) - 1},
+    {"ONEBIT_WORLD_SIZE", -1, 1 << 24},
+    {"ONEBIT_LOCAL_SIZE", -1, 1 << 24},
+    {"ONEBIT_SHM", 0, 1},
+    {"ONEBIT_ROOT_PORT", 1, 65535},
+    {"ONEBIT_TIMEOUT_MS", 1, Int{366} * 24 * 3600 * 1000},  // a year: far from the clock's limits
+    {"ONEBIT_SOCKETS_PER_PEER", 1, 64},
+    {"ONEBIT_ENABLE", 0, 1},
+    {"ONEBIT_IB_GID_INDEX", -1, 255},
+    {"ONEBIT_IB_TIMEOUT", 1, 31},
+    {"ONEBIT_UNEXPECTED_MB", 1, 1 << 20},
+    {"ONEBIT_FREEZE_STEP", -1, Int{1} << 53},
+};
 
 struct Description {
   const char* env;           // "ONEBIT_DEBUG"

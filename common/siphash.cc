@@ -47,12 +47,6 @@ std::uint64_t siphash24(const SipKey& key, const void* data, std::size_t size) {
   return v0 ^ v1 ^ v2 ^ v3;
 }
 
-SipKey sip_key_from_text(const std::string& text) {
-  const SipKey first = {0x6f6e656269742d61ull, 0x7574682d6b657931ull};   // "onebit-auth-key1"
-  const SipKey second = {0x6f6e656269742d61ull, 0x7574682d6b657932ull};  // "onebit-auth-key2"
-  return {siphash24(first, text.data(), text.size()), siphash24(second, text.data(), text.size())};
-}
-
 bool mac_equal(std::uint64_t a, std::uint64_t b) {
   volatile std::uint64_t difference = a ^ b;
   return difference == 0;

@@ -74,18 +74,53 @@ Hello Hello::decode(const std::uint8_t* in, const std::string& from) {
   return h;
 }
 
-std::array<std::uint8_t, BootstrapHello::kSize> BootstrapHello::encode() const {
+std::string WireIdentity::label_text() const {
+  std::size_t n = 0;
+  while (n < label.size() && label[n] != '\0') ++n;
+  return std::string(label.data(), n);
+}
+
+namespace {
+void put_identity(Writer& w, const WireIdentity& id) {
+  w.bytes(id.digest.data(), id.digest.size()).bytes(id.label.data(), id.label.size());
+}
+WireIdentity get_identity(Reader& r) {
+  WireIdentity id;
+  r.bytes(id.digest.data(), id.digest.size());
+  r.bytes(id.label.data(), id.label.size());
+  return id;
+}
+}  // namespace
+
+std::array<std::uint8_t, BootstrapChallenge::kSize> BootstrapChallenge::encode() const {
   std::array<std::uint8_t, kSize> out{};
   Writer w(out.data());
-  w.put(magic).put(version).put(reserved).put(rank).put(size).put(sockets_per_peer);
-  put_address(w, listener);
-  w.put(mac);
+  w.put(magic).put(version).put(flags).bytes(nonce.data(), nonce.size());
+  put_identity(w, identity);
   return out;
 }
 
-std::uint64_t BootstrapHello::compute_mac(const SipKey& key) const {
-  const auto bytes = encode();
-  return siphash24(key, bytes.data(), kSize - 8);
+BootstrapChallenge BootstrapChallenge::decode(const std::uint8_t* in, const std::string& from) {
+  Reader r(in);
+  BootstrapChallenge c;
+  c.magic = r.get<std::uint32_t>();
+  c.version = r.get<std::uint16_t>();
+  check_magic(c.magic, kBootstrapMagic, c.version, "bootstrap challenge", from);
+  c.flags = r.get<std::uint16_t>();
+  r.bytes(c.nonce.data(), c.nonce.size());
+  c.identity = get_identity(r);
+  return c;
+}
+
+std::array<std::uint8_t, BootstrapHello::kSize> BootstrapHello::encode() const {
+  std::array<std::uint8_t, kSize> out{};
+  Writer w(out.data());
+  w.put(magic).put(version).put(flags).put(rank).put(size).put(sockets_per_peer);
+  put_address(w, listener);
+  w.bytes(nonce.data(), nonce.size());
+  put_identity(w, identity);
+  w.bytes(mac.data(), mac.size());
+  return out;
 }
 
 BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string& from) {
@@ -94,12 +129,14 @@ BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string&
   h.magic = r.get<std::uint32_t>();
   h.version = r.get<std::uint16_t>();
   check_magic(h.magic, kBootstrapMagic, h.version, "bootstrap hello", from);
-  h.reserved = r.get<std::uint16_t>();
+  h.flags = r.get<std::uint16_t>();
   h.rank = r.get<std::uint32_t>();
   h.size = r.get<std::uint32_t>();
   h.sockets_per_peer = r.get<std::uint32_t>();
   h.listener = get_address(r);
-  h.mac = r.get<std::uint64_t>();
+  r.bytes(h.nonce.data(), h.nonce.size());
+  h.identity = get_identity(r);
+  r.bytes(h.mac.data(), h.mac.size());
   return h;
 }
 

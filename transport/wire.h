@@ -15,7 +15,9 @@
 
 namespace onebit::wire {
 
-constexpr std::uint16_t kProtocolVersion = 1;
+// 2: the bootstrap binds its records to the communicator's identity, challenge first (version 1
+// had neither).
+constexpr std::uint16_t kProtocolVersion = 2;
 constexpr std::uint32_t kHelloMagic = 0x4F424831;      // "OBH1": data-connection handshake
 constexpr std::uint32_t kBootstrapMagic = 0x4F424231;  // "OBB1": rank <-> root exchange
 constexpr std::uint32_t kMessageMagic = 0x4F424D31;    // "OBM1": a message segment
@@ -91,27 +93,56 @@ struct WireAddress {
   std::array<std::uint8_t, 16> ip{};
 };
 
-// Rank -> root: who I am and where my data listener is. `mac`: SipHash-2-4 of the other 40 bytes
-// under the ONEBIT_AUTH_KEY key, 0 when there is none.
-struct BootstrapHello {
-  static constexpr std::size_t kSize = 48;
+// The identity a bootstrap binds its records to (transport/tcp/bootstrap.h): a 16-byte digest that
+// is compared, and up to 64 bytes of its text, NUL-padded, that error messages name.
+struct WireIdentity {
+  static constexpr std::size_t kSize = 80;
+  std::array<std::uint8_t, 16> digest{};
+  std::array<char, 64> label{};
+  std::string label_text() const;  // the label up to its first NUL
+};
+
+// Bits of the bootstrap's `flags`: which key material a side holds. Both sides must hold the same.
+constexpr std::uint16_t kKeyedByAuthKey = 1;  // ONEBIT_AUTH_KEY
+constexpr std::uint16_t kKeyedBySecret = 2;   // a secret from the job's rendezvous (torch store, gloo context)
+
+// Root -> rank, first, on every connection: a fresh nonce (the rank's hello MAC covers it, so a
+// recorded hello proves nothing), the communicator the root serves, and its key flags.
+struct BootstrapChallenge {
+  static constexpr std::size_t kSize = 24 + WireIdentity::kSize;
   std::uint32_t magic = kBootstrapMagic;
   std::uint16_t version = kProtocolVersion;
-  std::uint16_t reserved = 0;
+  std::uint16_t flags = 0;
+  std::array<std::uint8_t, 16> nonce{};
+  WireIdentity identity;
+
+  std::array<std::uint8_t, kSize> encode() const;
+  static BootstrapChallenge decode(const std::uint8_t* in, const std::string& from);
+};
+
+// Rank -> root, answering the challenge: who I am, where my data listener is, a nonce of mine (the
+// root's reply MAC covers it), and `mac`: HMAC-SHA256 under the communicator's bootstrap key of
+// "hello", the challenge and this record's other bytes.
+struct BootstrapHello {
+  static constexpr std::size_t kSize = 56 + WireIdentity::kSize + 32;
+  std::uint32_t magic = kBootstrapMagic;
+  std::uint16_t version = kProtocolVersion;
+  std::uint16_t flags = 0;
   std::uint32_t rank = 0;
   std::uint32_t size = 0;
   std::uint32_t sockets_per_peer = 0;
   WireAddress listener;
-  std::uint64_t mac = 0;
+  std::array<std::uint8_t, 16> nonce{};
+  WireIdentity identity;
+  std::array<std::uint8_t, 32> mac{};
 
   std::array<std::uint8_t, kSize> encode() const;
   static BootstrapHello decode(const std::uint8_t* in, const std::string& from);
-  std::uint64_t compute_mac(const SipKey& key) const;
 };
 
 // Root -> rank, after all ranks arrived: a status, then (if 0) the job id, the job secret, every
-// listener, and a MAC of all of it under the ONEBIT_AUTH_KEY key (0 when there is none).
-// Status != 0 is followed by a u16 length and the error text, and the root closes.
+// listener, and a 32-byte HMAC-SHA256 under the bootstrap key of "reply", the rank's hello and all
+// of this. Status != 0 is followed by a u16 length and the error text, and the root closes.
 struct BootstrapReplyHead {
   static constexpr std::size_t kSize = 36;
   std::uint32_t magic = kBootstrapMagic;

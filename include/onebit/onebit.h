@@ -22,7 +22,7 @@ extern "C" {
 #endif
 
 #define ONEBIT_VERSION_MAJOR 0
-#define ONEBIT_VERSION_MINOR 1
+#define ONEBIT_VERSION_MINOR 2
 #define ONEBIT_VERSION_PATCH 0
 /* 100 * 100 * major + 100 * minor + patch, like NCCL_VERSION_CODE. */
 #define ONEBIT_VERSION_CODE \
@@ -85,12 +85,23 @@ ONEBIT_API onebit_result_t onebit_cpu_kernels(const char** name);
  * ONEBIT_TIMEOUT_MS naming the ranks that never came. */
 ONEBIT_API onebit_result_t onebit_comm_init(onebit_comm_t* comm, int rank, int size, const char* root);
 
-/* Per-communicator settings; a zero (or NULL) field takes its ONEBIT_* variable's value. */
+/* Per-communicator settings; a zero (or NULL) field takes its ONEBIT_* variable's value.
+ *
+ * Who may join (docs/reliability.md, "Who is in a communicator"): the bootstrap binds every rank
+ * to the communicator's identity, `job_id`, and to the key derived from it and the secrets given.
+ * A rank of another identity or key is refused, named, and never joins. NULL job_id: the
+ * launcher's job identity (ONEBIT_JOB_ID, torchrun's run id and restart count, Slurm's job and
+ * step, Open MPI's job, MASTER_ADDR:MASTER_PORT). A framework with a rendezvous passes a random
+ * id and a random `secret` through it (onebit's torch backend and Gloo door do): then nothing that
+ * is not given both gets in. `job_id` and `secret` are new in 0.2: a caller built against 0.1's
+ * header must be rebuilt (its struct ends at auth_key). */
 typedef struct {
   int64_t timeout_ms;       /* ONEBIT_TIMEOUT_MS */
   int sockets_per_peer;     /* ONEBIT_SOCKETS_PER_PEER */
   const char* socket_ifname; /* ONEBIT_SOCKET_IFNAME */
   const char* auth_key;      /* ONEBIT_AUTH_KEY: a secret every rank shares (never logged) */
+  const char* job_id;        /* this communicator's identity, the same text on its ranks only */
+  const char* secret;        /* a secret its ranks share, e.g. random bytes from the job's store (never logged) */
 } onebit_config_t;
 
 /* As onebit_comm_init, with explicit settings (config may be NULL). */

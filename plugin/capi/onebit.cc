@@ -159,6 +159,8 @@ onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size,
       setup.sockets_per_peer = config->sockets_per_peer;
       setup.socket_ifname = config->socket_ifname != nullptr ? config->socket_ifname : "";
       setup.auth_key = config->auth_key != nullptr ? config->auth_key : "";
+      setup.identity = config->job_id != nullptr ? config->job_id : "";
+      setup.secret = config->secret != nullptr ? config->secret : "";
     }
     return setup;
   });

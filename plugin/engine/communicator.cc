@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/siphash.h"
@@ -121,8 +122,10 @@ tcp::TransportOptions transport_options(const CommSetup& setup) {
   ONEBIT_CHECK(timeout > 0, ONEBIT_INVALID_ARGUMENT, "ONEBIT_TIMEOUT_MS=", timeout, " must be positive");
   options.timeout = std::chrono::milliseconds(timeout);
   options.ifname = setup.socket_ifname.empty() ? param::SocketIfname() : setup.socket_ifname;
-  const std::string& auth_key = setup.auth_key.empty() ? param::AuthKey() : setup.auth_key;
-  if (!auth_key.empty()) options.auth_key = sip_key_from_text(auth_key);
+  options.membership.auth_key = setup.auth_key.empty() ? param::AuthKey() : setup.auth_key;
+  options.membership.identity = setup.identity.empty() ? launcher_job_identity() : setup.identity;
+  options.membership.secret = setup.secret;
+  options.max_unexpected_bytes = static_cast<std::uint64_t>(param::UnexpectedMb()) << 20;
   return options;
 }
 

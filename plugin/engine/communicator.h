@@ -46,6 +46,10 @@ struct CommSetup {
   int sockets_per_peer = 0;
   std::string socket_ifname;
   std::string auth_key;
+  // Who may join (transport/tcp/bootstrap.h): the communicator's identity (empty: the launcher's,
+  // common/launcher.h) and a secret from the job's rendezvous (empty: none).
+  std::string identity;
+  std::string secret;
   // Ranks per host for hierarchical compression; 0: ONEBIT_LOCAL_SIZE, else torchrun's
   // LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md).
   int local_size = 0;

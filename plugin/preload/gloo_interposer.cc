@@ -8,8 +8,9 @@
 // Each gloo::Context gets one onebit communicator, made on the context's first tagged call. Its
 // transport (ONEBIT_TRANSPORT):
 //   gloo  the context's own pairs (transport/gloo), under onebit's slot prefix and the call's tag;
-//   tcp   onebit's TCP mesh: rank 0 picks a port, the address travels over the context itself (a
-//         gloo broadcast under the intercepted call's own tag), every rank joins.
+//   tcp   onebit's TCP mesh: rank 0 picks a port and a random identity and secret, which travel
+//         over the context itself (a gloo broadcast under the intercepted call's own tag); every
+//         rank joins, and nothing that was not told them can.
 //
 // Every rank must decide alike, or the job hangs: the decision depends only on the tag (name,
 // element count, dtype) and the call's shape, which every rank of a correct program shares.
@@ -28,6 +29,7 @@
 #include <memory>
 #include <mutex>
 
+#include "common/crypto.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/params.h"
@@ -134,37 +136,66 @@ Front& front() {
   return *instance;
 }
 
-std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
-                                            std::chrono::milliseconds timeout) {
+// What rank 0 tells every rank of a gloo context before onebit's TCP bootstrap: where the root is,
+// and the communicator's identity and secret — random, so that only this context's ranks can join
+// (transport/tcp/bootstrap.h), whatever else runs on the host.
+struct Invitation {
   char root[256] = {0};
-  if (!param::Root().empty()) {
-    std::snprintf(root, sizeof(root), "%s", param::Root().c_str());
-  } else if (context->rank == 0) {
+  char identity[48] = {0};
+  char secret[72] = {0};
+};
+
+// ONEBIT_ROOT serves the first context's communicator; later contexts (subgroups) take a free port
+// on its host, so that two communicators never wait at one address.
+Invitation invitation_from_rank_0() {
+  static std::atomic<bool> root_taken{false};
+  Invitation invitation;
+  if (!param::Root().empty() && !root_taken.exchange(true)) {
+    std::snprintf(invitation.root, sizeof(invitation.root), "%s", param::Root().c_str());
+  } else {
     const char* master = std::getenv("MASTER_ADDR");
-    const std::string host = master != nullptr && *master != '\0' ? master : "127.0.0.1";
-    // A free port on rank 0's host, for the bootstrap root; it travels to every rank below.
+    std::string host = master != nullptr && *master != '\0' ? master : "127.0.0.1";
+    if (!param::Root().empty()) {
+      tcp::Address root = tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
+      root.set_port(0);
+      host = root.to_string();
+      host = host.substr(0, host.rfind(':'));
+    }
+    // A free port on rank 0's host, for the bootstrap root.
     tcp::Address any = tcp::parse_host_port(host + ":0", "MASTER_ADDR");
     const int port = [&] {
       tcp::Fd probe = tcp::listen_on(any, 1);
       return static_cast<int>(tcp::local_address(probe.get()).port());
     }();
-    std::snprintf(root, sizeof(root), "%s:%d", host.c_str(), port);
+    std::snprintf(invitation.root, sizeof(invitation.root), "%s:%d", host.c_str(), port);
   }
-  if (param::Root().empty()) {
-    gloo::BroadcastOptions broadcast(context);
-    broadcast.setOutput(root, sizeof(root));
-    broadcast.setRoot(0);
-    broadcast.setTag(tag);  // the intercepted call's tag: its own gloo traffic never happens
-    broadcast.setTimeout(timeout);
-    gloo::broadcast(broadcast);
-  }
+  std::uint8_t id[8], secret[32];
+  crypto::random_bytes(id, sizeof(id));
+  crypto::random_bytes(secret, sizeof(secret));
+  std::snprintf(invitation.identity, sizeof(invitation.identity), "gloo context %s", crypto::hex(id, sizeof(id)).c_str());
+  std::snprintf(invitation.secret, sizeof(invitation.secret), "%s", crypto::hex(secret, sizeof(secret)).c_str());
+  return invitation;
+}
+
+std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
+                                            std::chrono::milliseconds timeout) {
+  Invitation invitation;
+  if (context->rank == 0) invitation = invitation_from_rank_0();
+  gloo::BroadcastOptions broadcast(context);
+  broadcast.setOutput(reinterpret_cast<char*>(&invitation), sizeof(invitation));
+  broadcast.setRoot(0);
+  broadcast.setTag(tag);  // the intercepted call's tag: its own gloo traffic never happens
+  broadcast.setTimeout(timeout);
+  gloo::broadcast(broadcast);
   CommSetup setup;
   setup.rank = context->rank;
   setup.size = context->size;
-  setup.root = root;
+  setup.root = invitation.root;
+  setup.identity = invitation.identity;
+  setup.secret = invitation.secret;
   setup.timeout_ms = timeout.count();
   ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", setup.rank, " of ", setup.size,
-             "): joining onebit's TCP transport at ", setup.root);
+             "): joining onebit's TCP transport at ", setup.root, " as ", setup.identity);
   return std::make_unique<Communicator>(setup);
 }
 

@@ -163,6 +163,12 @@ def _tagged_dtype(tensor):
     return entry[2]
 
 
+def _tag_name(tensor):
+    """The name a tensor's address is tagged under, or None."""
+    entry = _tags.get(tensor.data_ptr())
+    return None if entry is None else entry[0]
+
+
 def _check(lib, result):
     if result != 0:
         raise RuntimeError(lib.onebit_last_error().decode())

@@ -12,7 +12,8 @@ Every collective goes to a gloo process group made on the same store (so untagge
 bit-identical to a plain gloo job), except all_reduce of a tagged tensor (onebit.tag; float32,
 float16 or bfloat16; SUM), which runs onebit's compressed allreduce over onebit's own TCP
 transport (libonebit.so's C API), bootstrapped over the same store: rank 0 serves the bootstrap
-at ONEBIT_ROOT, or at MASTER_ADDR (127.0.0.1 when unset) on a free port it publishes in the store.
+at ONEBIT_ROOT (first group), or on a free port of ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1
+when unset), and publishes it in the store with a random identity and secret for the group.
 
 The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
 package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
@@ -26,7 +27,7 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _Stats as _CommStats, _check, _library, _tagged_dtype
+from . import _Stats as _CommStats, _check, _library, _tag_name, _tagged_dtype
 
 __all__ = ["register_backend", "BACKEND_NAME"]
 
@@ -37,7 +38,8 @@ _ONEBIT_SUM, _ONEBIT_AVG = 0, 1
 
 class _Config(ctypes.Structure):  # onebit_config_t
     _fields_ = [("timeout_ms", ctypes.c_int64), ("sockets_per_peer", ctypes.c_int),
-                ("socket_ifname", ctypes.c_char_p), ("auth_key", ctypes.c_char_p)]
+                ("socket_ifname", ctypes.c_char_p), ("auth_key", ctypes.c_char_p),
+                ("job_id", ctypes.c_char_p), ("secret", ctypes.c_char_p)]
 
 
 def _work_done(result):
@@ -46,20 +48,37 @@ def _work_done(result):
     return torch._C._distributed_c10d._create_work_from_future(future)
 
 
-def _root_address(store, rank):
-    """host:port of the bootstrap root, the same on every rank."""
-    if os.environ.get("ONEBIT_ROOT"):
-        return os.environ["ONEBIT_ROOT"]
+def _free_port_on(host):
+    # Closed again before the bootstrap binds it, so another process could take it in between (then
+    # the bootstrap fails, naming the address): set ONEBIT_ROOT where ports are contended.
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+_root_taken = False  # ONEBIT_ROOT's port serves this process's first onebit group only
+
+
+def _invitation(store, rank):
+    """Where the bootstrap root is, and the communicator's identity and secret: drawn at random by
+    rank 0 and published through this group's store (c10d gives each group its own prefix), so
+    that only this group's ranks can join (transport/tcp/bootstrap.h) — not another job, group or
+    attempt on the same host, nor a stranger that never saw the store. The same on every rank."""
+    global _root_taken
     if rank == 0:
-        host = os.environ.get("MASTER_ADDR") or "127.0.0.1"
-        # A free port on rank 0's host. It is closed again before the bootstrap binds it, so another
-        # process could take it in between (then the bootstrap fails, naming the address): set
-        # ONEBIT_ROOT on hosts where ports are contended.
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-            probe.bind((host, 0))
-            port = probe.getsockname()[1]
-        store.set("onebit/root", f"{host}:{port}")
-    return store.get("onebit/root").decode()
+        configured = os.environ.get("ONEBIT_ROOT")
+        if configured and not _root_taken:
+            root = configured
+        else:
+            # Later groups (subgroups) take a free port on ONEBIT_ROOT's host, so that two groups
+            # never wait at one address.
+            host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
+            root = f"[{host}]:{_free_port_on(host)}" if ":" in host else f"{host}:{_free_port_on(host)}"
+        store.set("onebit/root", root)
+        store.set("onebit/identity", f"torch process group {os.urandom(8).hex()}")
+        store.set("onebit/secret", os.urandom(32).hex())
+    _root_taken = True
+    return tuple(store.get(key).decode() for key in ("onebit/root", "onebit/identity", "onebit/secret"))
 
 
 class OnebitBackend(torch._C._distributed_c10d.Backend):
@@ -71,8 +90,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         self._rank, self._size = rank, size
         self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
         self._comm = ctypes.c_void_p()
-        config = _Config(int(timeout.total_seconds() * 1000), 0, None, None)
-        root = _root_address(store, rank)
+        root, identity, secret = _invitation(store, rank)
+        config = _Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
         _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                             ctypes.byref(config)))
         self._lock = threading.Lock()  # forwarded-call counters
@@ -116,6 +135,12 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         dtype = _tagged_dtype(t)
         if dtype is None or t.device.type != "cpu":
             return None
+        if not t.is_contiguous():
+            # Same address and element count as a tagged tensor, other elements (a strided view):
+            # compressing it as the tagged buffer would reduce memory it does not cover.
+            raise ValueError(f"onebit backend: all_reduce of a non-contiguous tensor (shape {tuple(t.shape)}, strides "
+                             f"{t.stride()}) at the address of the tagged tensor '{_tag_name(t)}': pass the tagged "
+                             "tensor itself, or a contiguous copy (untagged calls go to gloo)")
         if opts.reduceOp == dist.ReduceOp.SUM:
             return dtype, _ONEBIT_SUM
         if opts.reduceOp == dist.ReduceOp.AVG:

@@ -25,10 +25,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (size == 0) return 0;
   const std::uint8_t* body = data + 1;
   const std::size_t body_size = size - 1;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: decode<wire::Hello>(body, body_size); break;
     case 1: decode<wire::BootstrapHello>(body, body_size); break;
     case 2: decode<wire::BootstrapReplyHead>(body, body_size); break;
+    case 4: decode<wire::BootstrapChallenge>(body, body_size); break;
     default: decode<wire::SegmentHeader>(body, body_size); break;
   }
   if (body_size >= wire::WireAddress::kSize) {

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "common/siphash.h"
+#include "tests/fuzz/bootstrap_fixture.h"
 #include "transport/wire.h"
 
 using namespace onebit;
@@ -42,22 +42,33 @@ int main(int argc, char** argv) {
   wire::BootstrapReplyHead head;
   head.size = 2;
   write(dir + "/fuzz_wire/reply_head", with_selector(2, head.encode()));
+  wire::BootstrapChallenge challenge;
+  challenge.flags = wire::kKeyedBySecret;
+  challenge.identity = fuzzing::reply_credentials(true).identity;
+  write(dir + "/fuzz_wire/bootstrap_challenge", with_selector(4, challenge.encode()));
   wire::SegmentHeader segment;
   segment.key = {5, 1, wire::Kind::kWorkerBits, 0};
   segment.total_bytes = 128;
   segment.segment_bytes = 128;
   write(dir + "/fuzz_wire/segment", with_selector(3, segment.encode()));
 
-  // A good reply for 2 ranks (no key): selector bytes (world 2 → 1, no auth → 0), head, table, mac.
-  std::vector<std::uint8_t> reply = {1, 0};
-  const auto h = head.encode();
-  reply.insert(reply.end(), h.begin(), h.end());
-  for (int r = 0; r < 2; ++r) {
-    std::uint8_t address[20] = {4, 0, static_cast<std::uint8_t>(0x10 + r), 0x27, 127, 0, 0, 1};
-    reply.insert(reply.end(), address, address + 20);
+  // Good replies for 2 ranks, without and with a secret: selector bytes (world 2 → 1, keyed → 1),
+  // head, table, and the MAC the fixture's rank expects.
+  for (const bool keyed : {false, true}) {
+    const auto head_bytes = head.encode();
+    std::vector<std::uint8_t> body(head_bytes.begin(), head_bytes.end());
+    for (int r = 0; r < 2; ++r) {
+      std::uint8_t address[20] = {4, 0, static_cast<std::uint8_t>(0x10 + r), 0x27, 127, 0, 0, 1};
+      body.insert(body.end(), address, address + 20);
+    }
+    const auto mac = crypto::hmac_sha256(fuzzing::reply_credentials(keyed).key,
+                                         {std::string_view("reply"), fuzzing::reply_hello().encode(),
+                                          crypto::Bytes(body.data(), body.size())});
+    std::vector<std::uint8_t> reply = {1, static_cast<std::uint8_t>(keyed)};
+    reply.insert(reply.end(), body.begin(), body.end());
+    reply.insert(reply.end(), mac.begin(), mac.end());
+    write(dir + "/fuzz_bootstrap_reply/" + (keyed ? "ok_two_ranks_keyed" : "ok_two_ranks"), reply);
   }
-  for (int i = 0; i < 8; ++i) reply.push_back(0);
-  write(dir + "/fuzz_bootstrap_reply/ok_two_ranks", reply);
   // An error reply: status 3 and its text.
   wire::BootstrapReplyHead error;
   error.status = 3;

@@ -67,7 +67,7 @@ float ring_value(int rank, int call, std::size_t i) {
 
 // One rank's part of a round: runs every call, checks every result; returns the number of failures.
 int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
-  onebit_config_t config{60000, 0, nullptr, nullptr};
+  onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
   onebit_comm_t comm = nullptr;
   const std::string root = "127.0.0.1:" + std::to_string(port);
   if (onebit_comm_init_config(&comm, rank, round.world, root.c_str(), &config) != ONEBIT_SUCCESS) {

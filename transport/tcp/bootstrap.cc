@@ -1,20 +1,37 @@
 #include "transport/tcp/bootstrap.h"
 
+#include <poll.h>
+
 #include <algorithm>
-#include <random>
 #include <string>
 
 #include "common/error.h"
 #include "common/log.h"
-#include "transport/wire.h"
+#include "transport/tcp/gate.h"
 
 namespace onebit::tcp {
 namespace {
 
 // How much longer than the root a rank waits for the root's answer.
 constexpr auto kReplyGrace = std::chrono::seconds(2);
-// A stranger gets this long to say who it is before the root moves on.
-constexpr auto kHelloGrace = std::chrono::seconds(5);
+// A connection gets this long to send its hello; the root serves others meanwhile (gate.h).
+constexpr auto kHelloGrace = std::chrono::milliseconds(5000);
+// How often a rank that found another communicator's root at its address tries again.
+constexpr auto kOtherRootRetry = std::chrono::milliseconds(1000);
+
+std::uint64_t little_endian64(const std::uint8_t* p) {
+  std::uint64_t value = 0;
+  for (int i = 7; i >= 0; --i) value = value << 8 | p[i];
+  return value;
+}
+
+std::string flags_text(std::uint16_t flags) {
+  if (flags == 0) return "no key";
+  std::string text;
+  if (flags & wire::kKeyedByAuthKey) text = "ONEBIT_AUTH_KEY";
+  if (flags & wire::kKeyedBySecret) text += std::string(text.empty() ? "" : " and ") + "the rendezvous's secret";
+  return text;
+}
 
 void send_error(int fd, onebit_result_t code, const std::string& message, Deadline deadline) {
   wire::BootstrapReplyHead head;
@@ -31,18 +48,74 @@ void send_error(int fd, onebit_result_t code, const std::string& message, Deadli
   }
 }
 
-}  // namespace
-
-SipKey data_key_of(std::uint64_t job_id, const std::uint64_t secret[2], const std::optional<SipKey>& auth) {
-  if (!auth) return {secret[0], secret[1]};
-  std::uint8_t material[25];
-  wire::Writer(material).put(secret[0]).put(secret[1]).put(job_id).put(std::uint8_t{0});
-  const std::uint64_t k0 = siphash24(*auth, material, sizeof(material));
-  material[24] = 1;
-  return {k0, siphash24(*auth, material, sizeof(material))};
+std::vector<std::uint8_t> fresh_challenge(const Credentials& credentials) {
+  wire::BootstrapChallenge challenge;
+  challenge.flags = credentials.flags;
+  challenge.identity = credentials.identity;
+  crypto::random_bytes(challenge.nonce.data(), challenge.nonce.size());
+  const auto bytes = challenge.encode();
+  return {bytes.begin(), bytes.end()};
 }
 
-void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const std::optional<SipKey>& auth) {
+// Why `hello`, answering `challenge`, is not of this communicator; empty when it proves it is.
+// The code goes with the reason: another identity or key setting is a mismatch, a bad MAC a refusal.
+std::string refusal(const wire::BootstrapHello& hello, const wire::BootstrapChallenge& challenge,
+                    const Credentials& credentials, onebit_result_t* code) {
+  *code = ONEBIT_MISMATCH;
+  if (!crypto::equal(hello.identity.digest.data(), credentials.identity.digest.data(), 16)) {
+    Credentials theirs(Membership{});
+    theirs.identity = hello.identity;
+    return "it is of communicator " + theirs.describe() + ", this root serves " + credentials.describe() +
+           " (another job, process group or attempt on the same address)";
+  }
+  if (hello.flags != credentials.flags) {
+    return "it holds " + flags_text(hello.flags) + ", this root holds " + flags_text(credentials.flags) +
+           " (every rank must be given the same ONEBIT_AUTH_KEY, or none)";
+  }
+  *code = ONEBIT_REMOTE_ERROR;
+  const auto expected = signed_bootstrap_hello(hello, challenge, credentials).mac;
+  if (!crypto::equal(expected.data(), hello.mac.data(), expected.size())) {
+    return "its hello fails the bootstrap MAC (it answers another challenge — a replayed hello — or holds a "
+           "different key)";
+  }
+  return "";
+}
+
+}  // namespace
+
+Credentials::Credentials(const Membership& membership) {
+  const auto digest = crypto::hmac_sha256(std::string_view("onebit communicator identity"), {std::string_view(membership.identity)});
+  std::copy_n(digest.begin(), identity.digest.size(), identity.digest.begin());
+  std::string label = membership.identity;
+  if (label.size() >= identity.label.size()) label = label.substr(0, identity.label.size() - 4) + "...";
+  std::copy(label.begin(), label.end(), identity.label.begin());
+  if (!membership.auth_key.empty()) flags |= wire::kKeyedByAuthKey;
+  if (!membership.secret.empty()) flags |= wire::kKeyedBySecret;
+  // The key material: each secret with its length, so that no two settings run together.
+  std::string material;
+  for (const std::string* part : {&membership.auth_key, &membership.secret}) {
+    const auto length = static_cast<std::uint32_t>(part->size());
+    material.append(reinterpret_cast<const char*>(&length), sizeof(length)).append(*part);
+  }
+  key = crypto::hmac_sha256(std::string_view(material), {std::string_view("onebit bootstrap key v2"), identity.digest});
+}
+
+std::string Credentials::describe() const {
+  const std::string label = identity.label_text();
+  return (label.empty() ? std::string("with no identity") : "'" + label + "'") + " (" +
+         crypto::hex(identity.digest.data(), 4) + ")";
+}
+
+wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,
+                                            const Credentials& credentials) {
+  hello.mac = {};
+  const auto bytes = hello.encode();
+  hello.mac = crypto::hmac_sha256(credentials.key, {std::string_view("hello"), challenge.encode(),
+                                                    crypto::Bytes(bytes.data(), bytes.size() - hello.mac.size())});
+  return hello;
+}
+
+void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const Credentials& credentials) {
   struct Arrival {
     Fd fd;
     wire::BootstrapHello hello;
@@ -57,9 +130,11 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
     }
   };
 
+  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
+  gate.greet_with([&] { return fresh_challenge(credentials); });
   while (count < size) {
-    Fd fd = accept_until(listener.get(), deadline);
-    if (!fd) {
+    auto arrival = gate.next(deadline);
+    if (!arrival) {
       std::string missing;
       for (int r = 0; r < size; ++r) {
         if (!arrived[r].fd) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
@@ -69,28 +144,29 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
                                    " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)");
       return;
     }
-    const std::string who = "connection from " + peer_address(fd.get()).to_string();
+    const std::string& who = arrival->who;
     wire::BootstrapHello hello;
     try {
-      std::uint8_t bytes[wire::BootstrapHello::kSize];
-      const Deadline hello_deadline = std::min(deadline, Clock::now() + kHelloGrace);
-      read_all(fd.get(), bytes, sizeof(bytes), hello_deadline, who);
-      hello = wire::BootstrapHello::decode(bytes, who);
+      hello = wire::BootstrapHello::decode(arrival->record.data(), who);
     } catch (const Error& error) {
       ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", who, ": ", error.what());
       continue;
     }
-    if (auth && !mac_equal(hello.mac, hello.compute_mac(*auth))) {
-      // A stranger, or a rank with another ONEBIT_AUTH_KEY: it proves nothing, so it decides nothing.
-      ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", who, " that claims rank ", hello.rank,
-                 " but fails the ONEBIT_AUTH_KEY check (a stranger, or a rank with a different key)");
+    const auto challenge = wire::BootstrapChallenge::decode(arrival->greeting.data(), "the root itself");
+    onebit_result_t code = ONEBIT_SUCCESS;
+    const std::string why = refusal(hello, challenge, credentials, &code);
+    if (!why.empty()) {
+      // It proves nothing, so it decides nothing: answered, logged, closed; the bootstrap goes on.
+      ONEBIT_LOG(WARN, "bootstrap root: refused a ", who, " that claims rank ", hello.rank, ": ", why);
+      send_error(arrival->fd.get(), code, "the root at " + local_address(listener.get()).to_string() +
+                                              " refused this rank: " + why, Clock::now() + std::chrono::seconds(2));
       continue;
     }
+    Fd fd = std::move(arrival->fd);
     if (hello.size != static_cast<std::uint32_t>(size)) {
-      Arrival odd{std::move(fd), hello};
       const std::string message = "world size mismatch: rank " + std::to_string(hello.rank) + " says " +
                                   std::to_string(hello.size) + " ranks, rank 0 says " + std::to_string(size);
-      send_error(odd.fd.get(), ONEBIT_MISMATCH, message, Clock::now() + std::chrono::seconds(2));
+      send_error(fd.get(), ONEBIT_MISMATCH, message, Clock::now() + std::chrono::seconds(2));
       fail_all(ONEBIT_MISMATCH, message);
       return;
     }
@@ -115,23 +191,23 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
     ++count;
   }
 
-  std::random_device entropy;
-  auto random64 = [&] { return (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy(); };
   wire::BootstrapReplyHead head;
-  head.job_id = random64();
+  crypto::random_bytes(&head.job_id, sizeof(head.job_id));
+  crypto::random_bytes(head.secret, sizeof(head.secret));
   head.size = static_cast<std::uint32_t>(size);
-  head.secret[0] = random64();
-  head.secret[1] = random64();
   const std::size_t table_end = wire::BootstrapReplyHead::kSize + size * wire::WireAddress::kSize;
-  std::vector<std::uint8_t> reply(table_end + 8);
+  std::vector<std::uint8_t> reply(table_end + 32);
   const auto head_bytes = head.encode();
   std::copy(head_bytes.begin(), head_bytes.end(), reply.begin());
   wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize);
   for (const Arrival& a : arrived) {
     w.put(a.hello.listener.family).put(a.hello.listener.port).bytes(a.hello.listener.ip.data(), 16);
   }
-  w.put(auth ? siphash24(*auth, reply.data(), table_end) : std::uint64_t{0});
   for (int r = 0; r < size; ++r) {
+    // Each rank's copy is bound to its own hello (its nonce), so it cannot be replayed to another.
+    const auto mac = crypto::hmac_sha256(
+        credentials.key, {std::string_view("reply"), arrived[r].hello.encode(), crypto::Bytes(reply.data(), table_end)});
+    std::copy(mac.begin(), mac.end(), reply.begin() + static_cast<std::ptrdiff_t>(table_end));
     try {
       write_all(arrived[r].fd.get(), reply.data(), reply.size(), deadline, "rank " + std::to_string(r));
     } catch (const Error& error) {
@@ -141,34 +217,75 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
 }
 
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, const Address& root,
-                                   const std::string& ifname, Deadline deadline, const std::optional<SipKey>& auth,
+                                   const std::string& ifname, Deadline deadline, const Credentials& credentials,
                                    Fd* data_listener) {
-  Fd fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
-  Address local = ifname.empty() ? local_address(fd.get()) : interface_address(ifname);
-  local.set_port(0);
-  *data_listener = listen_on(local, 1024);
-  const Address bound = local_address(data_listener->get());
+  const std::string root_name = "the bootstrap root at " + root.to_string();
+  std::string other_root;  // the last root of another communicator found at this address
+  auto fail_other_root = [&] {
+    fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " serves communicator ", other_root, ", not this rank's ",
+         credentials.describe(), ": another job, process group or attempt holds the address (give each job its "
+         "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
+  };
+  for (;;) {
+    if (!other_root.empty() && Clock::now() >= deadline) fail_other_root();
+    Fd fd;
+    wire::BootstrapChallenge challenge;
+    try {
+      fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
+      std::uint8_t bytes[wire::BootstrapChallenge::kSize];
+      read_all(fd.get(), bytes, sizeof(bytes), deadline, root_name);
+      challenge = wire::BootstrapChallenge::decode(bytes, root_name);
+    } catch (const Error& error) {
+      if (other_root.empty() || error.code() != ONEBIT_TIMEOUT) throw;
+      fail_other_root();
+    }
+    if (!*data_listener) {
+      Address local = ifname.empty() ? local_address(fd.get()) : interface_address(ifname);
+      local.set_port(0);
+      *data_listener = listen_on(local, 1024);
+    }
+    wire::BootstrapHello hello;
+    hello.flags = credentials.flags;
+    hello.rank = static_cast<std::uint32_t>(rank);
+    hello.size = static_cast<std::uint32_t>(size);
+    hello.sockets_per_peer = static_cast<std::uint32_t>(sockets_per_peer);
+    hello.listener = wire::to_wire(local_address(data_listener->get()).storage);
+    hello.identity = credentials.identity;
+    crypto::random_bytes(hello.nonce.data(), hello.nonce.size());
+    hello = signed_bootstrap_hello(hello, challenge, credentials);
+    const auto hello_bytes = hello.encode();
+    write_all(fd.get(), hello_bytes.data(), hello_bytes.size(), deadline, root_name);
 
-  wire::BootstrapHello hello;
-  hello.rank = static_cast<std::uint32_t>(rank);
-  hello.size = static_cast<std::uint32_t>(size);
-  hello.sockets_per_peer = static_cast<std::uint32_t>(sockets_per_peer);
-  hello.listener = wire::to_wire(bound.storage);
-  if (auth) hello.mac = hello.compute_mac(*auth);
-  const auto hello_bytes = hello.encode();
-  write_all(fd.get(), hello_bytes.data(), hello_bytes.size(), deadline, "the bootstrap root");
-  try {
-    // The root answers at its own deadline at the latest (with the error naming the missing
-    // ranks); a little grace lets that answer arrive rather than this rank's own timeout.
-    return read_root_reply(fd.get(), size, deadline + kReplyGrace, auth);
-  } catch (const Error& error) {
-    if (error.code() != ONEBIT_TIMEOUT && error.code() != ONEBIT_REMOTE_ERROR) throw;
-    fail(error.code(), "bootstrap: no answer from the root at ", root.to_string(), ": ", error.what(),
-         auth ? " (ONEBIT_AUTH_KEY is set: the root ignores ranks whose key differs from its own)" : "");
+    if (!crypto::equal(challenge.identity.digest.data(), credentials.identity.digest.data(), 16)) {
+      // Not our root (it has been told who we are, and logs it): leave, and look again later.
+      Credentials theirs(Membership{});
+      theirs.identity = challenge.identity;
+      if (other_root.empty()) {
+        ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " serves communicator ", theirs.describe(),
+                   ", not this rank's ", credentials.describe(), "; trying again until the timeout");
+      }
+      other_root = theirs.describe();
+      fd.reset();
+      const auto pause = std::min<Deadline>(deadline, Clock::now() + kOtherRootRetry) - Clock::now();
+      if (pause.count() > 0) ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));
+      continue;
+    }
+    ONEBIT_CHECK(challenge.flags == credentials.flags, ONEBIT_MISMATCH, "bootstrap: rank ", rank, " holds ",
+                 flags_text(credentials.flags), ", ", root_name, " holds ", flags_text(challenge.flags),
+                 " (every rank must be given the same ONEBIT_AUTH_KEY, or none)");
+    try {
+      // The root answers at its own deadline at the latest (with the error naming the missing
+      // ranks); a little grace lets that answer arrive rather than this rank's own timeout.
+      return read_root_reply(fd.get(), size, deadline + kReplyGrace, hello, credentials);
+    } catch (const Error& error) {
+      if (error.code() != ONEBIT_TIMEOUT) throw;  // the root's own error, or its connection lost: said as it is
+      fail(error.code(), "bootstrap: no answer from ", root_name, ": ", error.what());
+    }
   }
 }
 
-BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const std::optional<SipKey>& auth) {
+BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire::BootstrapHello& hello,
+                                const Credentials& credentials) {
   const std::string root = "the bootstrap root";
   std::vector<std::uint8_t> reply(wire::BootstrapReplyHead::kSize);
   read_all(fd, reply.data(), reply.size(), deadline, root);
@@ -184,9 +301,14 @@ BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const std::
   ONEBIT_CHECK(head.size == static_cast<std::uint32_t>(size), ONEBIT_MISMATCH, "bootstrap: the root has ",
                head.size, " ranks, this rank was told ", size);
   const std::size_t table_end = reply.size() + size * wire::WireAddress::kSize;
-  reply.resize(table_end + 8);
+  reply.resize(table_end + 32);
   read_all(fd, reply.data() + wire::BootstrapReplyHead::kSize, reply.size() - wire::BootstrapReplyHead::kSize, deadline,
            root);
+  const auto expected =
+      crypto::hmac_sha256(credentials.key, {std::string_view("reply"), hello.encode(), crypto::Bytes(reply.data(), table_end)});
+  ONEBIT_CHECK(crypto::equal(expected.data(), reply.data() + table_end, expected.size()), ONEBIT_REMOTE_ERROR,
+               "bootstrap: the root's reply fails its MAC: it is not this communicator's root (another key, or a "
+               "process posing as the root)");
   wire::Reader r(reply.data() + wire::BootstrapReplyHead::kSize);
   BootstrapResult result;
   result.job_id = head.job_id;
@@ -203,12 +325,10 @@ BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const std::
     address.length = length;
     result.listeners.push_back(address);
   }
-  const std::uint64_t mac = r.get<std::uint64_t>();
-  if (auth) {
-    ONEBIT_CHECK(mac_equal(mac, siphash24(*auth, reply.data(), table_end)), ONEBIT_REMOTE_ERROR,
-                 "bootstrap: the root's reply fails the ONEBIT_AUTH_KEY check (rank 0 has a different key, or none)");
-  }
-  result.data_key = data_key_of(head.job_id, head.secret, auth);
+  // The data key: from the bootstrap key and the job secret. With a key or a rendezvous secret,
+  // overhearing the reply is not enough to derive it.
+  const auto data = crypto::hmac_sha256(credentials.key, {std::string_view("data"), head.encode()});
+  result.data_key = {little_endian64(data.data()), little_endian64(data.data() + 8)};
   return result;
 }
 

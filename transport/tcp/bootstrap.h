@@ -1,45 +1,78 @@
 // Bootstrap: every rank tells the root (a listener that rank 0 serves at ONEBIT_ROOT) where its data
 // listener is; the root answers each rank, once all have arrived, with a fresh job id and every
-// rank's listener. Connections that fail the exchange (garbage, wrong protocol) are logged, closed
-// and ignored; ranks that disagree (world size, duplicate rank) fail the whole bootstrap with an
-// error naming them, sent to every rank that arrived.
+// rank's listener.
+//
+// Who gets in (docs/reliability.md, "Who is in a communicator"). Every communicator has an
+// identity — text its ranks share and no other communicator has: a random id published through
+// the job's store (torch backend) or gloo context (Gloo door), or the launcher's job identity
+// (C API; common/launcher.h) — and a bootstrap key derived from the identity and whatever secrets
+// the ranks hold (ONEBIT_AUTH_KEY; a random secret from the store or context). The exchange:
+//
+//   root -> rank  challenge: a fresh nonce, the root's identity and key flags
+//   rank -> root  hello: rank, size, listener, a nonce, its identity, HMAC(key, challenge + hello)
+//   root -> rank  reply (once all arrived): job id, job secret, listeners, HMAC(key, hello + reply)
+//
+// A hello of another identity, another key or a stale challenge is refused — that connection is
+// answered with an error naming both identities, logged and closed — and the bootstrap goes on;
+// a rank never takes as its root one whose reply fails its check. Ranks that prove they belong but
+// disagree (world size, duplicate rank, sockets per peer) fail the whole bootstrap with an error
+// naming them, sent to every rank that arrived. The root reads hellos concurrently (gate.h).
+//
+// Without a secret the key follows from the identity alone: that keeps out other jobs, groups and
+// attempts and anything that does not speak the protocol, not someone who knows the identity.
 #pragma once
 
 #include <cstdint>
-#include <optional>
+#include <string>
 #include <vector>
 
+#include "common/crypto.h"
 #include "common/siphash.h"
 #include "transport/tcp/socket.h"
+#include "transport/wire.h"
 
 namespace onebit::tcp {
 
-// Access (docs/reliability.md): the root draws a job id and a 128-bit job secret. Data connections
-// prove membership with a MAC under the job's data key: the secret itself, or — when the launcher
-// gives every rank ONEBIT_AUTH_KEY — a key derived from it and the secret, so that someone who
-// overhears the bootstrap still cannot forge one. With ONEBIT_AUTH_KEY the bootstrap exchange is
-// itself MAC'd both ways; hellos that fail the check are logged and ignored.
+// What a rank knows about the communicator it joins.
+struct Membership {
+  std::string identity;  // shared by its ranks only; may be empty (then only the world size tells jobs apart)
+  std::string auth_key;  // ONEBIT_AUTH_KEY, or empty; never logged
+  std::string secret;    // from the job's rendezvous, or empty; never logged
+};
+
+// A membership made ready for the wire: the identity's digest and label, the key flags, the key.
+struct Credentials {
+  wire::WireIdentity identity;
+  std::uint16_t flags = 0;  // wire::kKeyedBy*
+  crypto::Digest key{};     // the bootstrap key
+  explicit Credentials(const Membership& membership);
+  std::string describe() const;  // "'label' (digest 0a1b…)" for messages
+};
+
 struct BootstrapResult {
   std::uint64_t job_id = 0;
   std::vector<Address> listeners;  // by rank
-  SipKey data_key{};
+  SipKey data_key{};               // keys the data connections' hellos (connection.h)
 };
 
 // Rank 0's root service. Runs until every rank has its answer, or the deadline passes; errors go to
 // the ranks (and reach rank 0's own caller through the reply rank 0 itself receives, as every rank's do).
-void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const std::optional<SipKey>& auth);
+void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const Credentials& credentials);
 
 // Every rank's side. `data_listener` is bound here: to ifname's address, or to the local address of
-// the connection that reaches the root.
+// the connection that reaches the root. A root of another identity (another job holding the
+// address, or a stale one) is left and tried again until the deadline, then named in the error.
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, const Address& root,
-                                   const std::string& ifname, Deadline deadline, const std::optional<SipKey>& auth,
+                                   const std::string& ifname, Deadline deadline, const Credentials& credentials,
                                    Fd* data_listener);
 
-// Reads the root's reply (after the rank's hello) from `fd`: the table, or the root's error
-// (thrown with its code). Checks the reply's MAC when `auth` is set. Split out for the fuzzer.
-BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const std::optional<SipKey>& auth);
+// The hello a rank sends in answer to `challenge` (split out so tests can replay one).
+wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,
+                                            const Credentials& credentials);
 
-// The data key of a job (see above).
-SipKey data_key_of(std::uint64_t job_id, const std::uint64_t secret[2], const std::optional<SipKey>& auth);
+// Reads the root's reply to `hello` from `fd`: the table, or the root's error (thrown with its
+// code); checks the reply's MAC. Split out for the fuzzer.
+BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire::BootstrapHello& hello,
+                                const Credentials& credentials);
 
 }  // namespace onebit::tcp

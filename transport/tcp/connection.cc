@@ -1,6 +1,5 @@
 #include "transport/tcp/connection.h"
 
-#include <algorithm>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -11,21 +10,20 @@ namespace {
 constexpr auto kHelloGrace = std::chrono::seconds(5);
 }  // namespace
 
+Listener::Listener(Fd fd) : fd_(std::move(fd)), gate_(fd_.get(), wire::Hello::kSize, kHelloGrace, "data listener") {}
+
 Listener Listener::listen(const Address& where) { return Listener(listen_on(where, 1024)); }
 
 std::optional<Listener::Accepted> Listener::accept(
     Deadline deadline, const SipKey& key, const std::function<void(const wire::Hello&, const std::string& who)>& check,
     const std::string& who_accepts) {
   for (;;) {
-    Fd fd = accept_until(fd_.get(), deadline);
-    if (!fd) return std::nullopt;
-    const std::string who = "connection from " + peer_address(fd.get()).to_string();
+    auto arrival = gate_.next(deadline);
+    if (!arrival) return std::nullopt;
     try {
-      std::uint8_t bytes[wire::Hello::kSize];
-      read_all(fd.get(), bytes, sizeof(bytes), std::min(deadline, Clock::now() + kHelloGrace), who);
-      const wire::Hello hello = verify_hello(bytes, key, who);
-      check(hello, who);
-      return Accepted{std::move(fd), hello};
+      const wire::Hello hello = verify_hello(arrival->record.data(), key, arrival->who);
+      check(hello, arrival->who);
+      return Accepted{std::move(arrival->fd), hello};
     } catch (const Error& error) {
       // A stranger, a scanner or a stale process: close it and go on; the job is not its business.
       ONEBIT_LOG(WARN, who_accepts, ": rejected a ", error.what());

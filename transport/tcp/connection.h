@@ -2,6 +2,7 @@
 // address); connect(handle) opens a socket and sends a hello that proves, with a MAC under the
 // job's data key, that it belongs to the job; Listener::accept hands over only connections whose
 // hello proves it and passes the caller's checks — anything else is logged, closed and forgotten.
+// Hellos are read concurrently, each within 5 s of its connection (gate.h).
 //
 // The handshake itself (signed_hello, verify_hello) is shared with the NCCL_NET plugin's
 // connections (net_comm.h), which run the same exchange without blocking.
@@ -13,6 +14,7 @@
 #include <string>
 
 #include "common/siphash.h"
+#include "transport/tcp/gate.h"
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
@@ -20,7 +22,7 @@ namespace onebit::tcp {
 
 class Listener {
  public:
-  explicit Listener(Fd fd) : fd_(std::move(fd)) {}
+  explicit Listener(Fd fd);
   // Listens on `where` (port 0: any free port).
   static Listener listen(const Address& where);
 
@@ -38,6 +40,7 @@ class Listener {
 
  private:
   Fd fd_;
+  Gate gate_;  // connections send their hellos concurrently (gate.h)
 };
 
 // The bytes a connecting socket sends: `hello` with its MAC under `key`.

@@ -19,17 +19,18 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
 
   // Rank 0 serves the root. Its listener is bound before anyone connects, so a port in use is an
   // immediate error on rank 0 rather than a timeout everywhere.
+  const Credentials credentials(options.membership);
   std::thread root_service;
   if (rank == 0) {
     Fd listener = listen_on(root, 1024);
-    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &options]() mutable {
-      serve_root(std::move(listener), size, sockets, deadline, options.auth_key);
+    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &credentials]() mutable {
+      serve_root(std::move(listener), size, sockets, deadline, credentials);
     });
   }
   BootstrapResult table;
   Fd data_listener;
   try {
-    table = exchange_with_root(rank, size, sockets, root, options.ifname, deadline, options.auth_key, &data_listener);
+    table = exchange_with_root(rank, size, sockets, root, options.ifname, deadline, credentials, &data_listener);
   } catch (...) {
     if (root_service.joinable()) root_service.join();
     throw;

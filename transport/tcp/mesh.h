@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/siphash.h"
+#include "transport/tcp/bootstrap.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::tcp {
@@ -19,7 +20,9 @@ struct TransportOptions {
   int sockets_per_peer = 2;
   std::chrono::milliseconds timeout{300000};
   std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
-  std::optional<SipKey> auth_key;  // from ONEBIT_AUTH_KEY; see bootstrap.h
+  Membership membership;  // who may join: identity, ONEBIT_AUTH_KEY, the rendezvous's secret (bootstrap.h)
+  // ONEBIT_UNEXPECTED_MB: most bytes one peer's early messages may hold (TcpTransport).
+  std::uint64_t max_unexpected_bytes = std::uint64_t{1} << 30;
 };
 
 struct Mesh {

@@ -70,6 +70,7 @@ struct TcpTransport::Peer {
   bool all_closed = false;  // every socket closed: nothing more can arrive
   std::map<wire::MessageKey, Request*> posted;
   std::map<wire::MessageKey, Unexpected> unexpected;
+  std::uint64_t unexpected_bytes = 0;  // what `unexpected` holds, bounded by max_unexpected_bytes
 };
 
 TcpTransport::TcpTransport(int rank, int size, const Address& root, const TransportOptions& options)
@@ -209,6 +210,7 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
   if (early.received == early.data.size()) {
     if (bytes > 0) std::memcpy(request.data, early.data.data(), bytes);
     request.transferred = bytes;
+    p.unexpected_bytes -= early.data.size();
     p.unexpected.erase(found);
     complete(request);
   } else {
@@ -246,6 +248,7 @@ void TcpTransport::fail_locked(onebit_result_t code, const std::string& message)
       if (early.claimed) early.claimed->state = Request::State::kFailed;
     }
     peer->unexpected.clear();
+    peer->unexpected_bytes = 0;
     // Tell the peer why, on the sockets that are between messages, so that it can name the first
     // failure rather than this rank's disconnection. Best effort: one non-blocking send each.
     for (auto& socket : peer->sockets) {
@@ -409,11 +412,21 @@ void TcpTransport::on_segment_header(Socket& socket, const wire::SegmentHeader& 
     ONEBIT_CHECK(header.total_bytes <= kMaxUnexpectedBytes, ONEBIT_REMOTE_ERROR, "rank ", socket.peer,
                  " announced an unsolicited ", wire::kind_name(header.key.kind), " message of ", header.total_bytes,
                  " bytes (at most ", kMaxUnexpectedBytes, " are accepted before the receive is posted)");
-    Unexpected& early = peer.unexpected[header.key];
-    if (early.data.empty() && early.received == 0) {
-      early.shape = header.shape;
-      early.data.resize(header.total_bytes);
+    auto held = peer.unexpected.find(header.key);
+    if (held == peer.unexpected.end()) {
+      // Early messages are a call or two ahead at most; a peer that sends far more than any call
+      // has asked for would grow this process without end.
+      ONEBIT_CHECK(peer.unexpected_bytes + header.total_bytes <= options_.max_unexpected_bytes, ONEBIT_REMOTE_ERROR,
+                   "rank ", socket.peer, " sent ", (peer.unexpected_bytes + header.total_bytes) >> 20,
+                   " MiB of messages that no call of rank ", rank_, " has asked for (", peer.unexpected.size() + 1,
+                   " messages; ONEBIT_UNEXPECTED_MB=", options_.max_unexpected_bytes >> 20,
+                   " bounds them): a broken or hostile peer, or ranks whose calls have parted");
+      held = peer.unexpected.emplace(header.key, Unexpected{}).first;
+      held->second.shape = header.shape;
+      held->second.data.resize(header.total_bytes);
+      peer.unexpected_bytes += header.total_bytes;
     }
+    Unexpected& early = held->second;
     ONEBIT_CHECK(early.data.size() == header.total_bytes, ONEBIT_REMOTE_ERROR, "rank ", socket.peer,
                  " sent inconsistent segments of one message");
     socket.target = early.data.data() + header.offset;
@@ -449,6 +462,7 @@ void TcpTransport::on_segment_done(Socket& socket) {
     Request& request = *early.claimed;
     if (request.bytes > 0) std::memcpy(request.data, early.data.data(), request.bytes);
     request.transferred = request.bytes;
+    peer.unexpected_bytes -= early.data.size();
     peer.unexpected.erase(found);
     complete(request);
   }
