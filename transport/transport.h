@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "transport/wire.h"
 
 namespace onebit {
@@ -88,6 +89,15 @@ class Transport {
                         const std::function<std::string(const Request&)>& describe) = 0;
 
   virtual TransportStats stats() const = 0;
+
+  // Breaks the transport from outside, as a failure would (onebit_comm_destroy while a call runs on
+  // another thread): every pending and later request fails with `code` and `why`, and peers are told
+  // as on any failure. A backend that cannot interrupt its waits (gloo: the framework's context)
+  // leaves this a no-op; then the call ends at its own deadline.
+  virtual void abort(onebit_result_t code, const std::string& why) {
+    (void)code;
+    (void)why;
+  }
 };
 
 }  // namespace onebit

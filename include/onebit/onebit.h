@@ -115,7 +115,10 @@ ONEBIT_API onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank
 ONEBIT_API onebit_result_t onebit_comm_init_env(onebit_comm_t* comm);
 
 /* Closes the connections and frees the communicator's error states. NULL is a no-op. Safe after a
- * failed call. */
+ * failed call. Calls of this communicator still running on other threads fail with
+ * ONEBIT_INVALID_ARGUMENT ("destroyed while this call ran"; their peers are told) and have
+ * returned before this does — over the Gloo door's context pairs, which cannot be interrupted,
+ * they end at their own timeout first. A call that starts after this returned is a use after free. */
 ONEBIT_API onebit_result_t onebit_comm_destroy(onebit_comm_t comm);
 
 ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
@@ -129,7 +132,13 @@ ONEBIT_API onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t*
 /* Tags the buffer at `ptr` (`count` elements of `dtype`) as `name`: allreduces of exactly this
  * buffer and count run compressed, with an error-feedback state that belongs to the name. Every
  * rank must tag the same names with the same count and dtype. Tagging a known name at a new
- * pointer moves the tag and keeps its state (the same count and dtype are required). */
+ * pointer moves the tag and keeps its state (the same count and dtype are required).
+ *
+ * Lifetime: a tag lives until onebit_untag(ptr). onebit cannot see C memory being freed, so the
+ * contract stops there: free a tagged buffer without untagging it, and a later buffer that lands
+ * at the same address with the same count and dtype is compressed as that tag, with its error
+ * feedback. Untag before free (the C++ optimizer shims do, in their destructors). The Python
+ * shim ties each tag to its tensor's storage and untags it when the memory is freed. */
 ONEBIT_API onebit_result_t onebit_tag(const char* name, void* ptr, size_t count, onebit_dtype_t dtype);
 
 /* Removes the tag of `ptr` and frees its error state: the next tag of that name starts from zero. */

@@ -46,6 +46,7 @@
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
+#include "onebit/rank_agreement.hpp"
 
 namespace onebit {
 
@@ -94,6 +95,13 @@ class OnebitAdam {
       v_then_.assign(total_, 0.0f);
     }
     for (ParamGroup& g : groups_) g.config.freeze_step = effective;
+    agree_across_ranks(comm_, "onebit::OnebitAdam",
+                       {{"the parameter count", static_cast<std::int64_t>(total_)},
+                        {"the number of groups", static_cast<std::int64_t>(groups_.size())},
+                        {"freeze_step", effective},
+                        {"the automatic freeze's window", automatic_ ? auto_.window : 0},
+                        {"the automatic freeze's max_step", automatic_ ? auto_.max_step : 0}},
+                       " (ONEBIT_FREEZE_STEP set on some ranks only?)");
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     grad_.assign(total_, 0.0f);

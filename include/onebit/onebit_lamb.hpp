@@ -32,6 +32,7 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/optimizer_report.hpp"
+#include "onebit/rank_agreement.hpp"
 #include "onebit/onebit.h"
 
 namespace onebit {
@@ -78,6 +79,11 @@ class OnebitLamb {
       check_call(onebit_lamb_layer_init(&layer));
       layers_.push_back(layer);
     }
+    agree_across_ranks(comm_, "onebit::OnebitLamb",
+                       {{"the parameter count", static_cast<std::int64_t>(total_)},
+                        {"the number of groups", static_cast<std::int64_t>(groups_.size())},
+                        {"freeze_step", freeze}},
+                       " (ONEBIT_FREEZE_STEP set on some ranks only?)");
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     v_fresh_.assign(total_, 0.0f);

@@ -37,6 +37,7 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/optimizer_report.hpp"
+#include "onebit/rank_agreement.hpp"
 #include "onebit/onebit.h"
 
 namespace onebit {
@@ -77,6 +78,13 @@ class ZeroOneAdam {
     check_call(onebit_zero_one_adam_schedule_init(&schedule_));
     onebit_zero_one_adam_step_t kind;
     check_call(onebit_zero_one_adam_next(&first, &schedule_, &kind));  // validates the config
+    agree_across_ranks(comm_, "onebit::ZeroOneAdam",
+                       {{"the parameter count", static_cast<std::int64_t>(total_)},
+                        {"the number of groups", static_cast<std::int64_t>(groups_.size())},
+                        {"var_freeze_step", first.var_freeze_step},
+                        {"var_update_scaler", first.var_update_scaler},
+                        {"local_step_scaler", first.local_step_scaler},
+                        {"local_step_clipper", first.local_step_clipper}});
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     grad_.assign(total_, 0.0f);

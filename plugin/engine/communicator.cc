@@ -173,7 +173,33 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, int local_size)
       kernels_(kernels::cpu_kernels()),
       local_size_(resolve_local_size(local_size, transport_->rank(), transport_->size())) {}
 
-Communicator::~Communicator() { TagRegistry::instance().forget_communicator(id_); }
+Communicator::~Communicator() {
+  close();
+  TagRegistry::instance().forget_communicator(id_);
+}
+
+Communicator::CallScope::CallScope(Communicator& comm) : comm_(comm) {
+  std::lock_guard<std::mutex> lock(comm.calls_mutex_);
+  ONEBIT_CHECK(!comm.closing_, ONEBIT_INVALID_ARGUMENT, comm.where(), ": the communicator is being destroyed");
+  ++comm.calls_in_flight_;
+}
+
+Communicator::CallScope::~CallScope() {
+  std::lock_guard<std::mutex> lock(comm_.calls_mutex_);
+  if (--comm_.calls_in_flight_ == 0) comm_.calls_left_.notify_all();
+}
+
+void Communicator::close() {
+  std::unique_lock<std::mutex> lock(calls_mutex_);
+  closing_ = true;
+  if (calls_in_flight_ == 0) return;
+  // Only a call still running is failed: after a clean last call the peers must not hear an abort.
+  lock.unlock();
+  transport_->abort(ONEBIT_INVALID_ARGUMENT, where() + ": the communicator was destroyed while this call ran "
+                                                       "(onebit_comm_destroy on another thread)");
+  lock.lock();
+  calls_left_.wait(lock, [&] { return calls_in_flight_ == 0; });
+}
 
 std::string Communicator::where() const {
   return "rank " + std::to_string(rank()) + "/" + std::to_string(size());
@@ -182,6 +208,7 @@ std::string Communicator::where() const {
 Deadline Communicator::call_deadline() const { return Clock::now() + transport_->timeout(); }
 
 void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op) {
+  CallScope scope(*this);
   ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ", count);
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
   if (tag) {
@@ -192,6 +219,47 @@ void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dty
   } else {
     ring_allreduce(buffer, count, dtype, op);
   }
+}
+
+void Communicator::check_topology(const Tag& tag) {
+  std::lock_guard<std::mutex> lock(topology_mutex_);
+  if (topology_checked_) return;
+  const int world = size();
+  const int me = rank();
+  // Every rank tells every other its ranks per host, once: a rank that counts hosts differently
+  // would otherwise wait for messages nobody sends, until the timeout. On channel 0, not the
+  // call's: concurrent first calls of different tags may reach this in another order on each rank.
+  const std::uint32_t channel = 0;
+  std::vector<std::int32_t> theirs(world, 0);
+  const std::int32_t mine = local_size_;
+  std::vector<Request> requests(2 * (world - 1));
+  std::vector<Request*> all;
+  const wire::MessageKey key{0, 0, wire::Kind::kTopology, 0};
+  const wire::CallShape shape{static_cast<std::uint64_t>(world), 0, 0};
+  std::size_t next = 0;
+  for (int p = 0; p < world; ++p) {
+    if (p == me) continue;
+    transport_->irecv(requests[next], p, channel, key, shape, &theirs[p], sizeof(std::int32_t));
+    all.push_back(&requests[next++]);
+    transport_->isend(requests[next], p, channel, key, shape, &mine, sizeof(std::int32_t));
+    all.push_back(&requests[next++]);
+  }
+  try {
+    transport_->wait_all(all, call_deadline(), [](const Request&) {
+      return std::string("the ranks-per-host exchange of the first tagged call (does every rank set the same "
+                         "ONEBIT_LOCAL_SIZE or LOCAL_WORLD_SIZE?)");
+    });
+  } catch (const Error& error) {
+    fail(error.code(), where(), ": allreduce of tag '", tag.name, "': the ranks-per-host exchange before the first "
+         "tagged call failed (", local_size_, " rank(s) per host here); buffer and error state unchanged: ", error.what());
+  }
+  for (int p = 0; p < world; ++p) {
+    ONEBIT_CHECK(p == me || theirs[p] == mine, ONEBIT_MISMATCH, where(), ": allreduce of tag '", tag.name,
+                 "': this rank runs ", mine,
+                 " rank(s) per host", mine == 1 ? " (flat)" : "", " but rank ", p, " runs ", theirs[p],
+                 theirs[p] == 1 ? " (flat)" : "", "; every rank must set the same ONEBIT_LOCAL_SIZE (or LOCAL_WORLD_SIZE)");
+  }
+  topology_checked_ = true;
 }
 
 StageTimes Communicator::compressed_stage_times() const {

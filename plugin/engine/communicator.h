@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -92,6 +93,11 @@ class Communicator {
                               std::uint32_t channel = 0);
   void ring_allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op);
 
+  // Fails every call in flight on other threads (its transport is aborted) and waits for them to
+  // leave; later calls fail at once. The destructor does this first, so onebit_comm_destroy during
+  // a call fails that call instead of freeing what it uses.
+  void close();
+
   onebit_stats_t stats() const;
   StageTimes compressed_stage_times() const;
   // Bytes the hierarchical calls sent to ranks on this rank's own host (part of
@@ -115,8 +121,11 @@ class Communicator {
   // caller's own waits after the round; the unpack from `unpack_start` on) and commits its error
   // state by flipping buffers.
   void commit_round(TagState& st, const RoundResult& round, double more_waiting, Clock::time_point unpack_start);
-  // Once per communicator, before its first hierarchical call: every rank's ranks per host agree.
-  void check_topology();
+  // Counts a public call in flight for close(); throws once the communicator is closing.
+  class CallScope;
+  // Once per communicator, before its first tagged call: every rank's ranks per host agree (flat
+  // is 1), so that a flat and a hierarchical rank fail at once naming both, not at the timeout.
+  void check_topology(const Tag& tag);
   Deadline call_deadline() const;
   std::string where() const;  // "rank 2/4"
 
@@ -126,6 +135,11 @@ class Communicator {
   const int local_size_;
   std::mutex topology_mutex_;
   bool topology_checked_ = false;
+
+  std::mutex calls_mutex_;
+  std::condition_variable calls_left_;
+  int calls_in_flight_ = 0;
+  bool closing_ = false;
 
   std::mutex ring_mutex_;  // untagged calls run one at a time
   std::uint64_t ring_seq_ = 0;
@@ -140,6 +154,17 @@ class Communicator {
   std::atomic<std::uint64_t> compressed_bytes_{0};
   std::atomic<std::uint64_t> full_precision_bytes_{0};
   std::atomic<std::uint64_t> intra_host_bytes_{0};
+};
+
+class Communicator::CallScope {
+ public:
+  explicit CallScope(Communicator& comm);
+  ~CallScope();
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  Communicator& comm_;
 };
 
 }  // namespace onebit

@@ -36,6 +36,8 @@ using round_layout::kResultHead;
 
 void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                         std::uint32_t channel) {
+  CallScope scope(*this);
+  check_topology(tag);
   if (hierarchical()) {
     hierarchical_allreduce(tag, buffer, n, dtype, op, channel);
   } else {
@@ -216,6 +218,7 @@ Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st,
 
 void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                              std::uint32_t channel) {
+  CallScope scope(*this);
   std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
   ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                "' is already in an allreduce on another thread; calls on one tag must not overlap");

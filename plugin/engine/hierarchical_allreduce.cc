@@ -153,54 +153,16 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
 
 }  // namespace
 
-void Communicator::check_topology() {
-  std::lock_guard<std::mutex> lock(topology_mutex_);
-  if (topology_checked_) return;
-  const int world = size();
-  const int me = rank();
-  // Every rank tells every other its ranks per host, once: a rank that counts hosts differently
-  // would otherwise wait for messages nobody sends, until the timeout. On channel 0, not the
-  // call's: concurrent first calls of different tags may reach this in another order on each rank.
-  const std::uint32_t channel = 0;
-  std::vector<std::int32_t> theirs(world, 0);
-  const std::int32_t mine = local_size_;
-  std::vector<Request> requests(2 * (world - 1));
-  std::vector<Request*> all;
-  const wire::MessageKey key{0, 0, wire::Kind::kTopology, 0};
-  const wire::CallShape shape{static_cast<std::uint64_t>(world), 0, 0};
-  std::size_t next = 0;
-  for (int p = 0; p < world; ++p) {
-    if (p == me) continue;
-    transport_->irecv(requests[next], p, channel, key, shape, &theirs[p], sizeof(std::int32_t));
-    all.push_back(&requests[next++]);
-    transport_->isend(requests[next], p, channel, key, shape, &mine, sizeof(std::int32_t));
-    all.push_back(&requests[next++]);
-  }
-  try {
-    transport_->wait_all(all, call_deadline(), [](const Request&) {
-      return std::string("the ranks-per-host exchange of the first hierarchical call (does every rank set the same "
-                         "ONEBIT_LOCAL_SIZE or LOCAL_WORLD_SIZE?)");
-    });
-  } catch (const Error& error) {
-    fail(error.code(), where(), ": hierarchical compression with ", local_size_, " ranks per host: ", error.what());
-  }
-  for (int p = 0; p < world; ++p) {
-    ONEBIT_CHECK(p == me || theirs[p] == mine, ONEBIT_MISMATCH, where(), ": this rank runs ", mine,
-                 " ranks per host but rank ", p, " runs ", theirs[p],
-                 "; every rank must set the same ONEBIT_LOCAL_SIZE (or LOCAL_WORLD_SIZE)");
-  }
-  topology_checked_ = true;
-}
-
 void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                           std::uint32_t channel) {
+  CallScope scope(*this);
   std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
   ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                "' is already in an allreduce on another thread; calls on one tag must not overlap");
   ONEBIT_CHECK(hierarchical(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                "': hierarchical compression needs several ranks per host and several hosts; this communicator has ",
                local_size_, " rank(s) per host of ", size(), " (set ONEBIT_LOCAL_SIZE)");
-  check_topology();
+  check_topology(tag);
   ++compressed_calls_;
   ++tag.calls;
 

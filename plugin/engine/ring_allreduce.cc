@@ -15,6 +15,7 @@ constexpr std::size_t kRingSegmentFloats = (1 << 20) / sizeof(float);
 }  // namespace
 
 void Communicator::ring_allreduce(void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op) {
+  CallScope scope(*this);
   std::lock_guard<std::mutex> lock(ring_mutex_);
   ++full_precision_calls_;
   const int world = size();

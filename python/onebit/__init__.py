@@ -183,12 +183,67 @@ def tag(tensor, name):
         raise ValueError(f"onebit.tag: {tensor.dtype} is not float32, float16 or bfloat16")
     if not tensor.is_contiguous():
         raise ValueError("onebit.tag: the tensor must be contiguous")
+    _check_door_takes(tensor)
     _check(lib, lib.onebit_tag(name.encode(), ctypes.c_void_p(tensor.data_ptr()),
                                ctypes.c_size_t(tensor.numel()), ctypes.c_int(dtype)))
     for ptr, entry in list(_tags.items()):
         if entry[0] == name:  # the name moved to a new buffer (its state kept)
             del _tags[ptr]
     _tags[tensor.data_ptr()] = (name, tensor.numel(), dtype)
+    _untag_when_freed(tensor, name)
+
+
+def _door():
+    """Which of onebit's doors this process has: "gloo" (libonebit-preload.so), "nccl"
+    (libonebit-nccl-preload.so) — both preloaded, so seen in the process's own symbols — or
+    "library" (libonebit.so, loaded by path: the torch backend, the C API)."""
+    lib = _library()
+    if not hasattr(ctypes.CDLL(None), "onebit_tag"):
+        return "library"
+    return "gloo" if hasattr(lib, "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE") else "nccl"
+
+
+def _check_door_takes(tensor):
+    """A tag no door of this process will ever compress is refused, naming the door that would."""
+    door, device = _door(), tensor.device.type
+    if door == "gloo" and device != "cpu":
+        raise ValueError(f"onebit.tag: this process has libonebit-preload.so (the Gloo door), which compresses "
+                         f"all_reduce of CPU tensors only; this {device} tensor's all_reduce would go to NCCL untouched. "
+                         "For CUDA tensors preload libonebit-nccl-preload.so instead (docs/usage.md)")
+    if door == "nccl" and device != "cuda":
+        raise ValueError(f"onebit.tag: this process has libonebit-nccl-preload.so (the NCCL door), which compresses "
+                         f"ncclAllReduce of CUDA tensors only; this {device} tensor's all_reduce would go to gloo "
+                         "untouched. For CPU tensors: LD_PRELOAD=libonebit-preload.so (Debian's torch) or the onebit "
+                         "backend (pip's torch; docs/usage.md)")
+    if door == "library" and device != "cpu":
+        raise ValueError(f"onebit.tag: a {device} tensor is compressed only under LD_PRELOAD=libonebit-nccl-preload.so "
+                         "(the NCCL door); this process has libonebit.so, whose torch backend compresses CPU tensors")
+
+
+def _untag_when_freed(tensor, name):
+    """A tag lives as long as its tensor's memory: once the storage is freed, the address is
+    untagged (its error feedback freed with it) before the allocator can hand it to another tensor,
+    which would otherwise be compressed as if it were the tagged one. torch >= 2.0 keeps one Python
+    object per storage, alive exactly as long as the memory; older torch has none, so the tagged
+    tensor object stands in (a view that outlives it is then no longer compressed — alike on every
+    rank, as the program is)."""
+    import weakref
+    ptr = tensor.data_ptr()
+    owner = tensor
+    if hasattr(tensor, "untyped_storage"):
+        storage = tensor.untyped_storage()
+        if storage is tensor.untyped_storage():
+            owner = storage
+    finalizer = weakref.finalize(owner, _forget_freed, ptr, name)
+    finalizer.atexit = False  # at exit nothing can be reused; leave teardown alone
+
+
+def _forget_freed(ptr, name):
+    entry = _tags.get(ptr)
+    if entry is None or entry[0] != name:  # untagged already, or the name moved elsewhere
+        return
+    del _tags[ptr]
+    _library().onebit_untag(ctypes.c_void_p(ptr))
 
 
 def untag(tensor):

@@ -654,6 +654,84 @@ TEST(Errors, ConnectionCutMidCallFailsBothSides) {
   }
 }
 
+// Rank 0 destroys its communicator on its main thread while another thread of it waits inside an
+// allreduce (untagged: the ring; tagged: the compressed call) that rank 1 never joins. The call
+// fails naming the destroy — it does not crash, nor wait for the timeout (60 s here) — and the
+// buffer is untouched.
+void expect_destroy_fails_the_call_in_flight(bool tagged) {
+  const int world = 2;
+  SharedMemory shared(sizeof(Record));
+  auto* record = shared.as<Record>();
+  const int port = free_port();
+  int release[2];
+  ASSERT_EQ(::pipe(release), 0);
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+    onebit_comm_t comm = nullptr;
+    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    if (rank == 1) {  // never calls
+      char byte;
+      const bool released = ::read(release[0], &byte, 1) == 1;
+      onebit_comm_destroy(comm);
+      return released ? 0 : 6;
+    }
+    std::vector<float> buffer(1 << 20, 1.0f);
+    if (tagged) onebit_tag("in-flight", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+    std::thread call([&] {
+      record->set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
+    });
+    // Inside the call once it has sent something (polled, not slept).
+    for (onebit_stats_t s{}; onebit_comm_stats(comm, &s) == ONEBIT_SUCCESS && s.bytes_sent == 0;) ::sched_yield();
+    const onebit_result_t destroyed = onebit_comm_destroy(comm);
+    call.join();
+    [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
+    if (destroyed != ONEBIT_SUCCESS) return 5;
+    return std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; }) ? 0 : 7;
+  }, std::chrono::seconds(60));
+  ::close(release[0]);
+  ::close(release[1]);
+  ASSERT_EQ(outcomes[0].exit_code, 0) << "rank 0: 5 destroy failed, 7 the buffer changed, 128+n a signal";
+  ASSERT_EQ(outcomes[1].exit_code, 0);
+  EXPECT_EQ(record->code, ONEBIT_INVALID_ARGUMENT) << record->message;
+  EXPECT_NE(std::string(record->message).find("the communicator was destroyed while this call ran"), std::string::npos)
+      << record->message;
+}
+
+TEST(Errors, DestroyDuringAnUntaggedCallFailsThatCall) { expect_destroy_fails_the_call_in_flight(false); }
+TEST(Errors, DestroyDuringATaggedCallFailsThatCall) { expect_destroy_fails_the_call_in_flight(true); }
+
+TEST(Errors, AFlatRankAmongHierarchicalOnesIsNamedAtTheFirstTaggedCall) {
+  // 4 ranks as 2 hosts of 2, but rank 0 was given ONEBIT_LOCAL_SIZE=1: every rank fails its first
+  // tagged call at once with ONEBIT_MISMATCH naming both settings, instead of each waiting for
+  // messages of the other algorithm until the timeout (60 s here).
+  const int world = 4;
+  SharedMemory shared(world * sizeof(Record));
+  auto* records = shared.as<Record>();
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    ::setenv("ONEBIT_LOCAL_SIZE", rank == 0 ? "1" : "2", 1);
+    ::unsetenv("LOCAL_WORLD_SIZE");
+    ::unsetenv("LOCAL_RANK");
+    onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+    onebit_comm_t comm = nullptr;
+    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    std::vector<float> buffer(4096, 1.0f);
+    onebit_tag("topology", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
+    const bool untouched = std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; });
+    onebit_comm_destroy(comm);
+    return untouched ? 0 : 7;
+  }, std::chrono::seconds(60));
+  for (int r = 0; r < world; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << "rank " << r << ": " << records[r].message;
+  }
+  EXPECT_NE(std::string(records[0].message).find("this rank runs 1 rank(s) per host (flat) but rank 1 runs 2"),
+            std::string::npos) << records[0].message;
+  EXPECT_NE(std::string(records[1].message).find("this rank runs 2 rank(s) per host but rank 0 runs 1 (flat)"),
+            std::string::npos) << records[1].message;
+}
+
 // Before rank 1 joins, a stranger speaks `bytes` to the bootstrap root (rank 0, possibly not
 // listening yet: retried, bounded). The job must go on: both ranks' allreduce succeeds.
 void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes) {

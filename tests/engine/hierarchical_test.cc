@@ -257,8 +257,8 @@ TEST(Hierarchical, RanksDisagreeingOnRanksPerHostFailNamingBoth) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << records[r].message;
-    EXPECT_NE(std::string(records[r].message).find(r < 3 ? "this rank runs 2 ranks per host but rank 3 runs 3"
-                                                         : "this rank runs 3 ranks per host but rank 0 runs 2"),
+    EXPECT_NE(std::string(records[r].message).find(r < 3 ? "this rank runs 2 rank(s) per host but rank 3 runs 3"
+                                                         : "this rank runs 3 rank(s) per host but rank 0 runs 2"),
               std::string::npos)
         << records[r].message;
   }

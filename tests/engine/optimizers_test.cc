@@ -7,17 +7,20 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "onebit/onebit.h"
+#include "onebit/onebit_adam.hpp"
 #include "onebit/onebit_lamb.hpp"
 #include "onebit/zero_one_adam.hpp"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/loopback_comm.h"
 #include "tests/support/multiprocess.h"
+#include "tests/support/rank_record.h"
 
 namespace onebit::testing {
 namespace {
@@ -539,6 +542,54 @@ TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
   EXPECT_EQ(onebit_lamb_momentum_step(&c, &layer, m, last, g, 2), ONEBIT_INVALID_ARGUMENT);  // no scaling yet
   EXPECT_NE(std::string(onebit_last_error()).find("scaling_coeff"), std::string::npos) << onebit_last_error();
   EXPECT_EQ(m[0], 1.0f);
+}
+
+// Two ranks whose optimizers are given different schedules: `make(rank, comm)` constructs one.
+// Construction fails on both ranks with ONEBIT_MISMATCH naming the field and both values, instead of
+// the ranks parting at the first step that depends on it and waiting until the timeout.
+void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& make, const std::string& says) {
+  SharedMemory shared(2 * sizeof(Record));
+  auto* records = shared.as<Record>();
+  const int port = free_port();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    onebit_comm_t comm = join_loopback(rank, 2, port);
+    records[rank].code = ONEBIT_SUCCESS;
+    try {
+      make(rank, comm);
+    } catch (const CallError& error) {
+      records[rank].code = error.code();
+      std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
+    }
+    onebit_comm_destroy(comm);
+    return 0;
+  }, std::chrono::seconds(60));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+    EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << records[r].message;
+    EXPECT_NE(std::string(records[r].message).find(says), std::string::npos) << records[r].message;
+  }
+}
+
+TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
+  std::vector<float> p(kTotal, 0.0f);
+  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
+    const onebit_adam_config_t c{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, rank == 0 ? 3 : 1};
+    OnebitAdam adam(comm, {{p.data(), kTotal, c}});
+  }, "onebit::OnebitAdam: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1; every rank must be given "
+     "the same value (ONEBIT_FREEZE_STEP set on some ranks only?)");
+  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
+    onebit_lamb_config_t c = lamb_config(0);
+    c.freeze_step = rank == 0 ? 3 : 1;
+    OnebitLamb lamb(comm, {{p.data(), kTotal, c}});
+  }, "onebit::OnebitLamb: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1");
+  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
+    onebit_zero_one_adam_config_t c = zero_one_config(0);
+    c.var_freeze_step = rank == 0 ? 8 : 9;
+    ZeroOneAdam adam(comm, {{p.data(), kTotal, c}});
+  }, "onebit::ZeroOneAdam: the ranks disagree on var_freeze_step: rank 0 has 8, rank 1 has 9");
+  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
+    ZeroOneAdam adam(comm, {{p.data(), rank == 0 ? kTotal : kTotal - 1, zero_one_config(0)}});
+  }, "the ranks disagree on the parameter count: rank 0 has 1037, rank 1 has 1036");
 }
 
 }  // namespace

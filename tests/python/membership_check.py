@@ -6,6 +6,10 @@
                 Each group's communicator has its own root address, identity and secret (drawn by
                 its rank 0, published through its store or gloo context), so the subgroups neither
                 wait at one address nor join each other.
+  freed-tag     20 times: a tensor tagged and dropped without untag, then a fresh, never-tagged
+                tensor of the same size (which the allocator may place at the freed address) is
+                all_reduced: never compressed (onebit.stats() counts no compressed call), since a
+                tag goes with its storage's memory.
   strided-view  all_reduce of buf[::2], where buf[:8] is tagged (same address, same element count):
                 refused, naming the reason, and buf is unchanged on every rank — not compressed as if
                 it were the tagged buffer.
@@ -13,7 +17,7 @@
     PYTHON tests/python/membership_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
 The preload door runs with ONEBIT_TRANSPORT=tcp, so that its communicators bootstrap over TCP, and
-takes `subgroups` only: Debian's torch 1.13 hands gloo a strided view's memory as if it were
+takes `subgroups` and `freed-tag` only: Debian's torch 1.13 hands gloo a strided view's memory as if it were
 contiguous, with or without onebit (plain gloo sums buf[0:8] there), and gloo::allreduce — all the
 Gloo door sees — carries no strides to tell.
 """
@@ -46,6 +50,24 @@ def subgroups(mode, rank, torch, dist, onebit, tmp):
     print(f"rank {rank}: world sum 10 and subgroup sum {want}, both compressed", flush=True)
 
 
+def freed_tag(mode, rank, torch, dist, onebit, tmp):
+    reused = 0
+    for i in range(20):
+        dropped = torch.zeros(4096)
+        onebit.tag(dropped, f"dropped-{i}")
+        address = dropped.data_ptr()
+        del dropped
+        fresh = torch.full((4096,), float(rank + 1))
+        reused += fresh.data_ptr() == address
+        before = onebit.stats()["compressed_calls"]
+        dist.all_reduce(fresh)
+        require(onebit.stats()["compressed_calls"] == before,
+                f"round {i}: a never-tagged tensor {'at the freed tagged address ' if fresh.data_ptr() == address else ''}"
+                "was compressed")
+        require(torch.equal(fresh, torch.full_like(fresh, 10.0)), f"round {i}: sum {fresh[:3].tolist()}, want 10")
+    print(f"rank {rank}: 20 fresh tensors, {reused} at a freed tagged address, none compressed", flush=True)
+
+
 def strided_view(mode, rank, torch, dist, onebit, tmp):
     buf = torch.arange(16, dtype=torch.float32) + rank
     onebit.tag(buf[:8], "head")
@@ -61,7 +83,7 @@ def strided_view(mode, rank, torch, dist, onebit, tmp):
     print(f"rank {rank}: refused: {message.splitlines()[0][:160]}", flush=True)
 
 
-CASES = {"subgroups": subgroups, "strided-view": strided_view}
+CASES = {"subgroups": subgroups, "freed-tag": freed_tag, "strided-view": strided_view}
 _ROOTS = {}
 
 

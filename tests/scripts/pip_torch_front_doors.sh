@@ -3,7 +3,8 @@
 #   - libonebit-preload.so (built for the system libgloo.so.0) is refused with a message at
 #     `import onebit`, before init_process_group would crash in torch's own bundled gloo;
 #   - libonebit-nccl-preload.so loads into pip's torch, and against the nvidia-nccl wheel's own
-#     libnccl.so.2 it forwards, defers and maps errors as tests/nccl_preload checks (no GPU needed).
+#     libnccl.so.2 it forwards, defers and maps errors as tests/nccl_preload checks (no GPU needed);
+#     onebit.tag of a CPU tensor there is refused (nothing under that door would compress it).
 # Skips (77) without the venv.
 set -u
 build=$1
@@ -28,13 +29,16 @@ if [ -f "$build/libonebit-nccl-preload.so" ] && [ -x "$build/tests/nccl_preload_
   LD_PRELOAD=$build/libonebit-nccl-preload.so "$build/tests/nccl_preload_check" "$nccl" || fail "the NCCL front door against $nccl"
   out=$(LD_PRELOAD=$build/libonebit-nccl-preload.so PYTHONPATH=$here/python "$python" -W ignore -c "
 import ctypes, torch, onebit
-t = torch.zeros(16)
-onebit.tag(t, 'm')
 s = onebit.stats()
 assert s['compressed_calls'] == 0 and s['forwarded_calls'] == 0, s
 assert hasattr(ctypes.CDLL(None), 'ncclAllReduce')
-onebit.untag(t)
-print('torch', torch.__version__, 'cuda available:', torch.cuda.is_available())
+# The wrong door for a CPU tensor: its all_reduce would go to gloo, so the tag is refused, naming why.
+try:
+    onebit.tag(torch.zeros(16), 'm')
+    raise SystemExit('onebit.tag of a CPU tensor under the NCCL door succeeded, though nothing would compress it')
+except ValueError as error:
+    assert 'CUDA tensors only' in str(error) and 'onebit backend' in str(error), error
+print('torch', torch.__version__, 'cuda available:', torch.cuda.is_available(), '; a CPU tag refused')
 " 2>&1) || fail "libonebit-nccl-preload.so in pip's torch: $out"
   echo "$out"
   echo "OK: libonebit-nccl-preload.so loads into pip's torch and works against the wheel's NCCL ($nccl)"

@@ -469,6 +469,11 @@ void IbverbsTransport::wait_all(const std::vector<Request*>& requests, Deadline 
   if (!all_done(requests)) throw_failure_locked();
 }
 
+void IbverbsTransport::abort(onebit_result_t code, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fail_locked(code, why);
+}
+
 TransportStats IbverbsTransport::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;

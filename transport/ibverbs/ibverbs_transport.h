@@ -65,6 +65,7 @@ class IbverbsTransport final : public Transport {
   void wait_all(const std::vector<Request*>& requests, Deadline deadline,
                 const std::function<std::string(const Request&)>& describe) override;
   TransportStats stats() const override;
+  void abort(onebit_result_t code, const std::string& why) override;
 
   // "mlx5_0:1 (RoCE, GID index 3)", for logs and onebit-info.
   const std::string& device_description() const { return description_; }

@@ -232,6 +232,11 @@ TransportStats TcpTransport::stats() const {
   return stats_;
 }
 
+void TcpTransport::abort(onebit_result_t code, const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  fail_locked(code, why);
+}
+
 void TcpTransport::throw_failure_locked() const { throw Error(failure_code_, failure_message_); }
 
 void TcpTransport::fail_locked(onebit_result_t code, const std::string& message) {

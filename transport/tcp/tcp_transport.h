@@ -58,6 +58,7 @@ class TcpTransport final : public Transport {
 
 
   TransportStats stats() const override;
+  void abort(onebit_result_t code, const std::string& why) override;
 
  private:
   struct Socket;
