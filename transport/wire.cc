@@ -74,6 +74,14 @@ Hello Hello::decode(const std::uint8_t* in, const std::string& from) {
   return h;
 }
 
+const char* transport_name(std::uint16_t transport) {
+  switch (transport) {
+    case kTransportTcp: return "tcp";
+    case kTransportIbverbs: return "ibverbs";
+  }
+  return "an unknown transport";
+}
+
 std::string WireIdentity::label_text() const {
   std::size_t n = 0;
   while (n < label.size() && label[n] != '\0') ++n;
@@ -115,7 +123,7 @@ BootstrapChallenge BootstrapChallenge::decode(const std::uint8_t* in, const std:
 std::array<std::uint8_t, BootstrapHello::kSize> BootstrapHello::encode() const {
   std::array<std::uint8_t, kSize> out{};
   Writer w(out.data());
-  w.put(magic).put(version).put(flags).put(rank).put(size).put(sockets_per_peer);
+  w.put(magic).put(version).put(flags).put(rank).put(size).put(sockets_per_peer).put(transport).put(std::uint16_t{0});
   put_address(w, listener);
   w.bytes(nonce.data(), nonce.size());
   put_identity(w, identity);
@@ -133,6 +141,8 @@ BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string&
   h.rank = r.get<std::uint32_t>();
   h.size = r.get<std::uint32_t>();
   h.sockets_per_peer = r.get<std::uint32_t>();
+  h.transport = r.get<std::uint16_t>();
+  r.get<std::uint16_t>();
   h.listener = get_address(r);
   r.bytes(h.nonce.data(), h.nonce.size());
   h.identity = get_identity(r);

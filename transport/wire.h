@@ -120,17 +120,23 @@ struct BootstrapChallenge {
   static BootstrapChallenge decode(const std::uint8_t* in, const std::string& from);
 };
 
+// Which transport a rank's communicator runs over; every rank must use the same (ONEBIT_TRANSPORT).
+constexpr std::uint16_t kTransportTcp = 0;
+constexpr std::uint16_t kTransportIbverbs = 1;
+const char* transport_name(std::uint16_t transport);
+
 // Rank -> root, answering the challenge: who I am, where my data listener is, a nonce of mine (the
 // root's reply MAC covers it), and `mac`: HMAC-SHA256 under the communicator's bootstrap key of
 // "hello", the challenge and this record's other bytes.
 struct BootstrapHello {
-  static constexpr std::size_t kSize = 56 + WireIdentity::kSize + 32;
+  static constexpr std::size_t kSize = 60 + WireIdentity::kSize + 32;
   std::uint32_t magic = kBootstrapMagic;
   std::uint16_t version = kProtocolVersion;
   std::uint16_t flags = 0;
   std::uint32_t rank = 0;
   std::uint32_t size = 0;
   std::uint32_t sockets_per_peer = 0;
+  std::uint16_t transport = kTransportTcp;
   WireAddress listener;
   std::array<std::uint8_t, 16> nonce{};
   WireIdentity identity;

@@ -148,6 +148,7 @@ std::unique_ptr<Transport> make_transport(const CommSetup& setup) {
 #ifdef ONEBIT_HAVE_IBVERBS
     ibverbs::VerbsOptions options;
     options.tcp = transport_options(setup);
+    options.tcp.transport = wire::kTransportIbverbs;
     options.hca = param::IbHca();
     options.gid_index = static_cast<int>(param::IbGidIndex());
     options.ack_timeout = static_cast<int>(param::IbTimeout());

@@ -14,6 +14,7 @@
 #include "tests/support/multiprocess.h"
 #include "tests/support/rank_record.h"
 #include "transport/tcp/bootstrap.h"
+#include "transport/tcp/mesh.h"
 #include "transport/tcp/socket.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/wire.h"
@@ -332,6 +333,32 @@ TEST(Membership, RanksThatDisagreeOnHavingAKeyAreNamed) {
   ASSERT_EQ(outcomes[0].exit_code, 0);
   ASSERT_EQ(outcomes[1].exit_code, 0);
   expect_record(*record, ONEBIT_MISMATCH, {"rank 1 holds no key", "holds ONEBIT_AUTH_KEY"});
+}
+
+TEST(Membership, RanksOnDifferentTransportsAreNamed) {
+  // Rank 1 was given ONEBIT_TRANSPORT=ibverbs, rank 0 tcp: both bootstraps of the mesh fail at once
+  // naming both, rather than later on messages of another protocol.
+  const int port = free_port();
+  SharedMemory shared(2 * sizeof(Record));
+  auto* records = shared.as<Record>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    tcp::TransportOptions options;
+    options.timeout = std::chrono::milliseconds(20000);
+    options.membership = tcp::Membership{kIdentity, "", kSecret};
+    options.transport = rank == 0 ? wire::kTransportTcp : wire::kTransportIbverbs;
+    records[rank].code = ONEBIT_SUCCESS;
+    try {
+      tcp::connect_mesh(rank, 2, tcp::parse_host_port(root_at(port), "root"), options, 1);
+    } catch (const Error& error) {
+      records[rank].code = error.code();
+      std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
+    }
+    return 0;
+  }, std::chrono::seconds(60));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(outcomes[r].exit_code, 0);
+    expect_record(records[r], ONEBIT_MISMATCH, {"ONEBIT_TRANSPORT differs: rank 1 uses ibverbs, rank 0 uses tcp"});
+  }
 }
 
 TEST(Membership, APeerSendingMoreThanAnyCallAskedForIsNamed) {

@@ -115,7 +115,8 @@ wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wi
   return hello;
 }
 
-void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const Credentials& credentials) {
+void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
+                const Credentials& credentials) {
   struct Arrival {
     Fd fd;
     wire::BootstrapHello hello;
@@ -187,6 +188,14 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
       fail_all(ONEBIT_MISMATCH, message);
       return;
     }
+    if (hello.transport != transport) {
+      const std::string message = std::string("ONEBIT_TRANSPORT differs: rank ") + std::to_string(hello.rank) +
+                                  " uses " + wire::transport_name(hello.transport) + ", rank 0 uses " +
+                                  wire::transport_name(transport);
+      arrived[hello.rank] = Arrival{std::move(fd), hello};
+      fail_all(ONEBIT_MISMATCH, message);
+      return;
+    }
     arrived[hello.rank] = Arrival{std::move(fd), hello};
     ++count;
   }
@@ -216,9 +225,9 @@ void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, 
   }
 }
 
-BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, const Address& root,
-                                   const std::string& ifname, Deadline deadline, const Credentials& credentials,
-                                   Fd* data_listener) {
+BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
+                                   const Address& root, const std::string& ifname, Deadline deadline,
+                                   const Credentials& credentials, Fd* data_listener) {
   const std::string root_name = "the bootstrap root at " + root.to_string();
   std::string other_root;  // the last root of another communicator found at this address
   auto fail_other_root = [&] {
@@ -249,6 +258,7 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, con
     hello.rank = static_cast<std::uint32_t>(rank);
     hello.size = static_cast<std::uint32_t>(size);
     hello.sockets_per_peer = static_cast<std::uint32_t>(sockets_per_peer);
+    hello.transport = transport;
     hello.listener = wire::to_wire(local_address(data_listener->get()).storage);
     hello.identity = credentials.identity;
     crypto::random_bytes(hello.nonce.data(), hello.nonce.size());

@@ -57,14 +57,16 @@ struct BootstrapResult {
 
 // Rank 0's root service. Runs until every rank has its answer, or the deadline passes; errors go to
 // the ranks (and reach rank 0's own caller through the reply rank 0 itself receives, as every rank's do).
-void serve_root(Fd listener, int size, int sockets_per_peer, Deadline deadline, const Credentials& credentials);
+// `transport` (wire::kTransport*) and `sockets_per_peer` must be every rank's.
+void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
+                const Credentials& credentials);
 
 // Every rank's side. `data_listener` is bound here: to ifname's address, or to the local address of
 // the connection that reaches the root. A root of another identity (another job holding the
 // address, or a stale one) is left and tried again until the deadline, then named in the error.
-BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, const Address& root,
-                                   const std::string& ifname, Deadline deadline, const Credentials& credentials,
-                                   Fd* data_listener);
+BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
+                                   const Address& root, const std::string& ifname, Deadline deadline,
+                                   const Credentials& credentials, Fd* data_listener);
 
 // The hello a rank sends in answer to `challenge` (split out so tests can replay one).
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,

@@ -23,14 +23,15 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   std::thread root_service;
   if (rank == 0) {
     Fd listener = listen_on(root, 1024);
-    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &credentials]() mutable {
-      serve_root(std::move(listener), size, sockets, deadline, credentials);
+    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
+      serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
     });
   }
   BootstrapResult table;
   Fd data_listener;
   try {
-    table = exchange_with_root(rank, size, sockets, root, options.ifname, deadline, credentials, &data_listener);
+    table = exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials,
+                               &data_listener);
   } catch (...) {
     if (root_service.joinable()) root_service.join();
     throw;
