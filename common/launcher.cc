@@ -19,8 +19,8 @@ void add(std::string* identity, const std::string& part) {
 }  // namespace
 
 std::string launcher_job_identity() {
+  if (!param::JobId().empty()) return "job " + param::JobId();  // the user's word is the whole identity
   std::string identity;
-  if (!param::JobId().empty()) add(&identity, "job " + param::JobId());
   const std::string run = variable("TORCHELASTIC_RUN_ID");
   if (!run.empty()) add(&identity, "torchrun run " + run + " restart " + variable("TORCHELASTIC_RESTART_COUNT"));
   const std::string slurm_job = variable("SLURM_JOB_ID");

@@ -10,8 +10,9 @@ namespace onebit {
 
 // The identity of this process's job and attempt, as its launcher gives it: the same text on every
 // rank of one attempt of one job, a different one on any other job or attempt that could meet it
-// on one host. ONEBIT_JOB_ID comes first; then each launcher's variables that are set, e.g.
-// "torchrun run 3f2a restart 1, master 10.0.0.1:29500". Empty when none is set.
+// on one host: "job <ONEBIT_JOB_ID>" when that is set (the user's word is the whole identity, for
+// launchers whose variables differ between ranks); else each launcher's variables that are set,
+// e.g. "torchrun run 3f2a restart 1, master 10.0.0.1:29500". Empty when none is set.
 std::string launcher_job_identity();
 
 }  // namespace onebit

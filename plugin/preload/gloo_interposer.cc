@@ -88,9 +88,10 @@ const RealAllreduce& real_allreduce() {
                  "); libonebit-preload.so must be linked after libgloo");
     } else if (r.bundled) {
       ONEBIT_LOG(WARN, "preload: this PyTorch bundles its own gloo (", r.library,
-                 ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: every allreduce goes to "
-                 "it untouched and nothing is compressed. Use onebit's torch.distributed backend instead: "
-                 "onebit.register_backend(); dist.init_process_group(\"onebit\", ...) (docs/usage.md)");
+                 ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: nothing can be "
+                 "compressed here, and the libgloo.so.0 this preload brings shadows the bundled gloo's other "
+                 "functions, which can crash this process. Unset LD_PRELOAD and use onebit's torch.distributed "
+                 "backend: onebit.register_backend(); dist.init_process_group(\"onebit\", ...) (docs/usage.md)");
     } else {
       ONEBIT_LOG(INFO, "preload: forwarding to gloo::allreduce in ", r.library);
     }

@@ -3,12 +3,17 @@
 // over a real socket — accepted as sent, refused with any byte changed or for another hello.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cstdlib>
+#include <utility>
 
 #include <string>
 #include <vector>
 
 #include "common/crypto.h"
+#include "common/launcher.h"
 #include "common/error.h"
 #include "transport/tcp/bootstrap.h"
 
@@ -131,6 +136,43 @@ TEST(Bootstrap, ARankTakesOnlyTheReplyMadeForItsHello) {
   // A root that has not the secret.
   const Credentials guess(Membership{"job a", "", "guess"});
   EXPECT_NE(read_reply(reply_for(hello, guess), hello, credentials).find("fails its MAC"), std::string::npos);
+}
+
+// launcher_job_identity() in a child whose environment has `variables` (parameters are read once
+// per process).
+std::string identity_with(const std::vector<std::pair<const char*, const char*>>& variables) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const char* name : {"ONEBIT_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
+                             "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "MASTER_ADDR", "MASTER_PORT"}) {
+      ::unsetenv(name);
+    }
+    for (const auto& [name, value] : variables) ::setenv(name, value, 1);
+    const std::string identity = launcher_job_identity();
+    [[maybe_unused]] ssize_t w = ::write(fds[1], identity.data(), identity.size());
+    ::_exit(0);
+  }
+  ::close(fds[1]);
+  std::string identity;
+  char buffer[256];
+  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) identity.append(buffer, n);
+  ::close(fds[0]);
+  ::waitpid(pid, nullptr, 0);
+  return identity;
+}
+
+TEST(Launcher, JobIdentityNamesEachLaunchersJobAndAttempt) {
+  EXPECT_EQ(identity_with({}), "");
+  EXPECT_EQ(identity_with({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}), "master 10.0.0.1:29500");
+  EXPECT_EQ(identity_with({{"TORCHELASTIC_RUN_ID", "r7"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"MASTER_ADDR", "h"},
+                           {"MASTER_PORT", "1"}}),
+            "torchrun run r7 restart 2, master h:1");
+  EXPECT_EQ(identity_with({{"SLURM_JOB_ID", "88"}, {"SLURM_STEP_ID", "3"}}), "slurm job 88.3");
+  EXPECT_EQ(identity_with({{"PMIX_NAMESPACE", "prterun-h-1234@1"}}), "mpi job prterun-h-1234@1");
+  // ONEBIT_JOB_ID is the whole identity: for launchers whose variables differ between ranks.
+  EXPECT_EQ(identity_with({{"ONEBIT_JOB_ID", "exp-42"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}), "job exp-42");
 }
 
 }  // namespace
