@@ -73,11 +73,13 @@
     "Verbs acknowledgement timeout exponent (1..31), as NCCL_IB_TIMEOUT: a lost packet is "     \
     "retried after 4.096 us * 2^value, 7 times, before the transfer fails with the peer named. " \
     "18: about 1 s per try. A peer that exits is noticed at once through its set-up socket.")  \
-  X(UnexpectedMb, Int, "UNEXPECTED_MB", "1024",                                                 \
+  X(UnexpectedMb, Int, "UNEXPECTED_MB", "4096",                                                 \
     "Most memory, in MiB, that one peer's messages may take while they wait for their receive " \
     "(they arrive early when that peer is ahead, a call or two at most). Past it the sender is "  \
-    "a broken or hostile peer: the transport fails with ONEBIT_REMOTE_ERROR naming it and this " \
-    "variable. 1..1048576.")                                                                    \
+    "taken for a broken or hostile peer: the transport fails with ONEBIT_REMOTE_ERROR naming it " \
+    "and this variable. The largest legitimate amount: hierarchical compression without shared " \
+    "memory (ONEBIT_SHM=0) sends each local peer its whole shard at once, the tagged buffer's "   \
+    "bytes / ranks per host. 1..1048576.")                                                      \
   X(FreezeStep, Int, "FREEZE_STEP", "-1",                                                       \
     "Overrides the optimizer shims' freeze_step (OnebitAdam and OnebitLamb, Python and C++): the " \
     "first step of the compression stage, so an existing script is tuned without edits. -1: the " \

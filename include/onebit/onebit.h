@@ -118,7 +118,8 @@ ONEBIT_API onebit_result_t onebit_comm_init_env(onebit_comm_t* comm);
  * failed call. Calls of this communicator still running on other threads fail with
  * ONEBIT_INVALID_ARGUMENT ("destroyed while this call ran"; their peers are told) and have
  * returned before this does — over the Gloo door's context pairs, which cannot be interrupted,
- * they end at their own timeout first. A call that starts after this returned is a use after free. */
+ * they end at their own timeout first. A call that starts after this returned, or races it at its
+ * very entry, uses a freed communicator: as with ncclCommDestroy, the caller orders the two. */
 ONEBIT_API onebit_result_t onebit_comm_destroy(onebit_comm_t comm);
 
 ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
@@ -137,12 +138,18 @@ ONEBIT_API onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t*
  * Lifetime: a tag lives until onebit_untag(ptr). onebit cannot see C memory being freed, so the
  * contract stops there: free a tagged buffer without untagging it, and a later buffer that lands
  * at the same address with the same count and dtype is compressed as that tag, with its error
- * feedback. Untag before free (the C++ optimizer shims do, in their destructors). The Python
- * shim ties each tag to its tensor's storage and untags it when the memory is freed. */
+ * feedback. Untag (or onebit_tag_detach) before free; the C++ optimizer shims untag in their
+ * destructors. The Python shim ties each tag to its tensor's storage and detaches it when the
+ * memory is freed. */
 ONEBIT_API onebit_result_t onebit_tag(const char* name, void* ptr, size_t count, onebit_dtype_t dtype);
 
 /* Removes the tag of `ptr` and frees its error state: the next tag of that name starts from zero. */
 ONEBIT_API onebit_result_t onebit_untag(void* ptr);
+
+/* The tagged buffer at `ptr` is being freed: `ptr` is no longer tagged, but the name keeps its
+ * error-feedback state, so tagging the name at another buffer later moves it with its state — the
+ * same as re-tagging before the free. What a language binding calls when it sees memory freed. */
+ONEBIT_API onebit_result_t onebit_tag_detach(void* ptr);
 
 /* Calls and payload bytes sent by the compressed allreduces of tag `name`, over all communicators. */
 ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent);

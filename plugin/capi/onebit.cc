@@ -213,6 +213,10 @@ onebit_result_t onebit_untag(void* ptr) {
   return onebit::abi_guard("onebit_untag", [&] { onebit::TagRegistry::instance().untag(ptr); });
 }
 
+onebit_result_t onebit_tag_detach(void* ptr) {
+  return onebit::abi_guard("onebit_tag_detach", [&] { onebit::TagRegistry::instance().detach(ptr); });
+}
+
 onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent) {
   return onebit::abi_guard("onebit_tag_stats", [&] {
     ONEBIT_CHECK(name != nullptr && calls != nullptr && bytes_sent != nullptr, ONEBIT_INVALID_ARGUMENT,

@@ -124,6 +124,11 @@ tcp::TransportOptions transport_options(const CommSetup& setup) {
   options.ifname = setup.socket_ifname.empty() ? param::SocketIfname() : setup.socket_ifname;
   options.membership.auth_key = setup.auth_key.empty() ? param::AuthKey() : setup.auth_key;
   options.membership.identity = setup.identity.empty() ? launcher_job_identity() : setup.identity;
+  if (options.membership.identity.empty()) {
+    ONEBIT_LOG(INFO, "rank ", setup.rank, "/", setup.size, ": this communicator has no identity (no job_id, "
+               "ONEBIT_JOB_ID or launcher variables): another job of ", setup.size, " ranks on the same root "
+               "address could join it");
+  }
   options.membership.secret = setup.secret;
   options.max_unexpected_bytes = static_cast<std::uint64_t>(param::UnexpectedMb()) << 20;
   return options;
@@ -232,7 +237,7 @@ void Communicator::check_topology(const Tag& tag) {
   // call's: concurrent first calls of different tags may reach this in another order on each rank.
   const std::uint32_t channel = 0;
   std::vector<std::int32_t> theirs(world, 0);
-  const std::int32_t mine = local_size_;
+  const std::int32_t mine = hierarchical() ? local_size_ : 1;  // flat is flat, whatever the count said
   std::vector<Request> requests(2 * (world - 1));
   std::vector<Request*> all;
   const wire::MessageKey key{0, 0, wire::Kind::kTopology, 0};
@@ -252,7 +257,7 @@ void Communicator::check_topology(const Tag& tag) {
     });
   } catch (const Error& error) {
     fail(error.code(), where(), ": allreduce of tag '", tag.name, "': the ranks-per-host exchange before the first "
-         "tagged call failed (", local_size_, " rank(s) per host here); buffer and error state unchanged: ", error.what());
+         "tagged call failed (", mine, " rank(s) per host here); buffer and error state unchanged: ", error.what());
   }
   for (int p = 0; p < world; ++p) {
     ONEBIT_CHECK(p == me || theirs[p] == mine, ONEBIT_MISMATCH, where(), ": allreduce of tag '", tag.name,

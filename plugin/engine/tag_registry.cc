@@ -33,7 +33,7 @@ void TagRegistry::tag(const std::string& name, void* ptr, std::size_t count, ker
     ONEBIT_CHECK(tag.count == count && tag.dtype == dtype, ONEBIT_INVALID_ARGUMENT, "tag '", name,
                  "' is registered with ", tag.count, " elements of ", kernels::dtype_name(tag.dtype), "; re-tagging with ",
                  count, " elements of ", kernels::dtype_name(dtype), " is not allowed (untag it first, which resets its state)");
-    by_ptr_.erase(tag.ptr);
+    if (tag.ptr != nullptr) by_ptr_.erase(tag.ptr);  // nullptr: detached (its buffer was freed)
     tag.ptr = ptr;
     by_ptr_[ptr] = known->second;
     ONEBIT_LOG(INFO, "tag '", name, "' moved to ", ptr, " (state kept)");
@@ -55,6 +55,14 @@ void TagRegistry::untag(void* ptr) {
   auto found = by_ptr_.find(ptr);
   ONEBIT_CHECK(found != by_ptr_.end(), ONEBIT_INVALID_ARGUMENT, "untag: buffer ", ptr, " is not tagged");
   by_name_.erase(found->second->name);
+  by_ptr_.erase(found);
+}
+
+void TagRegistry::detach(void* ptr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = by_ptr_.find(ptr);
+  ONEBIT_CHECK(found != by_ptr_.end(), ONEBIT_INVALID_ARGUMENT, "detach: buffer ", ptr, " is not tagged");
+  found->second->ptr = nullptr;
   by_ptr_.erase(found);
 }
 

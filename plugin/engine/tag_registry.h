@@ -100,6 +100,9 @@ class TagRegistry {
   // Throws Error(ONEBIT_INVALID_ARGUMENT) naming the conflict.
   void tag(const std::string& name, void* ptr, std::size_t count, kernels::Dtype dtype);
   void untag(void* ptr);
+  // The buffer at `ptr` is being freed: it is no longer tagged, but its name keeps the tag and its
+  // state, so tagging the name at another buffer moves it (as a re-tag before the free would have).
+  void detach(void* ptr);
   // The tag of exactly this pointer, or null.
   std::shared_ptr<Tag> find(const void* ptr) const;
   std::shared_ptr<Tag> find_name(const std::string& name) const;

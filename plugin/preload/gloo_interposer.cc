@@ -150,25 +150,27 @@ struct Invitation {
 // on its host, so that two communicators never wait at one address.
 Invitation invitation_from_rank_0() {
   static std::atomic<bool> root_taken{false};
+  const bool root_taken_before = root_taken.exchange(true);
   Invitation invitation;
-  if (!param::Root().empty() && !root_taken.exchange(true)) {
+  if (!param::Root().empty() && !root_taken_before) {
     std::snprintf(invitation.root, sizeof(invitation.root), "%s", param::Root().c_str());
   } else {
     const char* master = std::getenv("MASTER_ADDR");
-    std::string host = master != nullptr && *master != '\0' ? master : "127.0.0.1";
-    if (!param::Root().empty()) {
-      tcp::Address root = tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
-      root.set_port(0);
-      host = root.to_string();
-      host = host.substr(0, host.rfind(':'));
-    }
+    const std::string master_host = master != nullptr && *master != '\0' ? master : "127.0.0.1";
+    const bool ipv6 = master_host.find(':') != std::string::npos;
+    tcp::Address any = param::Root().empty()
+                           ? tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
+                           : tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
+    // A later context's rank 0 need not run on that host: it listens on its own address on the
+    // route there, which every rank of the job reaches.
+    if (root_taken_before) any = tcp::address_toward(any);
+    any.set_port(0);
     // A free port on rank 0's host, for the bootstrap root.
-    tcp::Address any = tcp::parse_host_port(host + ":0", "MASTER_ADDR");
-    const int port = [&] {
+    const tcp::Address root = [&] {
       tcp::Fd probe = tcp::listen_on(any, 1);
-      return static_cast<int>(tcp::local_address(probe.get()).port());
+      return tcp::local_address(probe.get());
     }();
-    std::snprintf(invitation.root, sizeof(invitation.root), "%s:%d", host.c_str(), port);
+    std::snprintf(invitation.root, sizeof(invitation.root), "%s", root.to_string().c_str());
   }
   std::uint8_t id[8], secret[32];
   crypto::random_bytes(id, sizeof(id));

@@ -188,7 +188,7 @@ def tag(tensor, name):
                                ctypes.c_size_t(tensor.numel()), ctypes.c_int(dtype)))
     for ptr, entry in list(_tags.items()):
         if entry[0] == name:  # the name moved to a new buffer (its state kept)
-            del _tags[ptr]
+            _tags.pop(ptr, None)  # (a finalizer run by the collector meanwhile may have taken it)
     _tags[tensor.data_ptr()] = (name, tensor.numel(), dtype)
     _untag_when_freed(tensor, name)
 
@@ -221,12 +221,14 @@ def _check_door_takes(tensor):
 
 
 def _untag_when_freed(tensor, name):
-    """A tag lives as long as its tensor's memory: once the storage is freed, the address is
-    untagged (its error feedback freed with it) before the allocator can hand it to another tensor,
-    which would otherwise be compressed as if it were the tagged one. torch >= 2.0 keeps one Python
-    object per storage, alive exactly as long as the memory; older torch has none, so the tagged
-    tensor object stands in (a view that outlives it is then no longer compressed — alike on every
-    rank, as the program is)."""
+    """A tagged address lives as long as its tensor's memory: once the storage is freed, the address
+    is detached (onebit_tag_detach) before the allocator can hand it to another tensor, which would
+    otherwise be compressed as if it were the tagged one. The name keeps its error feedback, so
+    tagging it again moves it with its state — whether the collector freed the old memory before
+    or after, which may differ between ranks. torch >= 2.0 keeps one Python object per storage,
+    alive exactly as long as the memory; older torch has none, so the tagged tensor object stands
+    in (a view that outlives it is then no longer compressed — alike on every rank, as the program
+    is)."""
     import weakref
     ptr = tensor.data_ptr()
     owner = tensor
@@ -242,8 +244,8 @@ def _forget_freed(ptr, name):
     entry = _tags.get(ptr)
     if entry is None or entry[0] != name:  # untagged already, or the name moved elsewhere
         return
-    del _tags[ptr]
-    _library().onebit_untag(ctypes.c_void_p(ptr))
+    _tags.pop(ptr, None)
+    _library().onebit_tag_detach(ctypes.c_void_p(ptr))  # not tagged any more in C (an optimizer's close): fine
 
 
 def untag(tensor):

@@ -56,6 +56,15 @@ def _free_port_on(host):
         return probe.getsockname()[1]
 
 
+def _address_toward(host):
+    """This host's address on the route to `host`: a UDP connect only asks the kernel for the
+    route, nothing is sent."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_DGRAM) as probe:
+        probe.connect((host, 9))
+        return probe.getsockname()[0]
+
+
 _root_taken = False  # ONEBIT_ROOT's port serves this process's first onebit group only
 
 
@@ -70,9 +79,12 @@ def _invitation(store, rank):
         if configured and not _root_taken:
             root = configured
         else:
-            # Later groups (subgroups) take a free port on ONEBIT_ROOT's host, so that two groups
-            # never wait at one address.
+            # The first group's rank 0 runs on MASTER_ADDR's host (torchrun's rule). A later group
+            # (a subgroup) takes a free port of its own rank 0, on that host's address on the route
+            # to ONEBIT_ROOT's or MASTER_ADDR's, so that two groups never wait at one address.
             host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
+            if _root_taken:
+                host = _address_toward(host)
             root = f"[{host}]:{_free_port_on(host)}" if ":" in host else f"{host}:{_free_port_on(host)}"
         store.set("onebit/root", root)
         store.set("onebit/identity", f"torch process group {os.urandom(8).hex()}")

@@ -9,7 +9,8 @@
   freed-tag     20 times: a tensor tagged and dropped without untag, then a fresh, never-tagged
                 tensor of the same size (which the allocator may place at the freed address) is
                 all_reduced: never compressed (onebit.stats() counts no compressed call), since a
-                tag goes with its storage's memory.
+                tag goes with its storage's memory; and a name whose tensor was freed, tagged
+                again, keeps its state (2 calls counted).
   strided-view  all_reduce of buf[::2], where buf[:8] is tagged (same address, same element count):
                 refused, naming the reason, and buf is unchanged on every rank — not compressed as if
                 it were the tagged buffer.
@@ -65,7 +66,22 @@ def freed_tag(mode, rank, torch, dist, onebit, tmp):
                 f"round {i}: a never-tagged tensor {'at the freed tagged address ' if fresh.data_ptr() == address else ''}"
                 "was compressed")
         require(torch.equal(fresh, torch.full_like(fresh, 10.0)), f"round {i}: sum {fresh[:3].tolist()}, want 10")
-    print(f"rank {rank}: 20 fresh tensors, {reused} at a freed tagged address, none compressed", flush=True)
+    # A name whose tensor was freed keeps its state: tagged again, it moves (its call count goes on),
+    # whenever the collector freed the old memory — as if re-tagged before the free, on every rank.
+    import ctypes
+    kept = torch.full((4096,), 1.0)
+    onebit.tag(kept, "kept")
+    dist.all_reduce(kept)
+    del kept
+    again = torch.full((4096,), 1.0)
+    onebit.tag(again, "kept")
+    dist.all_reduce(again)
+    calls, sent = ctypes.c_uint64(), ctypes.c_uint64()
+    lib = onebit._library()
+    require(lib.onebit_tag_stats(b"kept", ctypes.byref(calls), ctypes.byref(sent)) == 0, "no tag 'kept'")
+    require(calls.value == 2, f"tag 'kept' counts {calls.value} calls after its tensor was freed and re-tagged, want 2")
+    print(f"rank {rank}: 20 fresh tensors, {reused} at a freed tagged address, none compressed; a freed name kept "
+          "its state", flush=True)
 
 
 def strided_view(mode, rank, torch, dist, onebit, tmp):

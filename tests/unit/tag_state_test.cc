@@ -25,6 +25,21 @@ struct FakeDeviceState : DeviceState {
   bool* destroyed;
 };
 
+TEST(TagState, ADetachedAddressIsUntaggedButItsNameKeepsTheTag) {
+  // What the Python shim does when a tagged tensor's memory is freed: the address no longer counts
+  // as tagged, and the name, with its state, moves to the next buffer tagged under it.
+  std::vector<float> first(64), second(64);
+  ASSERT_EQ(onebit_tag("detached", first.data(), first.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  const auto tag = TagRegistry::instance().find_name("detached");
+  ASSERT_EQ(onebit_tag_detach(first.data()), ONEBIT_SUCCESS);
+  EXPECT_EQ(TagRegistry::instance().find(first.data()), nullptr);
+  EXPECT_EQ(TagRegistry::instance().find_name("detached"), tag);
+  EXPECT_EQ(onebit_tag_detach(first.data()), ONEBIT_INVALID_ARGUMENT) << "detached twice";
+  ASSERT_EQ(onebit_tag("detached", second.data(), second.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  EXPECT_EQ(TagRegistry::instance().find(second.data()), tag) << "moved, not made anew";
+  EXPECT_EQ(onebit_untag(second.data()), ONEBIT_SUCCESS);
+}
+
 TEST(TagState, ReTaggingANameWithFewerElementsStartsFromFreshDeviceState) {
   // D1: the NCCL door kept device state by (communicator, FNV of the name), so a name untagged
   // and tagged again with fewer elements reused buffers sized for the old count. Owned by the Tag,

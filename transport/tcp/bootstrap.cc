@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 
 #include "common/error.h"
@@ -31,6 +32,17 @@ std::string flags_text(std::uint16_t flags) {
   if (flags & wire::kKeyedByAuthKey) text = "ONEBIT_AUTH_KEY";
   if (flags & wire::kKeyedBySecret) text += std::string(text.empty() ? "" : " and ") + "the rendezvous's secret";
   return text;
+}
+
+// What to check when two sides' key flags differ in `differing`.
+std::string flags_hint(std::uint16_t differing) {
+  std::string hint;
+  if (differing & wire::kKeyedByAuthKey) hint = "every rank must be given the same ONEBIT_AUTH_KEY, or none";
+  if (differing & wire::kKeyedBySecret) {
+    hint += std::string(hint.empty() ? "" : "; ") + "every rank must join through the same rendezvous (store or gloo "
+            "context) — or through none";
+  }
+  return " (" + hint + ")";
 }
 
 void send_error(int fd, onebit_result_t code, const std::string& message, Deadline deadline) {
@@ -70,7 +82,7 @@ std::string refusal(const wire::BootstrapHello& hello, const wire::BootstrapChal
   }
   if (hello.flags != credentials.flags) {
     return "it holds " + flags_text(hello.flags) + ", this root holds " + flags_text(credentials.flags) +
-           " (every rank must be given the same ONEBIT_AUTH_KEY, or none)";
+           flags_hint(hello.flags ^ credentials.flags);
   }
   *code = ONEBIT_REMOTE_ERROR;
   const auto expected = signed_bootstrap_hello(hello, challenge, credentials).mac;
@@ -115,89 +127,119 @@ wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wi
   return hello;
 }
 
+namespace {
+
+// The hello of a connection the gate handed over, if it proves it belongs to this communicator;
+// otherwise it is answered with the reason, logged, and nothing (it decides nothing).
+std::optional<wire::BootstrapHello> proven_hello(const Gate::Arrival& arrival, const Credentials& credentials,
+                                                 const std::string& root_name) {
+  wire::BootstrapHello hello;
+  try {
+    hello = wire::BootstrapHello::decode(arrival.record.data(), arrival.who);
+  } catch (const Error& error) {
+    ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", arrival.who, ": ", error.what());
+    return std::nullopt;
+  }
+  const auto challenge = wire::BootstrapChallenge::decode(arrival.greeting.data(), "the root itself");
+  onebit_result_t code = ONEBIT_SUCCESS;
+  const std::string why = refusal(hello, challenge, credentials, &code);
+  if (why.empty()) return hello;
+  ONEBIT_LOG(WARN, "bootstrap root: refused a ", arrival.who, " that claims rank ", hello.rank, ": ", why);
+  send_error(arrival.fd.get(), code, "the root at " + root_name + " refused this rank: " + why,
+             Clock::now() + std::chrono::seconds(2));
+  return std::nullopt;
+}
+
+// Why a proven hello cannot join these ranks (world size, rank, sockets per peer, transport), or "".
+std::string disagreement(const wire::BootstrapHello& hello, const std::string& who, int size, int sockets_per_peer,
+                         std::uint16_t transport, const std::vector<Fd>& taken) {
+  const std::string rank = "rank " + std::to_string(hello.rank);
+  if (hello.size != static_cast<std::uint32_t>(size)) {
+    return "world size mismatch: " + rank + " says " + std::to_string(hello.size) + " ranks, rank 0 says " +
+           std::to_string(size);
+  }
+  if (hello.rank >= static_cast<std::uint32_t>(size)) return rank + " is out of range for " + std::to_string(size) + " ranks";
+  if (taken[hello.rank]) {
+    return "two processes claim " + rank + " (" + peer_address(taken[hello.rank].get()).to_string() + " and the " + who + ")";
+  }
+  if (hello.sockets_per_peer != static_cast<std::uint32_t>(sockets_per_peer)) {
+    return "ONEBIT_SOCKETS_PER_PEER differs: " + rank + " uses " + std::to_string(hello.sockets_per_peer) +
+           ", rank 0 uses " + std::to_string(sockets_per_peer);
+  }
+  if (hello.transport != transport) {
+    return std::string("ONEBIT_TRANSPORT differs: ") + rank + " uses " + wire::transport_name(hello.transport) +
+           ", rank 0 uses " + wire::transport_name(transport);
+  }
+  return "";
+}
+
+}  // namespace
+
 void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
                 const Credentials& credentials) {
-  struct Arrival {
-    Fd fd;
-    wire::BootstrapHello hello;
-  };
-  std::vector<Arrival> arrived(size);
+  const std::string root_name = local_address(listener.get()).to_string();
+  std::vector<Fd> rank_fds(size);
+  std::vector<wire::BootstrapHello> hellos(size);
   int count = 0;
-  auto fail_all = [&](onebit_result_t code, const std::string& message) {
+  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
+  gate.greet_with([&] { return fresh_challenge(credentials); });
+
+  // A failure every rank must hear: those that arrived, and — served a little longer — those still
+  // on their way, whose hellos would otherwise meet a closed connection.
+  auto fail_everyone = [&](onebit_result_t code, const std::string& message, bool linger) {
     ONEBIT_LOG(WARN, "bootstrap root: ", message);
     const Deadline reply_deadline = Clock::now() + std::chrono::seconds(2);
-    for (Arrival& a : arrived) {
-      if (a.fd) send_error(a.fd.get(), code, message, reply_deadline);
+    int told = 0;
+    for (Fd& fd : rank_fds) {
+      if (!fd) continue;
+      send_error(fd.get(), code, message, reply_deadline);
+      ++told;
+    }
+    std::vector<bool> heard(size);
+    for (int r = 0; r < size; ++r) heard[r] = static_cast<bool>(rank_fds[r]);
+    const Deadline until = std::min(deadline, Clock::now() + kReplyGrace);
+    while (linger && told < size) {
+      auto arrival = gate.next(until);
+      if (!arrival) break;
+      const auto hello = proven_hello(*arrival, credentials, root_name);
+      if (!hello) continue;
+      send_error(arrival->fd.get(), code, message, reply_deadline);
+      if (hello->rank < static_cast<std::uint32_t>(size) && !heard[hello->rank]) {
+        heard[hello->rank] = true;
+        ++told;
+      }
     }
   };
 
-  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
-  gate.greet_with([&] { return fresh_challenge(credentials); });
-  while (count < size) {
-    auto arrival = gate.next(deadline);
-    if (!arrival) {
-      std::string missing;
-      for (int r = 0; r < size; ++r) {
-        if (!arrived[r].fd) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  try {
+    while (count < size) {
+      auto arrival = gate.next(deadline);
+      if (!arrival) {
+        std::string missing;
+        for (int r = 0; r < size; ++r) {
+          if (!rank_fds[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+        }
+        fail_everyone(ONEBIT_TIMEOUT, "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
+                                          " never reached the root at " + root_name +
+                                          " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)",
+                      false);
+        return;
       }
-      fail_all(ONEBIT_TIMEOUT, "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
-                                   " never reached the root at " + local_address(listener.get()).to_string() +
-                                   " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)");
-      return;
+      const auto hello = proven_hello(*arrival, credentials, root_name);
+      if (!hello) continue;
+      const std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
+      if (!why.empty()) {
+        send_error(arrival->fd.get(), ONEBIT_MISMATCH, why, Clock::now() + std::chrono::seconds(2));
+        fail_everyone(ONEBIT_MISMATCH, why, true);
+        return;
+      }
+      rank_fds[hello->rank] = std::move(arrival->fd);
+      hellos[hello->rank] = *hello;
+      ++count;
     }
-    const std::string& who = arrival->who;
-    wire::BootstrapHello hello;
-    try {
-      hello = wire::BootstrapHello::decode(arrival->record.data(), who);
-    } catch (const Error& error) {
-      ONEBIT_LOG(WARN, "bootstrap root: ignoring a ", who, ": ", error.what());
-      continue;
-    }
-    const auto challenge = wire::BootstrapChallenge::decode(arrival->greeting.data(), "the root itself");
-    onebit_result_t code = ONEBIT_SUCCESS;
-    const std::string why = refusal(hello, challenge, credentials, &code);
-    if (!why.empty()) {
-      // It proves nothing, so it decides nothing: answered, logged, closed; the bootstrap goes on.
-      ONEBIT_LOG(WARN, "bootstrap root: refused a ", who, " that claims rank ", hello.rank, ": ", why);
-      send_error(arrival->fd.get(), code, "the root at " + local_address(listener.get()).to_string() +
-                                              " refused this rank: " + why, Clock::now() + std::chrono::seconds(2));
-      continue;
-    }
-    Fd fd = std::move(arrival->fd);
-    if (hello.size != static_cast<std::uint32_t>(size)) {
-      const std::string message = "world size mismatch: rank " + std::to_string(hello.rank) + " says " +
-                                  std::to_string(hello.size) + " ranks, rank 0 says " + std::to_string(size);
-      send_error(fd.get(), ONEBIT_MISMATCH, message, Clock::now() + std::chrono::seconds(2));
-      fail_all(ONEBIT_MISMATCH, message);
-      return;
-    }
-    if (hello.rank >= static_cast<std::uint32_t>(size) || arrived[hello.rank].fd) {
-      const std::string message = hello.rank >= static_cast<std::uint32_t>(size)
-                                      ? "rank " + std::to_string(hello.rank) + " is out of range for " + std::to_string(size) + " ranks"
-                                      : "two processes claim rank " + std::to_string(hello.rank) + " (" +
-                                            peer_address(arrived[hello.rank].fd.get()).to_string() + " and " +
-                                            peer_address(fd.get()).to_string() + ")";
-      send_error(fd.get(), ONEBIT_MISMATCH, message, Clock::now() + std::chrono::seconds(2));
-      fail_all(ONEBIT_MISMATCH, message);
-      return;
-    }
-    if (hello.sockets_per_peer != static_cast<std::uint32_t>(sockets_per_peer)) {
-      const std::string message = "ONEBIT_SOCKETS_PER_PEER differs: rank " + std::to_string(hello.rank) + " uses " +
-                                  std::to_string(hello.sockets_per_peer) + ", rank 0 uses " + std::to_string(sockets_per_peer);
-      arrived[hello.rank] = Arrival{std::move(fd), hello};
-      fail_all(ONEBIT_MISMATCH, message);
-      return;
-    }
-    if (hello.transport != transport) {
-      const std::string message = std::string("ONEBIT_TRANSPORT differs: rank ") + std::to_string(hello.rank) +
-                                  " uses " + wire::transport_name(hello.transport) + ", rank 0 uses " +
-                                  wire::transport_name(transport);
-      arrived[hello.rank] = Arrival{std::move(fd), hello};
-      fail_all(ONEBIT_MISMATCH, message);
-      return;
-    }
-    arrived[hello.rank] = Arrival{std::move(fd), hello};
-    ++count;
+  } catch (const Error& error) {  // the listener itself failed (accept, poll): nothing may escape this thread
+    fail_everyone(error.code(), "bootstrap root at " + root_name + " failed: " + error.what(), false);
+    return;
   }
 
   wire::BootstrapReplyHead head;
@@ -209,16 +251,16 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
   const auto head_bytes = head.encode();
   std::copy(head_bytes.begin(), head_bytes.end(), reply.begin());
   wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize);
-  for (const Arrival& a : arrived) {
-    w.put(a.hello.listener.family).put(a.hello.listener.port).bytes(a.hello.listener.ip.data(), 16);
+  for (const wire::BootstrapHello& hello : hellos) {
+    w.put(hello.listener.family).put(hello.listener.port).bytes(hello.listener.ip.data(), 16);
   }
   for (int r = 0; r < size; ++r) {
     // Each rank's copy is bound to its own hello (its nonce), so it cannot be replayed to another.
     const auto mac = crypto::hmac_sha256(
-        credentials.key, {std::string_view("reply"), arrived[r].hello.encode(), crypto::Bytes(reply.data(), table_end)});
+        credentials.key, {std::string_view("reply"), hellos[r].encode(), crypto::Bytes(reply.data(), table_end)});
     std::copy(mac.begin(), mac.end(), reply.begin() + static_cast<std::ptrdiff_t>(table_end));
     try {
-      write_all(arrived[r].fd.get(), reply.data(), reply.size(), deadline, "rank " + std::to_string(r));
+      write_all(rank_fds[r].get(), reply.data(), reply.size(), deadline, "rank " + std::to_string(r));
     } catch (const Error& error) {
       ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
     }
@@ -282,7 +324,7 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
     }
     ONEBIT_CHECK(challenge.flags == credentials.flags, ONEBIT_MISMATCH, "bootstrap: rank ", rank, " holds ",
                  flags_text(credentials.flags), ", ", root_name, " holds ", flags_text(challenge.flags),
-                 " (every rank must be given the same ONEBIT_AUTH_KEY, or none)");
+                 flags_hint(challenge.flags ^ credentials.flags));
     try {
       // The root answers at its own deadline at the latest (with the error naming the missing
       // ranks); a little grace lets that answer arrive rather than this rank's own timeout.

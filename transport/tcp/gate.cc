@@ -27,14 +27,17 @@ void Gate::drop(std::size_t index, const std::string& why) {
 }
 
 void Gate::accept_waiting() {
-  for (;;) {
+  while (pending_.size() < kMaxPending) {
     Fd fd(::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return;
-      fail(ONEBIT_SYSTEM_ERROR, owner_, ": accept: ", errno_text(errno));
+      // Out of descriptors or buffers, or one of the network errors accept(2) passes on from the
+      // connection: nothing about the listener. Leave the rest in the backlog until the next turn.
+      ONEBIT_LOG(WARN, owner_, ": accept: ", errno_text(errno), "; trying again shortly");
+      accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
+      return;
     }
-    if (pending_.size() >= kMaxPending) drop(0, "too many connections wait at once; the oldest goes");
     Pending p;
     p.who = "connection from " + peer_address(fd.get()).to_string();
     p.until = Clock::now() + grace_;
@@ -88,6 +91,12 @@ std::optional<Gate::Arrival> Gate::next(Deadline deadline) {
     for (std::size_t i = 0; i < pending_.size(); ++i) {
       fds[1 + i] = {pending_[i].fd.get(), POLLIN, 0};
       wake = std::min(wake, pending_[i].until);
+    }
+    // While kMaxPending connections wait, new ones stay in the kernel's backlog: a flood delays,
+    // but never pushes out, a rank whose hello is on its way.
+    if (pending_.size() >= kMaxPending || now < accept_paused_until_) {
+      fds[0].events = 0;
+      if (now < accept_paused_until_) wake = std::min(wake, accept_paused_until_);
     }
     const auto wait_ms = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
     const int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(wait_ms, 1000)));

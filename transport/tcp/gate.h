@@ -4,7 +4,8 @@
 // root (bootstrap.h) and every data listener (connection.h) take their connections through one.
 //
 // A connection that closes, errs or misses its deadline before its record is complete is logged and
-// closed. At most kMaxPending connections wait at once; past that the oldest is closed.
+// closed. At most kMaxPending connections wait at once; further ones stay in the kernel's backlog
+// until one of those is done (none is pushed out: a flood delays a rank, it cannot evict it).
 #pragma once
 
 #include <chrono>
@@ -61,6 +62,7 @@ class Gate {
   std::string owner_;
   Greeting greeting_;
   std::vector<Pending> pending_;
+  Deadline accept_paused_until_{};  // after an accept error (no descriptors, a network error)
 };
 
 }  // namespace onebit::tcp

@@ -24,7 +24,11 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   if (rank == 0) {
     Fd listener = listen_on(root, 1024);
     root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
-      serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
+      try {
+        serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
+      } catch (const std::exception& error) {  // nothing may escape a thread (std::terminate); the ranks time out
+        ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
+      }
     });
   }
   BootstrapResult table;

@@ -22,7 +22,7 @@ struct TransportOptions {
   std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
   Membership membership;  // who may join: identity, ONEBIT_AUTH_KEY, the rendezvous's secret (bootstrap.h)
   // ONEBIT_UNEXPECTED_MB: most bytes one peer's early messages may hold (TcpTransport).
-  std::uint64_t max_unexpected_bytes = std::uint64_t{1} << 30;
+  std::uint64_t max_unexpected_bytes = std::uint64_t{4} << 30;
   std::uint16_t transport = wire::kTransportTcp;  // what the mesh is for; every rank's must match (bootstrap)
 };
 

@@ -236,6 +236,18 @@ void read_all(int fd, void* data, std::size_t bytes, Deadline deadline, const st
   }
 }
 
+Address address_toward(const Address& peer) {
+  Fd fd(::socket(peer.storage.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  ONEBIT_CHECK(fd, ONEBIT_SYSTEM_ERROR, "socket: ", errno_text(errno));
+  Address target = peer;
+  if (target.port() == 0) target.set_port(9);  // any port: nothing is sent
+  ONEBIT_CHECK(::connect(fd.get(), reinterpret_cast<const sockaddr*>(&target.storage), target.length) == 0,
+               ONEBIT_SYSTEM_ERROR, "no route to ", peer.to_string(), ": ", errno_text(errno));
+  Address mine = local_address(fd.get());
+  mine.set_port(0);
+  return mine;
+}
+
 Address local_address(int fd) {
   Address address;
   address.length = sizeof(address.storage);

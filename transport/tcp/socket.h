@@ -75,6 +75,10 @@ Fd accept_until(int listen_fd, Deadline deadline);
 void write_all(int fd, const void* data, std::size_t bytes, Deadline deadline, const std::string& peer_name);
 void read_all(int fd, void* data, std::size_t bytes, Deadline deadline, const std::string& peer_name);
 
+// This host's address on the route to `peer` (port 0). No packet is sent: connecting a UDP socket
+// only asks the kernel for the route. Throws Error(ONEBIT_SYSTEM_ERROR) when there is none.
+Address address_toward(const Address& peer);
+
 Address local_address(int fd);
 Address peer_address(int fd);
 
