@@ -194,13 +194,17 @@ class OnebitAdam {
                                                    " + " + std::to_string(c.v.size()) + " floats of m and v; this optimizer has " +
                                                    std::to_string(total_));
     }
-    if (!c.worker_error.empty() || !c.server_error.empty()) {
-      check(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(), c.server_error.data(),
-                                  c.server_error.size()));
-    }
     if (automatic_ && c.v_then.size() != total_) {
       throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: this optimizer freezes automatically and the "
                                                "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
+    }
+    // Every rank resumes at the same step and freeze, or they part at the freeze (load is collective).
+    agree_across_ranks(comm_, "onebit::OnebitAdam::load",
+                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", automatic_ ? c.freeze_step : 0}},
+                       " (every rank loads the checkpoint of the same step)");
+    if (!c.worker_error.empty() || !c.server_error.empty()) {
+      check(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(), c.server_error.data(),
+                                  c.server_error.size()));
     }
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address

@@ -182,6 +182,9 @@ class OnebitLamb {
                                                    " layers; this optimizer has " + std::to_string(total_) + " and " +
                                                    std::to_string(groups_.size()));
     }
+    // Every rank resumes at the same step, or they part at the freeze (load is collective).
+    agree_across_ranks(comm_, "onebit::OnebitLamb::load", {{"the checkpoint's step", c.step}},
+                       " (every rank loads the checkpoint of the same step)");
     if (!c.worker_error.empty() || !c.server_error.empty()) {
       check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
                                        c.server_error.data(), c.server_error.size()));

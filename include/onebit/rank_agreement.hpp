@@ -3,8 +3,9 @@
 // parameter count). Ranks that differ would otherwise part at the first step that depends on it —
 // one in a compressed allreduce, another in the ring — and wait there until the timeout. Here each
 // rank learns every rank's values through one exact allreduce and, on a difference, throws
-// CallError(ONEBIT_MISMATCH) naming the field and each rank's value. Construction is therefore
-// collective: every rank constructs its optimizer, in the same order.
+// CallError(ONEBIT_MISMATCH) naming the field and each rank's value. Construction and load() of a
+// checkpoint (same step on every rank) are therefore collective: every rank makes them, in the
+// same order.
 #ifndef ONEBIT_RANK_AGREEMENT_HPP_
 #define ONEBIT_RANK_AGREEMENT_HPP_
 

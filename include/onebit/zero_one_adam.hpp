@@ -186,6 +186,14 @@ class ZeroOneAdam {
     }
     onebit_zero_one_adam_step_t kind;
     check_call(onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind));  // validates the schedule
+    // Every rank resumes at the same point of the schedule (load is collective).
+    agree_across_ranks(comm_, "onebit::ZeroOneAdam::load",
+                       {{"the checkpoint's step", c.schedule.step},
+                        {"the checkpoint's variance interval", c.schedule.var_interval},
+                        {"the checkpoint's variance counter", c.schedule.var_counter},
+                        {"the checkpoint's local-step interval", c.schedule.local_step_interval},
+                        {"the checkpoint's local-step counter", c.schedule.local_step_counter}},
+                       " (every rank loads the checkpoint of the same step)");
     if (!c.worker_error.empty() || !c.server_error.empty()) {
       check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
                                        c.server_error.data(), c.server_error.size()));

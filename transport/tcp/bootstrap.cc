@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "common/error.h"
@@ -131,8 +132,10 @@ namespace {
 
 // The hello of a connection the gate handed over, if it proves it belongs to this communicator;
 // otherwise it is answered with the reason, logged, and nothing (it decides nothing).
+// `refused` remembers what was logged at WARN: a rank of another job retries every second until
+// its timeout, and says the same each time (later ones go to INFO).
 std::optional<wire::BootstrapHello> proven_hello(const Gate::Arrival& arrival, const Credentials& credentials,
-                                                 const std::string& root_name) {
+                                                 const std::string& root_name, std::set<std::string>* refused) {
   wire::BootstrapHello hello;
   try {
     hello = wire::BootstrapHello::decode(arrival.record.data(), arrival.who);
@@ -144,7 +147,11 @@ std::optional<wire::BootstrapHello> proven_hello(const Gate::Arrival& arrival, c
   onebit_result_t code = ONEBIT_SUCCESS;
   const std::string why = refusal(hello, challenge, credentials, &code);
   if (why.empty()) return hello;
-  ONEBIT_LOG(WARN, "bootstrap root: refused a ", arrival.who, " that claims rank ", hello.rank, ": ", why);
+  if (refused->insert(std::to_string(hello.rank) + ": " + why).second) {
+    ONEBIT_LOG(WARN, "bootstrap root: refused a ", arrival.who, " that claims rank ", hello.rank, ": ", why);
+  } else {
+    ONEBIT_LOG(INFO, "bootstrap root: refused a ", arrival.who, " that claims rank ", hello.rank, " again: ", why);
+  }
   send_error(arrival.fd.get(), code, "the root at " + root_name + " refused this rank: " + why,
              Clock::now() + std::chrono::seconds(2));
   return std::nullopt;
@@ -180,6 +187,7 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
   const std::string root_name = local_address(listener.get()).to_string();
   std::vector<Fd> rank_fds(size);
   std::vector<wire::BootstrapHello> hellos(size);
+  std::set<std::string> refused;  // refusals logged at WARN once
   int count = 0;
   Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
   gate.greet_with([&] { return fresh_challenge(credentials); });
@@ -201,7 +209,7 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
     while (linger && told < size) {
       auto arrival = gate.next(until);
       if (!arrival) break;
-      const auto hello = proven_hello(*arrival, credentials, root_name);
+      const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
       if (!hello) continue;
       send_error(arrival->fd.get(), code, message, reply_deadline);
       if (hello->rank < static_cast<std::uint32_t>(size) && !heard[hello->rank]) {
@@ -225,7 +233,7 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
                       false);
         return;
       }
-      const auto hello = proven_hello(*arrival, credentials, root_name);
+      const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
       if (!hello) continue;
       const std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
       if (!why.empty()) {
