@@ -1,7 +1,7 @@
 // The Gloo front door. Loaded with LD_PRELOAD, this library defines gloo::allreduce — the one
 // function every dense CPU allreduce of PyTorch's gloo backend goes through — ahead of libgloo's.
 // A call on a tagged fp32 or fp16 buffer, in place, with a sum, runs onebit's compressed allreduce;
-// every other call goes to libgloo's own gloo::allreduce untouched (found with dlsym(RTLD_NEXT)).
+// every other call goes to libgloo's own gloo::allreduce untouched (transport/gloo/libgloo.h).
 // Under a PyTorch that bundles its own gloo (pip wheels) it forwards everything: see
 // real_allreduce().
 //
@@ -37,6 +37,7 @@
 #include "plugin/capi/abi_guard.h"
 #include "plugin/engine/communicator.h"
 #include "transport/gloo/gloo_transport.h"
+#include "transport/gloo/libgloo.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::preload {
@@ -48,7 +49,8 @@ constexpr const char* kAllreduceSymbol = "_ZN4gloo9allreduceERKNS_16AllreduceOpt
 // The gloo::allreduce the framework would have called without this library, and whose it is.
 //
 // Debian's PyTorch links libgloo.so.0, the gloo this library is built against: its options and
-// context layouts are ours, and dlsym(RTLD_NEXT) finds it (this library needs libgloo.so.0). pip
+// context layouts are ours, and libgloo() finds it in the process (this library does not link it,
+// so that it never shadows another gloo). pip
 // wheels bundle a gloo of their own inside libtorch_cpu.so — exported and called through the PLT,
 // so this definition still takes its calls, but of another gloo version, whose AllreduceOptions
 // and Context layouts this library does not know (reading them crashed in a test). There every
@@ -77,21 +79,20 @@ const RealAllreduce& real_allreduce() {
       dlclose(torch);  // NOLOAD took a reference; torch stays loaded
     }
     if (r.function == nullptr) {
-      r.function = reinterpret_cast<AllreduceFunction>(dlsym(RTLD_NEXT, kAllreduceSymbol));
-      Dl_info info{};
-      if (r.function != nullptr && dladdr(reinterpret_cast<void*>(r.function), &info) != 0 && info.dli_fname != nullptr) {
-        r.library = info.dli_fname;
-      }
+      const gloo_transport::Libgloo& gloo = gloo_transport::libgloo();
+      r.function = gloo.allreduce;
+      r.library = gloo.path;
+      if (r.function == nullptr) r.library = gloo.error;
     }
     if (r.function == nullptr) {
-      ONEBIT_LOG(WARN, "preload: libgloo's gloo::allreduce not found (", dlerror(),
-                 "); libonebit-preload.so must be linked after libgloo");
+      ONEBIT_LOG(WARN, "preload: libgloo's gloo::allreduce not found (", r.library,
+                 "): nothing of this process calls gloo, or its gloo is not libgloo.so.0");
     } else if (r.bundled) {
       ONEBIT_LOG(WARN, "preload: this PyTorch bundles its own gloo (", r.library,
-                 ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: nothing can be "
-                 "compressed here, and the libgloo.so.0 this preload brings shadows the bundled gloo's other "
-                 "functions, which can crash this process. Unset LD_PRELOAD and use onebit's torch.distributed "
-                 "backend: onebit.register_backend(); dist.init_process_group(\"onebit\", ...) (docs/usage.md)");
+                 ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: every allreduce "
+                 "goes to it untouched and nothing is compressed. Unset LD_PRELOAD and use onebit's "
+                 "torch.distributed backend: onebit.register_backend(); dist.init_process_group(\"onebit\", ...) "
+                 "(docs/usage.md)");
     } else {
       ONEBIT_LOG(INFO, "preload: forwarding to gloo::allreduce in ", r.library);
     }
@@ -184,12 +185,26 @@ std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>
                                             std::chrono::milliseconds timeout) {
   Invitation invitation;
   if (context->rank == 0) invitation = invitation_from_rank_0();
-  gloo::BroadcastOptions broadcast(context);
-  broadcast.setOutput(reinterpret_cast<char*>(&invitation), sizeof(invitation));
-  broadcast.setRoot(0);
-  broadcast.setTag(tag);  // the intercepted call's tag: its own gloo traffic never happens
-  broadcast.setTimeout(timeout);
-  gloo::broadcast(broadcast);
+  // Rank 0 sends it to every rank over the context's own pairs, under onebit's slot prefix and the
+  // intercepted call's tag (whose own gloo traffic never happens).
+  try {
+    gloo_transport::GlooTransport pairs(context.get());
+    const wire::MessageKey key{0, 0, wire::Kind::kTopology, 1};
+    const wire::CallShape shape{sizeof(Invitation), 0, 0};
+    std::vector<Request> requests(context->rank == 0 ? context->size - 1 : 1);
+    std::vector<Request*> all;
+    for (int peer = 1; context->rank == 0 && peer < context->size; ++peer) {
+      pairs.isend(requests[peer - 1], peer, tag, key, shape, &invitation, sizeof(invitation));
+      all.push_back(&requests[peer - 1]);
+    }
+    if (context->rank != 0) {
+      pairs.irecv(requests[0], 0, tag, key, shape, &invitation, sizeof(invitation));
+      all.push_back(&requests[0]);
+    }
+    pairs.wait_all(all, Clock::now() + timeout, [](const Request&) { return std::string("rank 0's invitation"); });
+  } catch (const Error& error) {
+    fail(error.code(), "joining onebit's TCP transport over the gloo context failed: ", error.what());
+  }
   CommSetup setup;
   setup.rank = context->rank;
   setup.size = context->size;

@@ -110,8 +110,8 @@ def _needed_libraries(path):
 def _check_preload_fits_torch(process):
     if hasattr(process, "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE") and _torch_bundles_gloo():
         raise OnebitNotLoaded(
-            "libonebit-preload.so is preloaded, but this PyTorch bundles its own gloo (a pip wheel): the preload's "
-            "system libgloo.so.0 breaks it (init_process_group crashes) and could not reach its calls anyway. "
+            "libonebit-preload.so is preloaded, but this PyTorch bundles its own gloo (a pip wheel), which the "
+            "preload cannot reach: its calls pass through untouched and nothing would be compressed. "
             "Unset LD_PRELOAD and use the onebit backend: onebit.register_backend(); "
             "dist.init_process_group(\"onebit\", ...) (docs/usage.md)")
 

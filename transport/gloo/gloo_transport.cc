@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "transport/gloo/libgloo.h"
 
 namespace onebit::gloo_transport {
 
@@ -15,7 +16,14 @@ std::uint64_t slot_of(std::uint32_t channel, const wire::MessageKey& key) {
          std::uint64_t{static_cast<std::uint8_t>(key.kind)} << 16 | key.part;
 }
 
-GlooTransport::GlooTransport(gloo::Context* context) : context_(context), timeout_(context->getTimeout()) {}
+GlooTransport::GlooTransport(gloo::Context* context) : context_(context), timeout_(timeout_of(context)) {}
+
+std::chrono::milliseconds GlooTransport::timeout_of(gloo::Context* context) {
+  const Libgloo& gloo = libgloo();
+  ONEBIT_CHECK(gloo.allreduce != nullptr, ONEBIT_INTERNAL_ERROR, "the gloo transport needs the process's libgloo.so.0: ",
+               gloo.error);
+  return gloo.get_timeout(context);
+}
 
 void GlooTransport::throw_if_failed() const {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -35,7 +43,7 @@ void GlooTransport::fail(onebit_result_t code, const std::string& message) {
     for (int peer = 0; peer < context_->size; ++peer) {
       if (peer == context_->rank) continue;
       try {
-        context_->getPair(peer)->close();
+        libgloo().get_pair(context_, peer)->close();
       } catch (const std::exception& error) {
         ONEBIT_LOG(WARN, "closing gloo pair to rank ", peer, ": ", error.what());
       }
@@ -51,7 +59,7 @@ void GlooTransport::start(Request& request, bool is_send, int peer, std::uint32_
                context_->rank, ": no peer ", peer, " in a gloo context of size ", context_->size);
   request = Request::of(is_send, peer, key, shape, data, bytes);
   try {
-    std::shared_ptr<gloo::transport::UnboundBuffer> buffer = context_->createUnboundBuffer(data, bytes);
+    std::shared_ptr<gloo::transport::UnboundBuffer> buffer = libgloo().create_unbound_buffer(context_, data, bytes);
     const std::uint64_t slot = slot_of(channel, key);
     if (is_send) {
       buffer->send(peer, slot, 0, bytes);

@@ -54,6 +54,7 @@ class GlooTransport final : public Transport {
   TransportStats stats() const override;
 
  private:
+  static std::chrono::milliseconds timeout_of(gloo::Context* context);  // libgloo's, checked found
   void start(Request& request, bool is_send, int peer, std::uint32_t channel, const wire::MessageKey& key,
              const wire::CallShape& shape, void* data, std::size_t bytes);
   [[noreturn]] void fail(onebit_result_t code, const std::string& message);
