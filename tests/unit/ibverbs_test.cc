@@ -342,6 +342,28 @@ TEST(Rendezvous, DisagreementsAreMismatchesNamingBothRanks) {
   EXPECT_NE(text.find("rank 1 expects 1000 elements"), std::string::npos) << text;
 }
 
+TEST(Rendezvous, APeerOfferingFarMoreThanAnySendAskedForIsNamed) {
+  // Offers wait for their sends (the receiver is ahead); past the bound the peer is an error.
+  Rendezvous sender(0, 1);
+  wire::ClearToSend offer;
+  offer.shape = wire::CallShape{10, 0, 1};
+  offer.bytes = 8;
+  for (std::size_t i = 0; i < Rendezvous::kMaxWaitingOffers; ++i) {
+    offer.key = wire::MessageKey{7, i, wire::Kind::kRingReduce, 0};
+    offer.recv_id = static_cast<std::uint32_t>(i + 1);
+    ASSERT_FALSE(sender.offer_arrived(offer).has_value());
+  }
+  // A send takes one: room for one more offer, and no more.
+  Request s = request(true, wire::MessageKey{7, 0, wire::Kind::kRingReduce, 0}, 8);
+  ASSERT_TRUE(sender.post_send(s).has_value());
+  offer.key.seq = Rendezvous::kMaxWaitingOffers;
+  EXPECT_FALSE(sender.offer_arrived(offer).has_value());
+  offer.key.seq += 1;
+  const std::string text = error_of([&] { sender.offer_arrived(offer); }, ONEBIT_REMOTE_ERROR);
+  EXPECT_NE(text.find("rank 1 has offered 65537 receives that no send of rank 0 has matched yet"), std::string::npos)
+      << text;
+}
+
 TEST(Rendezvous, WritesThatWereNeverOfferedOrOfTheWrongSizeAreErrors) {
   Rendezvous receiver(1, 0);
   Request r = request(false, wire::MessageKey{0, 1, wire::Kind::kWorkerScale, 0}, 4);

@@ -34,6 +34,7 @@ std::optional<Rendezvous::Write> Rendezvous::post_send(Request& request) {
   const wire::ClearToSend offer = found->second.front();
   check_match(request, offer);
   found->second.pop_front();
+  --waiting_offers_;
   if (found->second.empty()) offers_.erase(found);
   return Write{&request, offer};
 }
@@ -41,7 +42,11 @@ std::optional<Rendezvous::Write> Rendezvous::post_send(Request& request) {
 std::optional<Rendezvous::Write> Rendezvous::offer_arrived(const wire::ClearToSend& offer) {
   auto found = sends_.find(offer.key);
   if (found == sends_.end()) {
+    ONEBIT_CHECK(waiting_offers_ < kMaxWaitingOffers, ONEBIT_REMOTE_ERROR, "rank ", peer_, " has offered ",
+                 waiting_offers_ + 1, " receives that no send of rank ", me_, " has matched yet (at most ",
+                 kMaxWaitingOffers, " are held): a broken or hostile peer, or ranks whose calls have parted");
     offers_[offer.key].push_back(offer);
+    ++waiting_offers_;
     return std::nullopt;
   }
   Request* send = found->second.front();
@@ -72,6 +77,7 @@ void Rendezvous::drain(const std::function<void(Request&)>& each) {
   receives_.clear();
   sends_.clear();
   offers_.clear();
+  waiting_offers_ = 0;
 }
 
 }  // namespace onebit::ibverbs

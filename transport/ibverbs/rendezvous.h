@@ -35,7 +35,8 @@ class Rendezvous {
   // Throws Error(ONEBIT_MISMATCH) naming both ranks when that offer disagrees with the send.
   std::optional<Write> post_send(Request& request);
   // The peer's offer arrived: the write to start now, if the matching send is already posted.
-  // Throws Error(ONEBIT_MISMATCH) as post_send.
+  // Throws Error(ONEBIT_MISMATCH) as post_send, and Error(ONEBIT_REMOTE_ERROR) past
+  // kMaxWaitingOffers offers waiting.
   std::optional<Write> offer_arrived(const wire::ClearToSend& offer);
   // The peer's write into receive `recv_id` arrived with `bytes`: that receive, no longer pending
   // here. Throws Error(ONEBIT_REMOTE_ERROR) for an id never offered or a size that is not the
@@ -48,6 +49,10 @@ class Rendezvous {
   // Every request still held (receives offered, sends waiting), then forgets them all.
   void drain(const std::function<void(Request&)>& each);
 
+ // Offers held for sends not yet posted: a call or two ahead at most. A peer that offers more is
+  // a broken or hostile one, and is an error naming it rather than memory without end.
+  static constexpr std::size_t kMaxWaitingOffers = std::size_t{1} << 16;
+
  private:
   void check_match(const Request& send, const wire::ClearToSend& offer) const;
 
@@ -55,6 +60,7 @@ class Rendezvous {
   const int peer_;
   std::map<wire::MessageKey, std::deque<Request*>> sends_;            // waiting for their offer
   std::map<wire::MessageKey, std::deque<wire::ClearToSend>> offers_;  // waiting for their send
+  std::size_t waiting_offers_ = 0;                                     // in offers_, bounded
   std::map<std::uint32_t, Request*> receives_;                        // offered, by recv_id
   std::uint32_t next_recv_id_ = 1;
 };
