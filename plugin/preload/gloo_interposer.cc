@@ -20,7 +20,6 @@
 #include <string>
 
 #include <gloo/allreduce.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 
 #include <atomic>

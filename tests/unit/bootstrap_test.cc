@@ -3,7 +3,6 @@
 // over a real socket — accepted as sent, refused with any byte changed or for another hello.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include "common/crypto.h"
 #include "common/launcher.h"
 #include "common/error.h"
+#include "tests/support/child_output.h"
 #include "transport/tcp/bootstrap.h"
 
 namespace onebit::tcp {
@@ -141,26 +141,14 @@ TEST(Bootstrap, ARankTakesOnlyTheReplyMadeForItsHello) {
 // launcher_job_identity() in a child whose environment has `variables` (parameters are read once
 // per process).
 std::string identity_with(const std::vector<std::pair<const char*, const char*>>& variables) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  return testing::child_output([&] {
     for (const char* name : {"ONEBIT_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
                              "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "MASTER_ADDR", "MASTER_PORT"}) {
       ::unsetenv(name);
     }
     for (const auto& [name, value] : variables) ::setenv(name, value, 1);
-    const std::string identity = launcher_job_identity();
-    [[maybe_unused]] ssize_t w = ::write(fds[1], identity.data(), identity.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string identity;
-  char buffer[256];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) identity.append(buffer, n);
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return identity;
+    return launcher_job_identity();
+  });
 }
 
 TEST(Launcher, JobIdentityNamesEachLaunchersJobAndAttempt) {

@@ -1,6 +1,4 @@
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <functional>
@@ -9,6 +7,7 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "tests/support/child_output.h"
 
 namespace onebit::param {
 namespace {
@@ -45,27 +44,15 @@ TEST(Params, EveryIntVariableHasARangeAndEveryRangeAVariable) {
 // What reading `read` says with `env`=`value`, in a child process (variables are read once per
 // process): "" when it is accepted, else the error message.
 std::string read_in_child(const char* env, const char* value, const std::function<void()>& read) {
-  int fds[2];
-  EXPECT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  return testing::child_output([&] {
     ::setenv(env, value, 1);
-    std::string message;
     try {
       read();
     } catch (const Error& error) {
-      message = error.what();
+      return std::string(error.what());
     }
-    [[maybe_unused]] ssize_t w = ::write(fds[1], message.data(), message.size());
-    ::_exit(0);
-  }
-  ::close(fds[1]);
-  std::string message;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) message.append(buffer, n);
-  ::close(fds[0]);
-  ::waitpid(pid, nullptr, 0);
-  return message;
+    return std::string();
+  });
 }
 
 TEST(Params, OutOfRangeValuesAreRefusedByName) {

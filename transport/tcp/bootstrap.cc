@@ -75,10 +75,8 @@ std::vector<std::uint8_t> fresh_challenge(const Credentials& credentials) {
 std::string refusal(const wire::BootstrapHello& hello, const wire::BootstrapChallenge& challenge,
                     const Credentials& credentials, onebit_result_t* code) {
   *code = ONEBIT_MISMATCH;
-  if (!crypto::equal(hello.identity.digest.data(), credentials.identity.digest.data(), 16)) {
-    Credentials theirs(Membership{});
-    theirs.identity = hello.identity;
-    return "it is of communicator " + theirs.describe() + ", this root serves " + credentials.describe() +
+  if (!same_identity(hello.identity, credentials.identity)) {
+    return "it is of communicator " + describe(hello.identity) + ", this root serves " + credentials.describe() +
            " (another job, process group or attempt on the same address)";
   }
   if (hello.flags != credentials.flags) {
@@ -113,10 +111,14 @@ Credentials::Credentials(const Membership& membership) {
   key = crypto::hmac_sha256(std::string_view(material), {std::string_view("onebit bootstrap key v2"), identity.digest});
 }
 
-std::string Credentials::describe() const {
+std::string describe(const wire::WireIdentity& identity) {
   const std::string label = identity.label_text();
   return (label.empty() ? std::string("with no identity") : "'" + label + "'") + " (" +
          crypto::hex(identity.digest.data(), 4) + ")";
+}
+
+bool same_identity(const wire::WireIdentity& a, const wire::WireIdentity& b) {
+  return crypto::equal(a.digest.data(), b.digest.data(), a.digest.size());
 }
 
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,
@@ -316,15 +318,14 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
     const auto hello_bytes = hello.encode();
     write_all(fd.get(), hello_bytes.data(), hello_bytes.size(), deadline, root_name);
 
-    if (!crypto::equal(challenge.identity.digest.data(), credentials.identity.digest.data(), 16)) {
+    if (!same_identity(challenge.identity, credentials.identity)) {
       // Not our root (it has been told who we are, and logs it): leave, and look again later.
-      Credentials theirs(Membership{});
-      theirs.identity = challenge.identity;
       if (other_root.empty()) {
-        ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " serves communicator ", theirs.describe(),
-                   ", not this rank's ", credentials.describe(), "; trying again until the timeout");
+        ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " serves communicator ",
+                   describe(challenge.identity), ", not this rank's ", credentials.describe(),
+                   "; trying again until the timeout");
       }
-      other_root = theirs.describe();
+      other_root = describe(challenge.identity);
       fd.reset();
       const auto pause = std::min<Deadline>(deadline, Clock::now() + kOtherRootRetry) - Clock::now();
       if (pause.count() > 0) ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));

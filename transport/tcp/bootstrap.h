@@ -40,13 +40,18 @@ struct Membership {
   std::string secret;    // from the job's rendezvous, or empty; never logged
 };
 
+// "'label' (digest 0a1b…)", as messages name a communicator.
+std::string describe(const wire::WireIdentity& identity);
+// Whether two identities are one (their digests, compared in constant time).
+bool same_identity(const wire::WireIdentity& a, const wire::WireIdentity& b);
+
 // A membership made ready for the wire: the identity's digest and label, the key flags, the key.
 struct Credentials {
   wire::WireIdentity identity;
   std::uint16_t flags = 0;  // wire::kKeyedBy*
   crypto::Digest key{};     // the bootstrap key
   explicit Credentials(const Membership& membership);
-  std::string describe() const;  // "'label' (digest 0a1b…)" for messages
+  std::string describe() const { return tcp::describe(identity); }
 };
 
 struct BootstrapResult {
