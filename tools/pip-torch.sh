@@ -24,5 +24,10 @@ fi
 "$venv/bin/python" -W ignore -c "import safetensors" 2>/dev/null ||
   "$venv/bin/pip" install -q --disable-pip-version-check safetensors ||
   echo "tools/pip-torch.sh: could not install safetensors; its check will skip" >&2
+# The trainers trainers_check.py runs onebit inside, at the versions it was written against (a venv
+# made before gains them here; without PyPI their cases skip, saying so).
+"$venv/bin/python" -W ignore -c "import transformers, accelerate, lightning" 2>/dev/null ||
+  "$venv/bin/pip" install -q --disable-pip-version-check transformers==5.25.0 accelerate==1.16.0 lightning==2.6.6 ||
+  echo "tools/pip-torch.sh: could not install transformers, accelerate and lightning; their checks will skip" >&2
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation ./python >/dev/null || exit 1
 echo "tools/pip-torch.sh: $("$venv/bin/python" -W ignore -c 'import torch; print("torch", torch.__version__)') in $venv"

@@ -131,8 +131,8 @@ class OnebitLamb(_FlatOptimizer):
                                                        _ptr(self._v_fresh[lo:]), n))
         self._step += 1
 
-    def state_dict(self):
-        return self._state_dict_with(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
+    def _onebit_state(self):
+        return self._rank_state(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
                                      layers=[{name: getattr(l, name) for name, _ in _Layer._fields_}
                                              for l in self._layers])
 

@@ -34,9 +34,11 @@ freeze naming the dormant elements. The constructor and load_state_dict() check 
 has the same schedule; a failed compressed step names the step and the likely causes.
 deepspeed_schedule=True runs DeepSpeed's schedule call for call (docs/deepspeed.md).
 
-state_dict() holds step, m, v and this rank's error-feedback state (the anchors keep none): save
-one per rank, load each into the same rank of a job of the same size, and training continues bit
-for bit (docs/usage.md, "Restarting a job").
+state_dict() holds step, m, v and this rank's error-feedback state — every rank's, on rank 0, after
+consolidate_state_dict() on every rank (what the trainers need: they save from rank 0; see
+onebit.integrations). Loaded into a job of the same size, training continues bit for bit
+(docs/usage.md, "Restarting a job"). bias_correction=True gives torch.optim.Adam's corrected
+steps (off by default, as in the paper and DeepSpeed).
 """
 import ctypes
 import gc
@@ -120,6 +122,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
         for p, (lo, hi) in zip(self._params(), self._slices):
             self._flat[lo:hi].copy_(p.data.reshape(-1))
         self._warned_no_gradient = False
+        self._steps_taken = 0  # step() calls: a consolidated state dict is of the step it was gathered at
+        self._consolidated = None  # (steps taken, every rank's part) from consolidate_state_dict()
+        self._warned_rank_state = False  # _warn_rank_state_only said it
+        self._compressed = False  # a compressed all_reduce has run: the ranks' error feedback differs
 
     def _zeros(self):
         return torch.zeros(self._total, device=self._device)
@@ -185,11 +191,12 @@ class _FlatOptimizer(torch.optim.Optimizer):
         counts = []
         for group, (lo, hi) in zip(self.param_groups, self._ranges):
             if self._device.type == "cuda":
-                counts.append(int((variance[lo:hi].sqrt() <= group["eps"]).sum()))
+                counts.append(int((variance[lo:hi].sqrt() <= self._config(group).eps).sum()))
             else:
                 count = ctypes.c_size_t()
                 _check(self._lib, self._lib.onebit_dormant_count(_ptr(variance[lo:]), ctypes.c_size_t(hi - lo),
-                                                                 ctypes.c_float(group["eps"]), ctypes.byref(count)))
+                                                                 ctypes.c_float(self._config(group).eps),
+                                                                 ctypes.byref(count)))
                 counts.append(count.value)
         self.dormant_elements = sum(counts)
         if self._rank != 0:
@@ -236,6 +243,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._gather_gradients()
         self._flat_step()
         self._write_parameters()
+        self._steps_taken += 1
         return loss
 
     def _read_parameters(self):
@@ -289,6 +297,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
             except RuntimeError as error:
                 raise self._step_failure(error, step, stage) from error
             buffer.div_(self._world)
+            self._compressed = True
             if before is not None:
                 self._warn_if_not_compressed(before, step, buffer)
 
@@ -322,28 +331,91 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                                              ctypes.c_size_t(worker.numel()), _ptr(server),
                                                              ctypes.c_size_t(server.numel())))
 
-    def _state_dict_with(self, required, **extra):
-        """torch's state_dict() plus "onebit": m, v, this rank's error feedback, who saved it, and `extra`."""
-        state = torch.optim.Optimizer.state_dict(self)
+    def _rank_state(self, required, **extra):
+        """This rank's part of a checkpoint: m, v, its error feedback, who it is, and `extra`."""
         worker, server = self._error_state(required)
-        state["onebit"] = dict(m=self._m.clone(), v=self._v.clone(), worker_error=worker, server_error=server,
-                               world_size=self._world, rank=self._rank, **extra)
+        return dict(m=self._m.clone(), v=self._v.clone(), worker_error=worker, server_error=server,
+                    world_size=self._world, rank=self._rank, compressed=self._compressed, **extra)
+
+    def _onebit_state(self):
+        """This rank's part (_rank_state with what the optimizer keeps besides m and v)."""
+        raise NotImplementedError
+
+    def _same_on_every_rank(self, part):
+        """Whether every rank's part is this one: true until the first compressed all_reduce (every
+        step before it took averaged gradients; the error feedback is all zeros)."""
+        return not part["compressed"]
+
+    def consolidate_state_dict(self, to=0):
+        """Every rank's part of the checkpoint (its error feedback above all, which is its own) gathered
+        to rank `to` of the optimizer's group, so that the state_dict() rank `to` takes before the
+        next step resumes every rank — what HF Trainer, Accelerate and Lightning need, which save the
+        optimizer from rank 0 only. A collective: every rank calls it (torch's
+        ZeroRedundancyOptimizer has the same call); onebit.integrations call it before each save."""
+        part = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._onebit_state().items()}
+        parts = [None] * self._world if self._rank == to else None
+        if self._world > 1:
+            dst = to if self._group is None else dist.get_global_rank(self._group, to)
+            dist.gather_object(part, parts, dst=dst, group=self._group)
+        else:
+            parts = [part]
+        self._consolidated = (self._steps_taken, parts)
+
+    def state_dict(self):
+        """torch's state_dict() plus "onebit": the parts of the ranks this state dict can resume —
+        every rank's after consolidate_state_dict() (on the rank it gathered to, until the next
+        step), the one every rank shares before the first compressed all_reduce, else this rank's
+        own (then each rank saves and loads its own file; said once, as a rank-0-only save of it
+        cannot resume the other ranks)."""
+        state = torch.optim.Optimizer.state_dict(self)
+        consolidated = self._consolidated is not None and self._consolidated[0] == self._steps_taken
+        if consolidated and self._consolidated[1] is not None:
+            parts = dict(enumerate(self._consolidated[1]))
+        else:
+            part = self._onebit_state()
+            if self._world == 1 or self._same_on_every_rank(part):
+                parts = {"every": part}
+            else:
+                parts = {self._rank: part}
+                if not consolidated:  # a rank that sent its part to the saving rank is not warned
+                    self._warn_rank_state_only()
+        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts)
         return state
 
+    def _warn_rank_state_only(self):
+        if self._warned_rank_state:
+            return
+        self._warned_rank_state = True
+        print(f"onebit: WARNING: {self._who}: this state_dict() holds rank {self._rank}'s error feedback only (the "
+              f"compression stage has begun; each of the {self._world} ranks has its own): it resumes rank "
+              f"{self._rank} alone. If every rank saves its own state_dict(), that is right; if one rank saves for "
+              "all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() on every rank first "
+              "— onebit.integrations do (docs/usage.md, \"Restarting a job\")", file=sys.stderr, flush=True)
+
     def _split_state_dict(self, state_dict):
-        """(torch's part, onebit's part) of a state_dict(), onebit's checked against this optimizer."""
+        """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit")
-        self._check_saved(saved)
-        return state_dict, saved
-
-    def _check_saved(self, saved):
-        if saved["world_size"] != self._world or saved["rank"] != self._rank:
-            raise ValueError(f"{self._who}.load_state_dict: saved by rank {saved['rank']} of {saved['world_size']}, "
-                             f"loading into rank {self._rank} of {self._world}: each rank loads its own")
-        if saved["m"].numel() != self._total:
-            raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {saved['m'].numel()} parameters, "
+        if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
+            saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        parts = saved["parts"]
+        if saved["world_size"] != self._world:
+            raise ValueError(f"{self._who}.load_state_dict: saved by a job of {saved['world_size']} ranks, loading "
+                             f"into one of {self._world}: the error feedback is per rank; resume with "
+                             f"{saved['world_size']} ranks")
+        part = parts.get(self._rank, parts.get("every"))
+        if part is None:
+            held = ", ".join(str(r) for r in sorted(parts))
+            raise ValueError(f"{self._who}.load_state_dict: this checkpoint holds the part of rank {held} of "
+                             f"{self._world}, not rank {self._rank}'s: it was saved by rank {saved['saved_by']} alone "
+                             "in the compression stage without consolidate_state_dict(). Load each rank's own file, or "
+                             "save with optimizer.consolidate_state_dict() on every rank first (onebit.integrations do)")
+        if part["m"].numel() != self._total:
+            raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {part['m'].numel()} parameters, "
                              f"this optimizer {self._total}")
+        self._consolidated = None
+        self._compressed = part.get("compressed", True)
+        return state_dict, part
 
     @property
     def _wants_averaged_gradients(self):
@@ -353,11 +425,18 @@ class _FlatOptimizer(torch.optim.Optimizer):
 class OnebitAdam(_FlatOptimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
                  process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
-                 max_freeze_step=None, deepspeed_schedule=False):
+                 max_freeze_step=None, deepspeed_schedule=False, bias_correction=False):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("OnebitAdam", process_group)
         if deepspeed_schedule and freeze_step == "auto":
             raise ValueError("OnebitAdam: deepspeed_schedule=True takes a fixed freeze_step (DeepSpeed has no 'auto')")
+        if deepspeed_schedule and bias_correction:
+            raise ValueError("OnebitAdam: deepspeed_schedule=True runs DeepSpeed's rule, which has no bias correction: "
+                             "leave bias_correction=False")
+        # bias_correction=True: torch.optim.Adam's m / (1 - beta1^t) and v / (1 - beta2^t) — with the
+        # variance frozen, 1 - beta2^freeze_step from then on. Off by default, as in the paper and
+        # DeepSpeed's 1-bit Adam (parity with their runs); on, warmup steps equal torch Adam's.
+        self._bias_correction = bool(bias_correction)
         # DeepSpeed's schedule (docs/deepspeed.md): the first step() call only counts — no update,
         # its gradient dropped, as DeepSpeed's initialising call — so freeze_step F gives F - 1
         # full-precision updates and compression from the (F+1)-th call, as in DeepSpeed.
@@ -398,11 +477,24 @@ class OnebitAdam(_FlatOptimizer):
                     step=self._step if step is None else step,
                     freeze_step=self._freeze_step if freeze_step is None else freeze_step,
                     freeze_window=auto.window, freeze_threshold_bits=_bits(auto.threshold),
-                    max_freeze_step=auto.max_step, deepspeed_schedule=self._deepspeed_schedule)
+                    max_freeze_step=auto.max_step, deepspeed_schedule=self._deepspeed_schedule,
+                    bias_correction=self._bias_correction)
 
     def _config(self, group):
-        return _AdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
-                           self._freeze_step)
+        """The C core's config for the next step. With bias correction, Adam's corrected rule
+        lr m̂ / (sqrt(v̂) + eps) + lr wd p written in the core's uncorrected one: lr sqrt(c2)/c1,
+        eps sqrt(c2) and wd c1/sqrt(c2), where c1 = 1 - beta1^t and c2 = 1 - beta2^t (t the updates
+        so far, this one included; in the compression stage c2 stays at the freeze's). The dormant
+        test sqrt(v) <= eps is then sqrt(v̂) <= eps, and the clip bounds the corrected direction
+        in proportion."""
+        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
+        if self._bias_correction:
+            beta1, beta2 = group["betas"]
+            updates = self._step + 1
+            c1 = 1.0 - beta1 ** updates
+            c2 = 1.0 - beta2 ** min(updates, max(self._freeze_step, 1))  # freeze_step 0: v is 0, all dormant
+            lr, eps, weight_decay = lr * c2 ** 0.5 / c1, eps * c2 ** 0.5, weight_decay * c1 / c2 ** 0.5
+        return _AdamConfig(lr, group["betas"][0], group["betas"][1], eps, weight_decay, self._freeze_step)
 
     @property
     def _wants_averaged_gradients(self):
@@ -466,7 +558,7 @@ class OnebitAdam(_FlatOptimizer):
                     _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
                     beta2 = group["betas"][1]
                     self._v[lo:hi].mul_(beta2).addcmul_(self._grad[lo:hi], self._grad[lo:hi], value=1.0 - beta2)
-                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
+                    _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
                     continue
                 _check(lib, lib.onebit_adam_warmup_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
                                                         _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
@@ -490,7 +582,8 @@ class OnebitAdam(_FlatOptimizer):
                 if self._device.type == "cuda":
                     bound = lib.onebit_adam_step_bound(ctypes.c_float(group["betas"][0]),
                                                        ctypes.c_float(group["betas"][1]))
-                    _apply_on_device(group, self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi], bound)
+                    _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi],
+                                     bound)
                     continue
                 _check(lib, lib.onebit_adam_apply_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
@@ -499,8 +592,8 @@ class OnebitAdam(_FlatOptimizer):
         if self._auto is not None and self._freeze_step == _UNDECIDED:
             self._measure_variance(self._step - 1)  # the step is taken; this decides the next one's stage
 
-    def state_dict(self):
-        return self._state_dict_with(self.compressing and self._step > self._freeze_step, step=self._step,
+    def _onebit_state(self):
+        return self._rank_state(self.compressing and self._step > self._freeze_step, step=self._step,
                                      freeze_step=self._freeze_step,
                                      v_then=None if self._v_then is None else self._v_then.clone(),
                                      variance_changes=list(self.variance_changes))
@@ -541,18 +634,19 @@ def _momentum_on_device(group, m, g):
     m.mul_(beta1).add_(g, alpha=1.0 - beta1)
 
 
-def _apply_on_device(group, p, m, v, bound=None):
+def _apply_on_device(config, p, m, v, bound=None):
     """Warmup's update (bound None), or the compression stage's under the frozen-variance rules
-    (onebit.h): dormant elements' m zeroed, the direction clipped to Adam's own largest step."""
+    (onebit.h): dormant elements' m zeroed, the direction clipped to Adam's own largest step.
+    `config`: the C core's (OnebitAdam._config: bias correction folded in)."""
     root = v.sqrt()
     if bound is not None:
-        m.masked_fill_(root <= group["eps"], 0.0)
-    update = m / root.add_(group["eps"])
+        m.masked_fill_(root <= config.eps, 0.0)
+    update = m / root.add_(config.eps)
     if bound is not None:
         update.clamp_(-bound, bound)
-    if group["weight_decay"]:
-        update.add_(p, alpha=group["weight_decay"])
-    p.add_(update, alpha=-group["lr"])
+    if config.weight_decay:
+        update.add_(p, alpha=config.weight_decay)
+    p.add_(update, alpha=-config.lr)
 
 
 def ddp_comm_hook(state, bucket):

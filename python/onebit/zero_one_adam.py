@@ -20,8 +20,9 @@ uses too. Step t (from 0) is one of four kinds:
 With DDP, register onebit.ddp_comm_hook: it averages only for variance steps. Parameters live on
 the CPU (the C core works on host memory; OnebitAdam also runs on CUDA). state_dict() holds the
 schedule, m, v, u, the parameters at the last sync, the lr sums and this rank's error-feedback
-state: saved per rank, loaded into the same rank of a job of the same size, training continues
-bit for bit.
+state (every rank's after consolidate_state_dict(), as OnebitAdam's): loaded into a job of the
+same size, training continues bit for bit. synchronize() makes the replicas equal before a save
+or an evaluation; onebit.integrations call it.
 """
 import ctypes
 
@@ -171,9 +172,14 @@ class ZeroOneAdam(_FlatOptimizer):
         self._read_parameters()
         self._sync(lambda: None, "synchronize()")
         self._write_parameters()
+        self._consolidated = None  # gathered before this sync: stale
 
-    def state_dict(self):
-        return self._state_dict_with(False, schedule=self.schedule, u=self._u.clone(),
+    def _same_on_every_rank(self, part):
+        """As for every onebit optimizer, and the replicas equal (every lr sum 0: no local step since a sync)."""
+        return super()._same_on_every_rank(part) and not any(part["lrs"])
+
+    def _onebit_state(self):
+        return self._rank_state(False, schedule=self.schedule, u=self._u.clone(),
                                      params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs])
 
     def load_state_dict(self, state_dict):

@@ -1,7 +1,9 @@
 """Checkpointing OnebitAdam mid-compression-stage: 2 ranks train 30 steps uninterrupted; then 2 fresh
-ranks train 18 steps and save (model + optimizer, one file per rank, error-feedback state included);
-then 2 more fresh processes load and train the remaining 12. The final parameters must be bitwise
-equal to the uninterrupted run's.
+ranks train 18 steps and save (model + optimizer, error-feedback state included) two ways — one
+file per rank, and one file from rank 0 after consolidate_state_dict() on every rank, as the
+trainers save —; then fresh processes load each and train the remaining 12. The final parameters
+must be bitwise equal to the uninterrupted run's either way. Rank 1 loading rank 0's unconsolidated
+file is refused, naming the ranks, before anything changes.
 
     /usr/bin/python3 tests/python/onebit_adam_checkpoint_check.py BUILD_DIR
 """
@@ -29,11 +31,14 @@ def rank_main(mode, rank, store, out_dir):
     y = torch.from_numpy(rng.standard_normal((128, 2)).astype(np.float32))
     optimizer = OnebitAdam(model.parameters(), lr=0.01, freeze_step=FREEZE)
     checkpoint = os.path.join(out_dir, f"checkpoint{rank}.pt")
+    consolidated = os.path.join(out_dir, "checkpoint.pt")
     first, last = 0, STEPS
     if mode == "first":
         last = STOP
-    elif mode == "resume":
-        saved = torch.load(checkpoint)
+    elif mode.startswith("resume"):
+        if rank == 1 and mode == "resume":
+            refuse_other_rank(torch, optimizer, os.path.join(out_dir, "checkpoint0.pt"))
+        saved = torch.load(checkpoint if mode == "resume" else consolidated)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         first = STOP
@@ -43,13 +48,29 @@ def rank_main(mode, rank, store, out_dir):
         optimizer.step()
     if mode == "first":
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint)
+        optimizer.consolidate_state_dict()  # every rank
+        if rank == 0:
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, consolidated)
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"{mode}{rank}.npy"), weights)
     dist.destroy_process_group()
 
 
+def refuse_other_rank(torch, optimizer, path):
+    """Rank 1 loading rank 0's own (unconsolidated) file: a ValueError naming both, nothing changed."""
+    before = optimizer.state_dict()
+    try:
+        optimizer.load_state_dict(torch.load(path)["optimizer"])
+    except ValueError as error:
+        for words in ("holds the part of rank 0 of 2, not rank 1's", "consolidate_state_dict()"):
+            assert words in str(error), f"the refusal does not say '{words}': {error}"
+    else:
+        raise AssertionError("rank 1 loaded rank 0's unconsolidated checkpoint")
+    assert torch.equal(optimizer.state_dict()["onebit"]["parts"]["every"]["m"], before["onebit"]["parts"]["every"]["m"])
+
+
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] in ("full", "first", "resume"):
+    if len(sys.argv) == 5 and sys.argv[1] in ("full", "first", "resume", "resume-consolidated"):
         rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return 0
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
@@ -58,16 +79,17 @@ def main():
     import numpy as np
     with tempfile.TemporaryDirectory() as tmp:
         env = preload_env(sys.argv[1])
-        for mode in ("full", "first", "resume"):
+        for mode in ("full", "first", "resume", "resume-consolidated"):
             run_ranks(__file__, mode, WORLD, tmp, env)
         for r in range(WORLD):
             full = np.load(os.path.join(tmp, f"full{r}.npy"))
-            resumed = np.load(os.path.join(tmp, f"resume{r}.npy"))
-            assert np.array_equal(full.view(np.uint32), resumed.view(np.uint32)), \
-                f"rank {r}: resumed parameters differ from the uninterrupted run's"
+            for resume in ("resume", "resume-consolidated"):
+                resumed = np.load(os.path.join(tmp, f"{resume}{r}.npy"))
+                assert np.array_equal(full.view(np.uint32), resumed.view(np.uint32)), \
+                    f"rank {r}: {resume}: resumed parameters differ from the uninterrupted run's"
             assert not np.array_equal(full, np.load(os.path.join(tmp, f"first{r}.npy"))), "the resume trained nothing"
-    print(f"OK: saved at step {STOP} (compression stage from step {FREEZE}), restored into fresh processes: "
-          f"parameters after {STEPS} steps bitwise equal to the uninterrupted run")
+    print(f"OK: saved at step {STOP} (compression stage from step {FREEZE}) per rank and consolidated on rank 0, "
+          f"restored into fresh processes: parameters after {STEPS} steps bitwise equal to the uninterrupted run")
     return 0
 
 

@@ -318,7 +318,7 @@ def nan_case(mode, rank, torch, dist, onebit, out):
         if rank == 1:
             model.weight.grad[0, 0] = float("nan")
         before = flat(model).clone()
-        state = optimizer.state_dict()["onebit"]
+        state = optimizer.state_dict()["onebit"]["parts"][rank]
         try:
             optimizer.step()
         except RuntimeError as error:
@@ -327,7 +327,7 @@ def nan_case(mode, rank, torch, dist, onebit, out):
                           "learning rate too high", "A step fails on NaN or Inf"):
                 require(words in text, f"the error does not say '{words}': {text}")
             require(torch.equal(flat(model), before), "the failed step moved the parameters")
-            require(torch.equal(optimizer.state_dict()["onebit"]["m"], state["m"]), "the failed step changed m")
+            require(torch.equal(optimizer.state_dict()["onebit"]["parts"][rank]["m"], state["m"]), "the failed step changed m")
             return
         raise CheckFailed("a NaN gradient in the compression stage did not fail the step")
 

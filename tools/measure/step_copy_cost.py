@@ -1,9 +1,11 @@
 """What it costs OnebitAdam's step that the parameters own their storage (docs/design.md, "The
 parameters own their storage"): the median time of one compression-stage step against the median
 time of the parameters' copy into the flat buffer and back, one rank (so no communication), 24
-tensors of 1024 x 1024 (25.2 M parameters).
+tensors of 1024 x 1024 (25.2 M parameters), or `--demo`: the convergence demo's step-time model
+(width 256, its real shapes), whose whole step on emulated 1 GbE
+docs/benchmarks.md records.
 
-    /usr/bin/python3 tools/measure/step_copy_cost.py      # with libonebit-preload.so or ONEBIT_LIBRARY
+    /usr/bin/python3 tools/measure/step_copy_cost.py [--demo]   # with libonebit-preload.so or ONEBIT_LIBRARY
 """
 import os
 import sys
@@ -29,7 +31,12 @@ def main():
     store = os.path.join(tempfile.mkdtemp(), "store")
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
     torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(1024, 1024)) for _ in range(24)]
+    if "--demo" in sys.argv:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "demo"))
+        demo = __import__("onebit-demo")
+        params = list(demo.build_model(torch, 96, 256, 2, 64).parameters())  # vocab: printable ASCII + newline
+    else:
+        params = [torch.nn.Parameter(torch.randn(1024, 1024)) for _ in range(24)]
     optimizer = onebit.OnebitAdam(params, freeze_step=2)
     for p in params:
         p.grad = torch.randn_like(p)
