@@ -23,13 +23,12 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/error.h"
 #include "transport/wire.h"
 
 namespace onebit {
 
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
 
 // A send or a receive in flight. The caller owns it and keeps it (and its buffer) alive until
 // wait_all has returned or thrown for it.

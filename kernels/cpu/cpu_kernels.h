@@ -1,11 +1,11 @@
-// The CPU compression kernels of algorithm.md, one chunk at a time.
+// The CPU compression kernels of docs/algorithm.md, one chunk at a time.
 //
 // Contracts shared by every kernel set (scalar, avx2, avx512):
 //  - Bits are packed LSB-first: element i of a call is bit (i % 8) of bits[i / 8]; bit 1 means +1.
 //    The pad bits of the last byte are 0. sign(v) = +1 for v >= 0, including -0.0.
 //  - Any n, any pointer alignment. A pipeline calls a kernel per chunk; chunks start at multiples
 //    of 8 elements, so a chunk's bits start on a byte.
-//  - The error buffers hold the one-pass form of algorithm.md: a stored value `stored` of the
+//  - The error buffers hold the one-pass form of docs/algorithm.md: a stored value `stored` of the
 //    previous call and the scale `scale` that call sent; the true error is
 //    stored − scale·sign(stored). Zeros and scale 0 are the initial (zero) error. A kernel reads the
 //    previous stored value and writes the new one to a *separate* output, so the caller can keep the
@@ -38,7 +38,7 @@ constexpr std::size_t packed_bytes(std::size_t n) { return (n + 7) / 8; }
 
 constexpr std::size_t kSumBlock = 4096;
 
-// The scale of algorithm.md: ||v||_2 / sqrt(n), from Σ v². 0 for n = 0.
+// The scale of docs/algorithm.md: ||v||_2 / sqrt(n), from Σ v². 0 for n = 0.
 inline float scale_from_sum_squares(double sum_squares, std::size_t n) {
   return n == 0 ? 0.0f : static_cast<float>(std::sqrt(sum_squares / static_cast<double>(n)));
 }

@@ -1,4 +1,4 @@
-// The CUDA compression kernels of algorithm.md: the worker, server and unpack stages over device
+// The CUDA compression kernels of docs/algorithm.md: the worker, server and unpack stages over device
 // buffers, with the CPU kernels' contracts (kernels/cpu/cpu_kernels.h) — so the scalar CPU kernel
 // is their oracle:
 //  - bits LSB-first, element i is bit i % 8 of byte i / 8, bit 1 = +1, sign(−0.0) = +1, pad bits 0;
@@ -62,7 +62,7 @@ struct Revert {
   unsigned* failures;   // incremented on every revert (mapped host memory, read by the host later)
 };
 
-// algorithm.md's non-finite rule on the device, where the host cannot look without a sync: after a
+// docs/algorithm.md's non-finite rule on the device, where the host cannot look without a sync: after a
 // call's unpack, if any of the `ranks` worker scales or server scales (device arrays) is NaN or Inf —
 // some rank's input held one, and every rank sees the same scales — the call must change no state:
 // e_next ← e_prev, s_next ← s_prev, the owned scales back to saved_scales, ++*failures. Otherwise

@@ -1,4 +1,4 @@
-// How a compressed allreduce splits a buffer among ranks (algorithm.md, "Chunking"): W contiguous
+// How a compressed allreduce splits a buffer among ranks (docs/algorithm.md, "Chunking"): W contiguous
 // chunks, chunk j served by rank j, each ceil(n / W) rounded up to a multiple of 8 elements so that
 // every chunk's bits start on a byte; the last chunks may be shorter or empty. The CPU engine and
 // the NCCL front door's device path both use this one definition, so their wire layouts agree.

@@ -1,5 +1,5 @@
 // A communicator: W ranks over a transport (onebit's TCP mesh, or a framework's gloo context), and
-// the two allreduces the engine offers — compressed (tagged buffers, algorithm.md) and an exact
+// the two allreduces the engine offers — compressed (tagged buffers, docs/algorithm.md) and an exact
 // full-precision ring (everything else).
 //
 // Threading: calls on different tags may run concurrently from different threads; calls on one tag
@@ -18,7 +18,7 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "onebit/onebit.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "plugin/engine/tag_registry.h"
 #include "transport/transport.h"
 
@@ -83,8 +83,8 @@ class Communicator {
 
   // The algorithms, callable directly (the benchmark compares them). A tag keeps one state per
   // communicator, so one tag must not be used with both compressed algorithms on one communicator.
-  //   flat:          algorithm.md over all ranks;
-  //   hierarchical:  fp32 average within each host, algorithm.md over each rail of one rank per
+  //   flat:          docs/algorithm.md over all ranks;
+  //   hierarchical:  fp32 average within each host, docs/algorithm.md over each rail of one rank per
   //                  host, the rails' bits gathered within each host (docs/design.md);
   //   ring:          exact fp32.
   void flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
@@ -113,7 +113,7 @@ class Communicator {
   using RoundWorker = std::function<double(std::size_t block, std::size_t first, std::size_t length,
                                            const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits)>;
 
-  // Stages 1–2 of algorithm.md over `group`, on n elements whose worker pass `worker` runs block
+  // Stages 1–2 of docs/algorithm.md over `group`, on n elements whose worker pass `worker` runs block
   // by block; see compressed_allreduce.cc.
   RoundResult compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
                                const wire::CallShape& shape, std::uint32_t channel, const RoundWorker& worker);

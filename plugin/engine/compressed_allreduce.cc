@@ -1,4 +1,4 @@
-// The compressed allreduce of algorithm.md over a transport (transport/transport.h): one round over
+// The compressed allreduce of docs/algorithm.md over a transport (transport/transport.h): one round over
 // a group of ranks (compressed_round, which the hierarchical algorithm runs over each rail too), and
 // the flat algorithm, one round over all ranks.
 //

@@ -1,5 +1,5 @@
 // What the two compressed algorithms share (compressed_allreduce.cc: flat; hierarchical_allreduce.cc):
-// the group of ranks a round of algorithm.md runs over, what a round leaves behind, and the layout
+// the group of ranks a round of docs/algorithm.md runs over, what a round leaves behind, and the layout
 // of its messages and results. Internal to the engine.
 #pragma once
 

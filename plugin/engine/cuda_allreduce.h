@@ -1,4 +1,4 @@
-// The compressed allreduce of algorithm.md on CUDA buffers, over an NCCL communicator: the engine's
+// The compressed allreduce of docs/algorithm.md on CUDA buffers, over an NCCL communicator: the engine's
 // device path, used by the ncclAllReduce front door. It shares the CPU engine's chunk geometry
 // (chunk_geometry.h) and tag lifetime (a Tag owns its CudaTagState, as it owns its TagState), and
 // moves bytes through transport/nccl. Everything is enqueued on the caller's stream:

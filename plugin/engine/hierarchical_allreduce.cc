@@ -8,7 +8,7 @@
 //      its rail's worker stage visits the blocks. The host's fp32 mean of a block,
 //      m = (x_0 + x_1 + … + x_{L−1}) / L summed in local-rank order, is formed just before the
 //      worker pass needs it, so the host exchange overlaps the rail's first messages.
-//   2. rail round: algorithm.md over the rail on m, with this rank's error state of the tag
+//   2. rail round: docs/algorithm.md over the rail on m, with this rank's error state of the tag
 //      (worker error: the shard; server error: the rail chunk it serves). Only this round's
 //      messages cross a host's link: L rails of n/L elements, one flat call's worth of bits per
 //      host instead of L.

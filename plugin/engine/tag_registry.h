@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "transport/shm/host_segment.h"
 #include "transport/transport.h"
 

@@ -1,6 +1,6 @@
-// The phase logic and arithmetic of the 1-bit Adam optimizer (algorithm.md, "1-bit Adam
-// optimizer"), over flat fp32 arrays: the one implementation behind the C ABI's onebit_adam_* calls,
-// which the PyTorch shim (python/onebit/optim.py) and C++ trainers both use. The collective between
+// The phase logic and arithmetic of the 1-bit Adam optimizer (docs/algorithm.md, "The
+// 1-bit Adam optimizer"), over flat fp32 arrays: the one implementation behind the C ABI's onebit_adam_*
+// calls, which the PyTorch shim (python/onebit/optim.py) and C++ trainers both use. The collective between
 // the two halves of a compression-stage step is the caller's (a tagged allreduce of the momentum).
 #pragma once
 

@@ -38,6 +38,15 @@
 #include "transport/nccl/nccl_api.h"
 
 namespace onebit::nccl_front {
+
+// The shared code table (plugin/capi/nccl_guard.h) is written against NCCL's values, checked here
+// where nccl.h and the table meet.
+static_assert(static_cast<int>(NcclCode::kSystemError) == ncclSystemError);
+static_assert(static_cast<int>(NcclCode::kInternalError) == ncclInternalError);
+static_assert(static_cast<int>(NcclCode::kInvalidArgument) == ncclInvalidArgument);
+static_assert(static_cast<int>(NcclCode::kInvalidUsage) == ncclInvalidUsage);
+static_assert(static_cast<int>(NcclCode::kRemoteError) == ncclRemoteError);
+
 namespace {
 
 using nccl::nccl_api;

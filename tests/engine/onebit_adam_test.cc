@@ -1,5 +1,5 @@
 // The C++ optimizer shim (include/onebit/onebit_adam.hpp) with ranks as real processes: its steps
-// against an independent replay of algorithm.md's optimizer (the C core's arithmetic, exact sums for
+// against an independent replay of docs/algorithm.md's optimizer (the C core's arithmetic, exact sums for
 // the warmup average, the fp32 oracle for the compressed one), checkpoints, and failed steps.
 #include <gtest/gtest.h>
 
@@ -149,7 +149,7 @@ TEST(OnebitAdamShim, TwoGroupsMatchAnIndependentReplayBitForBit) {
   const auto params = train(kSteps, -1);
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_EQ(0, std::memcmp(params[r].data(), expected.data(), expected.size() * 4))
-        << "rank " << r << "'s parameters differ from the replay of algorithm.md";
+        << "rank " << r << "'s parameters differ from the replay of docs/algorithm.md";
   }
 }
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "plugin/engine/communicator.h"
 #include "plugin/engine/tag_registry.h"
 #include "tests/ibverbs/fake_verbs.h"

@@ -1,7 +1,7 @@
 """End to end through real torch.distributed (gloo backend) with libonebit-preload.so loaded.
 
 For each job (world size × ONEBIT_TRANSPORT × ONEBIT_LOCAL_SIZE), every rank checks, and the parent compares:
-  - tagged float32 all_reduces equal the float64 reference of algorithm.md over several calls
+  - tagged float32 all_reduces equal the float64 reference of docs/algorithm.md over several calls
     (including a tensor smaller than the world's chunks, so some chunks are empty);
   - a tagged float16 tensor likewise (to float16 precision);
   - several tagged tensors all_reduced at once with async_op=True, which PyTorch runs on its two
@@ -28,7 +28,7 @@ CONCURRENT_N = 20011
 
 
 def reference(inputs):
-    """algorithm.md in float64: inputs[call][rank] → each call's SUM result."""
+    """docs/algorithm.md in float64: inputs[call][rank] → each call's SUM result."""
     world, n = len(inputs[0]), len(inputs[0][0])
     chunk = ((n + world - 1) // world + 7) // 8 * 8
     e = [np.zeros(n) for _ in range(world)]
@@ -54,7 +54,7 @@ def reference(inputs):
 
 def hierarchical_reference(inputs, local):
     """The hierarchical rule in float64 (docs/design.md): each host's mean of its `local` ranks,
-    then algorithm.md per shard over the hosts' means → each call's SUM result."""
+    then docs/algorithm.md per shard over the hosts' means → each call's SUM result."""
     world, n = len(inputs[0]), len(inputs[0][0])
     hosts = world // local
     shard = ((n + local - 1) // local + 7) // 8 * 8

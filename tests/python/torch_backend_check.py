@@ -1,6 +1,6 @@
 """The onebit torch.distributed backend (python/onebit/backend.py) with a PyTorch 2.x from pip, W
 ranks as processes over a file store. Each rank checks, naming what failed:
-  - tagged float32 and float16 all_reduces equal the float64 reference of algorithm.md over 3 calls
+  - tagged float32 and float16 all_reduces equal the float64 reference of docs/algorithm.md over 3 calls
     (of the hierarchical rule, docs/design.md, when ONEBIT_LOCAL_SIZE is set);
   - untagged all_reduces of random floats are bit-identical to the same call on a plain gloo group
     of the same job (the backend forwards them to gloo), and a broadcast and an all_gather work;

@@ -1,7 +1,7 @@
 // onebit-soak: many rounds of real multi-process jobs on loopback — W = 2..8 ranks, a random mix of
 // compressed calls (several tags, AVG and SUM, error feedback carried across calls) and exact ring
 // calls (random sizes and ops) — every result checked bit for bit: compressed against an fp32
-// oracle of algorithm.md computed as the kernels compute it (tests/support/float32_oracle.h; the
+// oracle of docs/algorithm.md computed as the kernels compute it (tests/support/float32_oracle.h; the
 // engine tests compare with the float64 reference), ring exactly. Exit status 0 only if every check
 // of every rank passed.
 //

@@ -1,4 +1,4 @@
-// The compressed allreduce of algorithm.md computed the way onebit computes it: fp32 elementwise
+// The compressed allreduce of docs/algorithm.md computed the way onebit computes it: fp32 elementwise
 // operations in the kernels' order (one IEEE operation each, no fused multiply-add), fp64 sums of
 // squares. Over many calls the float64 reference and an fp32 implementation part ways wherever a
 // value lies within rounding of zero and its sign goes the other way — legitimately, and then for

@@ -1,4 +1,4 @@
-// The float64 reference of algorithm.md: W ranks' error feedback for one tag, in float64. Shared by
+// The float64 reference of docs/algorithm.md: W ranks' error feedback for one tag, in float64. Shared by
 // the engine tests and the soak tool.
 #pragma once
 
@@ -71,7 +71,7 @@ class Reference {
 
 // The hierarchical rule (docs/design.md, "Hierarchical compression") in float64: H hosts of L
 // ranks; host h's mean m_h = (1/L)·Σ_l x_{hL+l}; shard q of the buffer (ChunkGeometry's rule over L)
-// goes through algorithm.md over the H hosts' means, with its own error state (a Reference of H
+// goes through docs/algorithm.md over the H hosts' means, with its own error state (a Reference of H
 // ranks per shard); every rank gets the concatenation.
 class HierarchicalReference {
  public:

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "transport/ibverbs/registration_cache.h"
 #include "transport/ibverbs/rendezvous.h"
 #include "transport/ibverbs/setup.h"

@@ -1,4 +1,4 @@
-// Every CPU kernel set against the scalar oracle, and the oracle against algorithm.md.
+// Every CPU kernel set against the scalar oracle, and the oracle against docs/algorithm.md.
 //
 // Stated bounds: bits, stored errors and unpacked values are bit-identical across sets; sums of
 // squares agree within kSumTolerance relative (fp64 accumulation in a different order).
@@ -305,7 +305,7 @@ TEST_P(KernelSetTest, SumOfOnesIsExactPastWhereFloatStalls) {
 INSTANTIATE_TEST_SUITE_P(Simd, KernelSetTest, testing::ValuesIn(simd_sets()), set_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(KernelSetTest);
 
-// ---- The oracle against algorithm.md ----
+// ---- The oracle against docs/algorithm.md ----
 
 TEST(ScalarOracle, BitsAreLsbFirstAndZeroIsPositive) {
   // Element i is bit i % 8 of byte i / 8; +1 for v >= 0, also for -0.0; pad bits are 0.
@@ -319,7 +319,7 @@ TEST(ScalarOracle, BitsAreLsbFirstAndZeroIsPositive) {
 }
 
 TEST(ScalarOracle, OnePassFormEqualsExplicitErrorFeedback) {
-  // Two calls of the worker stage of algorithm.md, written out in fp64 with an explicit error
+  // Two calls of the worker stage of docs/algorithm.md, written out in fp64 with an explicit error
   // update, against the kernels' one-pass form (stored y, previous scale).
   std::mt19937 rng(6);
   const std::size_t n = 1001;

@@ -1,5 +1,5 @@
 // The optimizers' arithmetic (plugin/optim): 1-bit Adam's phase boundary and each update, element by
-// element, against the formulas of algorithm.md written out here in the same fp32 operations; the
+// element, against the formulas of docs/algorithm.md written out here in the same fp32 operations; the
 // frozen-variance rules (plugin/optim/frozen_variance.h: dormant elements, Adam's step bound) in
 // every step that divides by a variance it no longer updates.
 #include <gtest/gtest.h>

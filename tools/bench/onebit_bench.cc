@@ -21,7 +21,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "plugin/engine/communicator.h"
 #include "tools/bench/bench_options.h"
 #include "tools/bench/gloo_baseline.h"

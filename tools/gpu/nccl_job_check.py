@@ -3,7 +3,7 @@ plugin (distinct NCCL_HOSTID per rank makes NCCL treat them as two hosts; SHM/P2
 network), with libonebit-nccl-preload.so preloaded. Checks, each naming what failed:
   - NCCL's log shows NET/onebit;
   - untagged all_reduces of integer-valued tensors are exact (1 to 16 Mi + 3 floats);
-  - a tagged CUDA tensor's all_reduce equals the float64 reference of algorithm.md over 3 calls,
+  - a tagged CUDA tensor's all_reduce equals the float64 reference of docs/algorithm.md over 3 calls,
     float32, float16 and bfloat16;
   - a NaN in one rank's input makes that call's result non-finite on both ranks and leaves the
     error state as it was: the next call equals the reference that never saw the NaN call;

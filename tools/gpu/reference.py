@@ -1,4 +1,4 @@
-"""algorithm.md in float64 with torch alone (no numpy: a bare GPU machine has pip torch and nothing
+"""docs/algorithm.md in float64 with torch alone (no numpy: a bare GPU machine has pip torch and nothing
 else), for the GPU checks: deterministic inputs, the reference results, and the comparison.
 """
 import zlib

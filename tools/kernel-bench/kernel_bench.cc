@@ -1,7 +1,7 @@
 // onebit-kernel-bench: the CPU compression kernels' memory rate against memcpy, side by side in one
 // run. Rates are "bytes the kernel must touch per second": a worker pass over n fp32 elements must
 // read x and the stored error and write the new stored error and the bits — 12.125 bytes per
-// element, the one-pass scheme of algorithm.md — whatever the hardware does beyond that. memcpy of
+// element, the one-pass scheme of docs/algorithm.md — whatever the hardware does beyond that. memcpy of
 // S bytes touches 2·S. The closing summary prints each kernel's rate as a fraction of memcpy's.
 //
 //   onebit-kernel-bench [--benchmark_filter=...] [other Google Benchmark flags]

@@ -17,7 +17,7 @@
 #include "common/log.h"
 #include "transport/progress.h"
 #include "transport/wait_all.h"
-#include "plugin/engine/aligned_buffer.h"
+#include "common/aligned_buffer.h"
 #include "transport/ibverbs/rendezvous.h"
 #include "transport/ibverbs/setup.h"
 #include "transport/ibverbs/verbs_api.h"

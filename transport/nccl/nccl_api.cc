@@ -7,16 +7,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "plugin/capi/nccl_guard.h"
 
 namespace onebit::nccl {
-
-// The shared code table (plugin/capi/nccl_guard.h) is written against NCCL's values.
-static_assert(static_cast<int>(NcclCode::kSystemError) == ncclSystemError);
-static_assert(static_cast<int>(NcclCode::kInternalError) == ncclInternalError);
-static_assert(static_cast<int>(NcclCode::kInvalidArgument) == ncclInvalidArgument);
-static_assert(static_cast<int>(NcclCode::kInvalidUsage) == ncclInvalidUsage);
-static_assert(static_cast<int>(NcclCode::kRemoteError) == ncclRemoteError);
 
 const NcclApi& nccl_api() {
   static std::mutex mutex;

@@ -20,7 +20,7 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/transport.h"
+#include "common/clock.h"
 
 namespace onebit::shm {
 

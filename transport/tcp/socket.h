@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string>
 
-#include "transport/transport.h"
+#include "common/clock.h"
 
 namespace onebit::tcp {
 

@@ -1,0 +1,96 @@
+"""The layers hold: every `#include "..."` in the library's sources points down or sideways within
+its own layer, never up (docs/design.md, "Layers and folders"):
+
+    4  include/onebit/*.hpp      the C++ shims, over the C ABI alone
+    3  plugin/capi, plugin/preload, plugin/nccl_net    the front doors (one layer: the doors share
+                                 the ABI guards of plugin/capi)
+    2  plugin/engine | plugin/optim                    the engine; the optimizer core
+    1  kernels | transport                             the movers
+    0  common                                          below everything
+
+Folders side by side in one layer (`|`) do not include each other. The C ABI's own headers
+(include/onebit/onebit.h, preload.h: plain C types and result codes) are the vocabulary every layer
+may use. tools/, tests/ and python/ stand outside and may include anything.
+
+    python3 tests/scripts/check_layers.py SOURCE_DIR                 # exit 1 naming each upward include
+    python3 tests/scripts/check_layers.py SOURCE_DIR --plant FILE HEADER
+        # the same, as if FILE also included HEADER: the test that the check can fail
+"""
+import os
+import re
+import sys
+
+LAYERS = [  # (folder prefix, layer, side)
+    ("include/onebit/", 4, "shims"),
+    ("plugin/capi/", 3, "doors"), ("plugin/preload/", 3, "doors"), ("plugin/nccl_net/", 3, "doors"),
+    ("plugin/engine/", 2, "engine"), ("plugin/optim/", 2, "optim"),
+    ("kernels/", 1, "kernels"), ("transport/", 1, "transport"),
+    ("common/", 0, "common"),
+]
+VOCABULARY = {"include/onebit/onebit.h", "include/onebit/preload.h"}
+SOURCES = (".h", ".hpp", ".cc", ".cu", ".cuh")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def layer_of(path):
+    for prefix, layer, side in LAYERS:
+        if path.startswith(prefix):
+            return layer, side
+    return None
+
+
+def resolve(root, header):
+    """A quoted include as a path from the root: the include directories are the root and include/."""
+    for candidate in (header, os.path.join("include", header)):
+        if os.path.exists(os.path.join(root, candidate)):
+            return candidate
+    return None
+
+
+def upward(root, path, header):
+    """Why `path` including `header` breaks the layers, or None."""
+    target = resolve(root, header)
+    here = layer_of(path)
+    if target is None or here is None or target in VOCABULARY:
+        return None
+    there = layer_of(target)
+    if there is None:
+        return f"{path} includes {target}, outside every layer (tools/ or tests/?)"
+    if there[0] > here[0]:
+        return f"{path} (layer {here[0]}, {here[1]}) includes {target} (layer {there[0]}, {there[1]}): upward"
+    if there[0] == here[0] and there[1] != here[1] and here[1] != "doors":
+        return f"{path} ({here[1]}) includes {target} ({there[1]}): two sides of layer {here[0]}"
+    return None
+
+
+def main():
+    if len(sys.argv) not in (2, 5) or (len(sys.argv) == 5 and sys.argv[2] != "--plant"):
+        print(__doc__)
+        return 2
+    root = os.path.abspath(sys.argv[1])
+    planted = (sys.argv[3], sys.argv[4]) if len(sys.argv) == 5 else None
+    problems, files = [], 0
+    for prefix, _, _ in LAYERS:
+        for folder, _, names in os.walk(os.path.join(root, prefix)):
+            for name in sorted(names):
+                if not name.endswith(SOURCES):
+                    continue
+                path = os.path.relpath(os.path.join(folder, name), root)
+                files += 1
+                with open(os.path.join(root, path), encoding="utf-8", errors="replace") as f:
+                    headers = INCLUDE.findall(f.read())
+                if planted and planted[0] == path:
+                    headers.append(planted[1])
+                problems += [why for why in (upward(root, path, h) for h in headers) if why]
+    if planted and not any(planted[0] in p for p in problems):
+        print(f"the planted include ({planted[0]} -> {planted[1]}) was not reported")
+    for problem in problems:
+        print(f"FAIL: {problem}")
+    if problems:
+        return 1
+    print(f"OK: {files} sources, every include points down or within its layer")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
