@@ -108,6 +108,12 @@ def register_comm_hook(model, optimizer):
     return ddp
 
 
+def _optimizer_for(model, optimizers):
+    """Of `optimizers`, the one that holds `model`'s parameters (each model its own hook), else None."""
+    ids = {id(p) for p in _unwrap_compiled(model).parameters()}
+    return next((o for o in optimizers if any(id(p) in ids for p in o._params())), None)
+
+
 def synchronize(*optimizers):
     """Every ZeroOneAdam among `optimizers` synchronized (equal replicas; a collective when its
     replicas differ). Returns whether any parameter changed."""
@@ -140,7 +146,9 @@ def prepare_accelerator(accelerator):
         raise TypeError("onebit.integrations.prepare_accelerator: no onebit optimizer among the accelerator's prepared "
                         "optimizers: call it after accelerator.prepare(model, optimizer, ...)")
     for model in accelerator._models:
-        register_comm_hook(model, optimizers[0])
+        optimizer = _optimizer_for(model, optimizers)
+        if optimizer is not None:
+            register_comm_hook(model, optimizer)
 
     def consolidate(models, weights, output_dir):
         if before_checkpoint(optimizers):
@@ -171,7 +179,7 @@ def _trainer_callback_class():
             if not self._optimizers:
                 _warn_not_onebit("OnebitTrainerCallback", optimizer)
                 return
-            register_comm_hook(model, self._optimizers[0])
+            register_comm_hook(model, _optimizer_for(model, self._optimizers) or self._optimizers[0])
 
         def _before_save_or_evaluate(self, args, control):
             if not getattr(self, "_optimizers", None):
@@ -213,7 +221,8 @@ def _lightning_callback_class():
             if not self._optimizers:
                 _warn_not_onebit("OnebitLightningCallback", trainer.optimizers)
                 return
-            register_comm_hook(trainer.strategy.model, self._optimizers[0])
+            model = trainer.strategy.model
+            register_comm_hook(model, _optimizer_for(model, self._optimizers) or self._optimizers[0])
 
         def on_validation_start(self, trainer, pl_module):
             if getattr(self, "_optimizers", None) and trainer.state.fn == "fit":

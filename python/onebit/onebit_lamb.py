@@ -151,6 +151,7 @@ class OnebitLamb(_FlatOptimizer):
         for layer, values in zip(self._layers, saved["layers"]):
             for name, value in values.items():
                 setattr(layer, name, value)
+        self._loaded(saved)
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""

@@ -42,6 +42,7 @@ steps (off by default, as in the paper and DeepSpeed).
 """
 import ctypes
 import gc
+import pickle
 import struct
 import sys
 import weakref
@@ -64,6 +65,7 @@ class _AutoFreeze(ctypes.Structure):  # onebit_adam_auto_freeze_t
 
 
 _UNDECIDED = 2**63 - 1  # freeze_step while "auto" has not fired: every step is warmup
+_SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
 
 
 def _ptr(tensor):
@@ -122,8 +124,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
         for p, (lo, hi) in zip(self._params(), self._slices):
             self._flat[lo:hi].copy_(p.data.reshape(-1))
         self._warned_no_gradient = False
-        self._steps_taken = 0  # step() calls: a consolidated state dict is of the step it was gathered at
-        self._consolidated = None  # (steps taken, every rank's part) from consolidate_state_dict()
+        # consolidate_state_dict() since the last step: every rank's part (on the rank it gathered
+        # to), SENT (on the others), else None. A step drops it: the parts are of the step before.
+        self._consolidated = None
         self._warned_rank_state = False  # _warn_rank_state_only said it
         self._compressed = False  # a compressed all_reduce has run: the ranks' error feedback differs
 
@@ -239,11 +242,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        self._consolidated = None
         self._read_parameters()
         self._gather_gradients()
         self._flat_step()
         self._write_parameters()
-        self._steps_taken += 1
         return loss
 
     def _read_parameters(self):
@@ -351,15 +354,36 @@ class _FlatOptimizer(torch.optim.Optimizer):
         to rank `to` of the optimizer's group, so that the state_dict() rank `to` takes before the
         next step resumes every rank — what HF Trainer, Accelerate and Lightning need, which save the
         optimizer from rank 0 only. A collective: every rank calls it (torch's
-        ZeroRedundancyOptimizer has the same call); onebit.integrations call it before each save."""
+        ZeroRedundancyOptimizer has the same call); onebit.integrations call it before each save.
+        The parts travel one at a time, rank by rank to `to` (CPU tensors once there; under NCCL
+        through this optimizer's device), so none is held twice on the way."""
         part = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._onebit_state().items()}
-        parts = [None] * self._world if self._rank == to else None
-        if self._world > 1:
-            dst = to if self._group is None else dist.get_global_rank(self._group, to)
-            dist.gather_object(part, parts, dst=dst, group=self._group)
-        else:
-            parts = [part]
-        self._consolidated = (self._steps_taken, parts)
+        if self._world == 1:
+            self._consolidated = [part]
+            return
+        if self._rank != to:
+            self._send_object(part, to)
+            self._consolidated = _SENT
+            return
+        self._consolidated = [part if r == to else self._receive_object(r) for r in range(self._world)]
+
+    def _global_rank(self, rank):
+        return rank if self._group is None else dist.get_global_rank(self._group, rank)
+
+    def _send_object(self, value, to):
+        """`value` pickled to rank `to` of the group: its length, then its bytes (point to point on
+        the group's own backend, on this optimizer's device; torch 1.13 has no send_object_list)."""
+        data = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=self._device), self._global_rank(to),
+                  group=self._group)
+        dist.send(data.to(self._device), self._global_rank(to), group=self._group)
+
+    def _receive_object(self, rank):
+        size = torch.zeros(1, dtype=torch.int64, device=self._device)
+        dist.recv(size, self._global_rank(rank), group=self._group)
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=self._device)
+        dist.recv(data, self._global_rank(rank), group=self._group)
+        return pickle.loads(data.cpu().numpy().tobytes())
 
     def state_dict(self):
         """torch's state_dict() plus "onebit": the parts of the ranks this state dict can resume —
@@ -368,16 +392,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
         own (then each rank saves and loads its own file; said once, as a rank-0-only save of it
         cannot resume the other ranks)."""
         state = torch.optim.Optimizer.state_dict(self)
-        consolidated = self._consolidated is not None and self._consolidated[0] == self._steps_taken
-        if consolidated and self._consolidated[1] is not None:
-            parts = dict(enumerate(self._consolidated[1]))
+        if isinstance(self._consolidated, list):
+            parts = dict(enumerate(self._consolidated))
         else:
             part = self._onebit_state()
             if self._world == 1 or self._same_on_every_rank(part):
                 parts = {"every": part}
             else:
                 parts = {self._rank: part}
-                if not consolidated:  # a rank that sent its part to the saving rank is not warned
+                if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
                     self._warn_rank_state_only()
         state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts)
         return state
@@ -393,7 +416,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
               "— onebit.integrations do (docs/usage.md, \"Restarting a job\")", file=sys.stderr, flush=True)
 
     def _split_state_dict(self, state_dict):
-        """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer."""
+        """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,
+        nothing changed yet. Collective: whether every rank finds its part is agreed first, so a
+        checkpoint that lacks one rank's part is the same error on every rank — not one rank's
+        error and the others' wait in the next collective."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit")
         if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
@@ -404,18 +430,33 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              f"into one of {self._world}: the error feedback is per rank; resume with "
                              f"{saved['world_size']} ranks")
         part = parts.get(self._rank, parts.get("every"))
-        if part is None:
-            held = ", ".join(str(r) for r in sorted(parts))
+        missing = self._ranks_without(part is None)
+        if missing:
+            held = ", ".join(str(r) for r in sorted(parts, key=str))
             raise ValueError(f"{self._who}.load_state_dict: this checkpoint holds the part of rank {held} of "
-                             f"{self._world}, not rank {self._rank}'s: it was saved by rank {saved['saved_by']} alone "
-                             "in the compression stage without consolidate_state_dict(). Load each rank's own file, or "
-                             "save with optimizer.consolidate_state_dict() on every rank first (onebit.integrations do)")
+                             f"{self._world}, not that of rank {', '.join(map(str, missing))}: it was saved by rank "
+                             f"{saved['saved_by']} alone in the compression stage without consolidate_state_dict(). "
+                             "Load each rank's own file, or save with optimizer.consolidate_state_dict() on every "
+                             "rank first (onebit.integrations do)")
         if part["m"].numel() != self._total:
             raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {part['m'].numel()} parameters, "
                              f"this optimizer {self._total}")
+        return state_dict, part
+
+    def _ranks_without(self, lacking):
+        """The ranks for which `lacking` holds (one small exact all_reduce)."""
+        if self._world == 1:
+            return [0] if lacking else []
+        flags = torch.zeros(self._world, dtype=torch.int64)
+        flags[self._rank] = int(lacking)
+        flags = flags.to(self._device)
+        dist.all_reduce(flags, group=self._group)  # untagged: exact
+        return [r for r, flag in enumerate(flags.cpu().tolist()) if flag]
+
+    def _loaded(self, part):
+        """After a load_state_dict() that succeeded: what the part says of the error feedback."""
         self._consolidated = None
         self._compressed = part.get("compressed", True)
-        return state_dict, part
 
     @property
     def _wants_averaged_gradients(self):
@@ -596,24 +637,30 @@ class OnebitAdam(_FlatOptimizer):
         return self._rank_state(self.compressing and self._step > self._freeze_step, step=self._step,
                                      freeze_step=self._freeze_step,
                                      v_then=None if self._v_then is None else self._v_then.clone(),
-                                     variance_changes=list(self.variance_changes))
+                                     variance_changes=list(self.variance_changes),
+                                     bias_correction=self._bias_correction)
 
     def load_state_dict(self, state_dict):
         state_dict, saved = self._split_state_dict(state_dict)
+        if (saved.get("v_then") is None) != (self._v_then is None):
+            raise ValueError("OnebitAdam.load_state_dict: the checkpoint and this optimizer disagree on "
+                             "freeze_step='auto'")
+        if saved.get("bias_correction", False) != self._bias_correction:
+            raise ValueError(f"OnebitAdam.load_state_dict: the checkpoint was saved with bias_correction="
+                             f"{saved.get('bias_correction', False)}, this optimizer has {self._bias_correction}: "
+                             "the steps would change size on resume; make the optimizer as the run was made")
         self._agree_on_schedule(step=saved["step"], freeze_step=saved.get("freeze_step", self._freeze_step))
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])
         self._v.copy_(saved["v"])
-        if (saved.get("v_then") is None) != (self._v_then is None):
-            raise ValueError("OnebitAdam.load_state_dict: the checkpoint and this optimizer disagree on "
-                             "freeze_step='auto'")
         if "freeze_step" in saved:
             self._freeze_step = saved["freeze_step"]
         if self._v_then is not None:
             self._v_then.copy_(saved["v_then"])
             self.variance_changes = list(saved["variance_changes"])
         self._load_error_state(saved["worker_error"], saved["server_error"])
+        self._loaded(saved)
 
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""

@@ -201,6 +201,7 @@ class ZeroOneAdam(_FlatOptimizer):
         self._p_sync.copy_(saved["params_at_sync"])
         for l, value in zip(self._lrs, saved["lrs"]):
             l.value = value
+        self._loaded(saved)
 
     def close(self):
         """Untags the buffer (frees its error-feedback state)."""

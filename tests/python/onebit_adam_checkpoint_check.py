@@ -2,8 +2,9 @@
 ranks train 18 steps and save (model + optimizer, error-feedback state included) two ways — one
 file per rank, and one file from rank 0 after consolidate_state_dict() on every rank, as the
 trainers save —; then fresh processes load each and train the remaining 12. The final parameters
-must be bitwise equal to the uninterrupted run's either way. Rank 1 loading rank 0's unconsolidated
-file is refused, naming the ranks, before anything changes.
+must be bitwise equal to the uninterrupted run's either way. Both ranks loading rank 0's
+unconsolidated file is refused on both, naming the rank whose part is missing, before anything
+changes (rank 0, which finds its part, does not go on alone into the next collective).
 
     /usr/bin/python3 tests/python/onebit_adam_checkpoint_check.py BUILD_DIR
 """
@@ -36,8 +37,8 @@ def rank_main(mode, rank, store, out_dir):
     if mode == "first":
         last = STOP
     elif mode.startswith("resume"):
-        if rank == 1 and mode == "resume":
-            refuse_other_rank(torch, optimizer, os.path.join(out_dir, "checkpoint0.pt"))
+        if mode == "resume":
+            refuse_rank_zeros_file(torch, optimizer, os.path.join(out_dir, "checkpoint0.pt"))
         saved = torch.load(checkpoint if mode == "resume" else consolidated)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
@@ -56,16 +57,17 @@ def rank_main(mode, rank, store, out_dir):
     dist.destroy_process_group()
 
 
-def refuse_other_rank(torch, optimizer, path):
-    """Rank 1 loading rank 0's own (unconsolidated) file: a ValueError naming both, nothing changed."""
+def refuse_rank_zeros_file(torch, optimizer, path):
+    """Every rank loading rank 0's own (unconsolidated) file: the same ValueError on each, naming the
+    rank whose part is missing, nothing changed."""
     before = optimizer.state_dict()
     try:
         optimizer.load_state_dict(torch.load(path)["optimizer"])
     except ValueError as error:
-        for words in ("holds the part of rank 0 of 2, not rank 1's", "consolidate_state_dict()"):
+        for words in ("holds the part of rank 0 of 2, not that of rank 1", "consolidate_state_dict()"):
             assert words in str(error), f"the refusal does not say '{words}': {error}"
     else:
-        raise AssertionError("rank 1 loaded rank 0's unconsolidated checkpoint")
+        raise AssertionError("rank 0's unconsolidated checkpoint was loaded")
     assert torch.equal(optimizer.state_dict()["onebit"]["parts"]["every"]["m"], before["onebit"]["parts"]["every"]["m"])
 
 

@@ -355,7 +355,7 @@ def check_without_callback(case, out, env, log):
         if words not in log:
             raise AssertionError(f"the run without the integration did not warn '{words}':\n{log[-4000:]}")
     _, refused = launch(case, "resume", out, env, fails=True)
-    for words in ("holds the part of rank 0 of 2, not rank 1's", "consolidate_state_dict()"):
+    for words in ("holds the part of rank 0 of 2, not that of rank 1", "consolidate_state_dict()"):
         if words not in refused:
             raise AssertionError(f"the resume's refusal does not say '{words}':\n{refused[-4000:]}")
     return "without the integration: warned of DDP's fp32 average and a rank-0-only state; resume refused, naming " \
