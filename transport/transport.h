@@ -74,9 +74,14 @@ class Transport {
   // How long one call may wait for its peers.
   virtual std::chrono::milliseconds timeout() const = 0;
 
+  // A message is matched by (peer, key): keys are unique among one peer's messages in flight (the
+  // engine's keys carry the tag's stream and the call's sequence number), and a second receive
+  // posted for a key whose first is still pending breaks the transport with ONEBIT_INTERNAL_ERROR
+  // naming the key — never a silent replacement that leaves the first waiting.
   // `channel` separates concurrent calls that share keys on a backend that cannot see onebit's
   // keys in full (gloo: the framework's tag of the intercepted call, which is unique per call
-  // there). Every rank passes the same channel for the same message.
+  // there); the C API's calls pass 0, as only the Gloo door runs on gloo. Every rank passes the
+  // same channel for the same message.
   virtual void isend(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,
                      const wire::CallShape& shape, const void* data, std::size_t bytes) = 0;
   virtual void irecv(Request& request, int peer, std::uint32_t channel, const wire::MessageKey& key,

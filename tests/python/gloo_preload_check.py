@@ -19,6 +19,7 @@ import sys
 import tempfile
 
 import numpy as np
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 CALLS = 3
 SIZES = {"momentum": 5003, "tiny": 5}  # float32 tags; `tiny` leaves most chunks empty
@@ -117,13 +118,13 @@ def rank_main(rank, world, store, out_dir):
     np.savez(os.path.join(out_dir, f"rank{rank}.npz"), exact=exact.numpy(), **results)
     s = onebit.stats()
     tagged_calls = CALLS * (len(tensors) + CONCURRENT)
-    assert s["compressed_calls"] == tagged_calls, s
-    assert s["forwarded_calls"] == 4, s  # noise, exact, loss, counts
-    assert s["forwarded_bytes"] == 4 * (100003 + 1000 + 1) + 8, s
-    assert s["full_precision_calls"] == 0, s  # the front door never runs onebit's own ring
-    assert s["compressed_bytes_sent"] > 0 and s["bytes_sent"] >= s["compressed_bytes_sent"], s
-    assert loss.item() == sum(0.5 + r for r in range(world)), loss
-    assert counts.item() == world * (world + 1) // 2, counts
+    require(s["compressed_calls"] == tagged_calls, s)
+    require(s["forwarded_calls"] == 4, s)  # noise, exact, loss, counts
+    require(s["forwarded_bytes"] == 4 * (100003 + 1000 + 1) + 8, s)
+    require(s["full_precision_calls"] == 0, s)  # the front door never runs onebit's own ring
+    require(s["compressed_bytes_sent"] > 0 and s["bytes_sent"] >= s["compressed_bytes_sent"], s)
+    require(loss.item() == sum(0.5 + r for r in range(world)), loss)
+    require(counts.item() == world * (world + 1) // 2, counts)
     with open(os.path.join(out_dir, f"stats{rank}.json"), "w") as f:
         json.dump(s, f)
     dist.destroy_process_group()
@@ -146,16 +147,16 @@ def check_job(build, world, transport, local=1):
             onebit_env["ONEBIT_LOCAL_SIZE"] = str(local)
         codes = run_job(onebit_env, world, tmp)
         codes += run_job(base, world, plain)
-        assert not any(codes), f"rank exit codes {codes} (with the preload, then without)"
+        require(not any(codes), f"rank exit codes {codes} (with the preload, then without)")
         for r in range(world):
             with_preload = np.load(os.path.join(tmp, f"noise{r}.npy"))
             without = np.load(os.path.join(plain, f"noise{r}.npy"))
-            assert np.array_equal(with_preload.view(np.uint32), without.view(np.uint32)), \
-                "an untagged all_reduce changed under the preload"
+            require(np.array_equal(with_preload.view(np.uint32), without.view(np.uint32)),
+                    "an untagged all_reduce changed under the preload")
         outs = [np.load(os.path.join(tmp, f"rank{r}.npz")) for r in range(world)]
         for key in outs[0].files:
             for r in range(1, world):
-                assert np.array_equal(outs[0][key], outs[r][key]), f"{key}: ranks 0 and {r} disagree"
+                require(np.array_equal(outs[0][key], outs[r][key]), f"{key}: ranks 0 and {r} disagree")
         checks = [(name, n, np.float32, 1e-4) for name, n in SIZES.items()]
         checks += [("half", HALF, np.float16, 2e-3)]
         checks += [(f"concurrent{k}", CONCURRENT_N, np.float32, 1e-4) for k in range(CONCURRENT)]
@@ -165,9 +166,9 @@ def check_job(build, world, transport, local=1):
             for c in range(CALLS):
                 got = outs[0][f"{name}/{c}"].astype(np.float64)
                 err = np.max(np.abs(got - expected[c]) / np.maximum(np.abs(expected[c]), 1e-30), initial=0.0)
-                assert err < tolerance, f"{name} call {c}: relative error {err} against the float64 reference"
+                require(err < tolerance, f"{name} call {c}: relative error {err} against the float64 reference")
         want = np.array([sum(float((i * 7 + r) % 100) for r in range(world)) for i in range(1000)], dtype=np.float32)
-        assert np.array_equal(outs[0]["exact"], want), "untagged all_reduce is not exact"
+        require(np.array_equal(outs[0]["exact"], want), "untagged all_reduce is not exact")
     print(f"OK: {world} ranks, ONEBIT_TRANSPORT={transport}, ONEBIT_LOCAL_SIZE={local}: float32, float16 and {CONCURRENT} concurrent tags "
           f"match the float64 reference over {CALLS} calls; untagged calls exact and bit-identical without the preload")
 

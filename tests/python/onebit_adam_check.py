@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 WORLD, STEPS, FREEZE = 2, 120, 20
 
@@ -40,7 +41,7 @@ def rank_main(rank, store, out_dir):
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"weights{rank}.npy"), weights)
     np.save(os.path.join(out_dir, f"losses{rank}.npy"), np.array(losses))
-    assert stats["compressed_calls"] == max(0, STEPS - optimizer._freeze_step), stats
+    require(stats["compressed_calls"] == max(0, STEPS - optimizer._freeze_step), stats)
     optimizer.close()
     dist.destroy_process_group()
 
@@ -60,10 +61,10 @@ def main():
             print(f"FAIL: rank exit codes {codes}")
             return 1
         w0, w1 = (np.load(os.path.join(tmp, f"weights{r}.npy")) for r in range(WORLD))
-        assert np.array_equal(w0.view(np.uint32), w1.view(np.uint32)), "ranks' parameters differ"
+        require(np.array_equal(w0.view(np.uint32), w1.view(np.uint32)), "ranks' parameters differ")
         losses = np.load(os.path.join(tmp, "losses0.npy"))
-        assert np.all(np.isfinite(losses)), "NaN or Inf in the loss"
-        assert losses[-1] < 0.1 * losses[0], f"loss went from {losses[0]:.4f} to {losses[-1]:.4f}"
+        require(np.all(np.isfinite(losses)), "NaN or Inf in the loss")
+        require(losses[-1] < 0.1 * losses[0], f"loss went from {losses[0]:.4f} to {losses[-1]:.4f}")
         print(f"OK: loss {losses[0]:.4f} -> {losses[FREEZE]:.4f} (end of warmup) -> {losses[-1]:.5f} after "
               f"{STEPS} steps; parameters identical on both ranks")
     return 0

@@ -13,6 +13,7 @@ import sys
 import tempfile
 
 from ranks import preload_env, run_ranks
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 WORLD, STEPS, STOP, FREEZE = 2, 30, 18, 10
 
@@ -65,10 +66,11 @@ def refuse_rank_zeros_file(torch, optimizer, path):
         optimizer.load_state_dict(torch.load(path)["optimizer"])
     except ValueError as error:
         for words in ("holds the part of rank 0 of 2, not that of rank 1", "consolidate_state_dict()"):
-            assert words in str(error), f"the refusal does not say '{words}': {error}"
+            require(words in str(error), f"the refusal does not say '{words}': {error}")
     else:
         raise AssertionError("rank 0's unconsolidated checkpoint was loaded")
-    assert torch.equal(optimizer.state_dict()["onebit"]["parts"]["every"]["m"], before["onebit"]["parts"]["every"]["m"])
+    after = optimizer.state_dict()["onebit"]["parts"]["every"]["m"]
+    require(torch.equal(after, before["onebit"]["parts"]["every"]["m"]), "the refused load changed m")
 
 
 def main():
@@ -87,9 +89,10 @@ def main():
             full = np.load(os.path.join(tmp, f"full{r}.npy"))
             for resume in ("resume", "resume-consolidated"):
                 resumed = np.load(os.path.join(tmp, f"{resume}{r}.npy"))
-                assert np.array_equal(full.view(np.uint32), resumed.view(np.uint32)), \
-                    f"rank {r}: {resume}: resumed parameters differ from the uninterrupted run's"
-            assert not np.array_equal(full, np.load(os.path.join(tmp, f"first{r}.npy"))), "the resume trained nothing"
+                require(np.array_equal(full.view(np.uint32), resumed.view(np.uint32)),
+                        f"rank {r}: {resume}: resumed parameters differ from the uninterrupted run's")
+            require(not np.array_equal(full, np.load(os.path.join(tmp, f"first{r}.npy"))),
+                    "the resume trained nothing")
     print(f"OK: saved at step {STOP} (compression stage from step {FREEZE}) per rank and consolidated on rank 0, "
           f"restored into fresh processes: parameters after {STEPS} steps bitwise equal to the uninterrupted run")
     return 0

@@ -17,6 +17,7 @@ import sys
 import tempfile
 
 from ranks import preload_env, run_ranks
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 WORLD, STEPS, WINDOW, THRESHOLD, STOP = 2, 40, 4, 0.3, 6
 
@@ -56,7 +57,7 @@ def rank_main(mode, rank, store, out_dir):
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
     if mode == "first":
-        assert optimizer.freeze_step is None, "the rule fired before the checkpoint; move STOP"
+        require(optimizer.freeze_step is None, "the rule fired before the checkpoint; move STOP")
         torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict()}, checkpoint)
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"{mode}{rank}.npy"), weights)
@@ -84,16 +85,18 @@ def main():
         errors = run("auto", tmp, env)
         reports = [json.load(open(os.path.join(tmp, f"auto{r}.json"))) for r in range(WORLD)]
         freeze = reports[0]["freeze_step"]
-        assert freeze is not None and WINDOW <= freeze < STEPS, f"the rule did not fire in {STEPS} steps: {reports[0]}"
-        assert all(r["freeze_step"] == freeze and r["changes"] == reports[0]["changes"] for r in reports), reports
-        assert freeze % WINDOW == 0, f"it fires only after a measurement: {freeze}"
+        require(freeze is not None and WINDOW <= freeze < STEPS,
+                f"the rule did not fire in {STEPS} steps: {reports[0]}")
+        require(all(r["freeze_step"] == freeze and r["changes"] == reports[0]["changes"] for r in reports), reports)
+        require(freeze % WINDOW == 0, f"it fires only after a measurement: {freeze}")
         changes = reports[0]["changes"]
-        assert changes[0] == [WINDOW - 1, 1.0], f"the first measurement compares with zeros: {changes[0]}"
-        assert changes[-1][0] == freeze - 1 and changes[-1][1] < THRESHOLD, changes
-        assert all(c >= THRESHOLD for _, c in changes[:-1]), changes
-        assert all(r["compressed_calls"] == STEPS - freeze for r in reports), reports
-        assert f"fired after step {freeze - 1}" in errors[0] and f"compression from step {freeze}" in errors[0], errors[0]
-        assert "fired" not in errors[1], "only rank 0 reports it"
+        require(changes[0] == [WINDOW - 1, 1.0], f"the first measurement compares with zeros: {changes[0]}")
+        require(changes[-1][0] == freeze - 1 and changes[-1][1] < THRESHOLD, changes)
+        require(all(c >= THRESHOLD for _, c in changes[:-1]), changes)
+        require(all(r["compressed_calls"] == STEPS - freeze for r in reports), reports)
+        require(f"fired after step {freeze - 1}" in errors[0] and f"compression from step {freeze}" in errors[0],
+                errors[0])
+        require("fired" not in errors[1], "only rank 0 reports it")
         with open(os.path.join(tmp, "auto.json"), "w") as f:
             json.dump({"freeze_step": freeze}, f)
         run("fixed", tmp, env)
@@ -101,10 +104,10 @@ def main():
         run("resume", tmp, env)
         for r in range(WORLD):
             auto = np.load(os.path.join(tmp, f"auto{r}.npy")).view(np.uint32)
-            assert np.array_equal(auto, np.load(os.path.join(tmp, f"fixed{r}.npy")).view(np.uint32)), \
-                f"rank {r}: the automatic run differs from freeze_step={freeze}"
-            assert np.array_equal(auto, np.load(os.path.join(tmp, f"resume{r}.npy")).view(np.uint32)), \
-                f"rank {r}: resumed from a warmup checkpoint, the run differs from the uninterrupted one"
+            require(np.array_equal(auto, np.load(os.path.join(tmp, f"fixed{r}.npy")).view(np.uint32)),
+                    f"rank {r}: the automatic run differs from freeze_step={freeze}")
+            require(np.array_equal(auto, np.load(os.path.join(tmp, f"resume{r}.npy")).view(np.uint32)),
+                    f"rank {r}: resumed from a warmup checkpoint, the run differs from the uninterrupted one")
     print(f"OK: freeze_step='auto' fired after step {freeze - 1} on both ranks (changes "
           f"{[round(c, 3) for _, c in changes]}), bitwise equal to freeze_step={freeze} and to a resume from step {STOP}")
     return 0

@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 WORLD, STEPS, FREEZE = 2, 30, 8
 
@@ -52,13 +53,13 @@ def rank_main(rank, mode, store, out_dir):
         gathered = [torch.zeros(1) for _ in range(WORLD)]
         dist.all_gather(gathered, mine.reshape(1))
         dist.all_reduce(mine)  # a metric: must be exact
-        assert mine.item() == (gathered[0] + gathered[1]).item(), (mine, gathered)
-    assert torch.equal(frozen.detach(), start_frozen), "the lr-0 group moved"
-    assert not torch.equal(model[0].weight.detach(), start_rest), "the trained group did not move"
+        require(mine.item() == (gathered[0] + gathered[1]).item(), (mine, gathered))
+    require(torch.equal(frozen.detach(), start_frozen), "the lr-0 group moved")
+    require(not torch.equal(model[0].weight.detach(), start_rest), "the trained group did not move")
     params = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"{mode}{rank}.npy"), params)
     s = onebit.stats()
-    assert s["compressed_calls"] == STEPS - FREEZE, s
+    require(s["compressed_calls"] == STEPS - FREEZE, s)
     with open(os.path.join(out_dir, f"{mode}{rank}.json"), "w") as f:
         json.dump(s, f)
     optimizer.close()
@@ -79,18 +80,18 @@ def main():
             procs = [subprocess.Popen([sys.executable, __file__, "rank", str(r), mode, store, tmp], env=env)
                      for r in range(WORLD)]
             codes = [p.wait(timeout=300) for p in procs]
-            assert not any(codes), f"{mode}: rank exit codes {codes}"
+            require(not any(codes), f"{mode}: rank exit codes {codes}")
         params = {(m, r): np.load(os.path.join(tmp, f"{m}{r}.npy")) for m in ("ddp", "plain") for r in range(WORLD)}
         for key, value in params.items():
-            assert np.array_equal(value.view(np.uint32), params[("plain", 0)].view(np.uint32)), \
-                f"{key} differs from plain OnebitAdam on rank 0"
+            require(np.array_equal(value.view(np.uint32), params[("plain", 0)].view(np.uint32)),
+                    f"{key} differs from plain OnebitAdam on rank 0")
         ddp = json.load(open(os.path.join(tmp, "ddp0.json")))
         plain = json.load(open(os.path.join(tmp, "plain0.json")))
         # Warmup: DDP's bucket (one here) or the optimizer's flat gradient, plus the loss each step,
         # plus the constructor's check that the ranks agree on the schedule (one small all_reduce).
-        assert plain["forwarded_calls"] == FREEZE + STEPS + 1, plain
+        require(plain["forwarded_calls"] == FREEZE + STEPS + 1, plain)
         # DDP + hook: one bucket per warmup step and none after (1-bit Adam sends no gradients then).
-        assert ddp["forwarded_calls"] == FREEZE + STEPS + 1, ddp
+        require(ddp["forwarded_calls"] == FREEZE + STEPS + 1, ddp)
     print(f"OK: DDP + onebit.ddp_comm_hook and plain OnebitAdam agree bit for bit after {STEPS} steps "
           f"(freeze at {FREEZE}); lr-0 group unmoved; loss all_reduces exact")
     return 0

@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from ranks import preload_env, run_ranks
+from modes import require  # tests/python: a failed check raises, also under python -O
 
 WORLD, STEPS, STOP = 2, 28, 17
 ZERO_ONE = dict(lr=0.01, var_freeze_step=8, var_update_scaler=2, local_step_scaler=4, local_step_clipper=4)
@@ -111,7 +112,7 @@ def main():
         return 2
     import numpy as np
     expected = schedule_kinds(STEPS)
-    assert expected[-1] == "S" and expected[STOP - 1] == "L" and set(expected) == set("VCLS"), "".join(expected)
+    require(expected[-1] == "S" and expected[STOP - 1] == "L" and set(expected) == set("VCLS"), "".join(expected))
     with tempfile.TemporaryDirectory() as tmp:
         env = preload_env(sys.argv[1])
         for mode in ("plain", "ddp", "first", "resume"):
@@ -120,24 +121,25 @@ def main():
         reports = {mode: [json.load(open(os.path.join(tmp, f"{mode}{r}.json"))) for r in range(WORLD)]
                    for mode in ("plain", "ddp", "first", "resume", "override")}
         for report in reports["override"]:
-            assert report["lamb_freeze"] == OVERRIDE and report["kinds"] == "".join(expected), report
-            assert report["compressed_calls"] == expected.count("C") + expected.count("S") + STEPS - OVERRIDE, report
+            require(report["lamb_freeze"] == OVERRIDE and report["kinds"] == "".join(expected), report)
+            require(report["compressed_calls"] == expected.count("C") + expected.count("S") + STEPS - OVERRIDE,
+                    report)
         calls = expected.count("C") + expected.count("S") + STEPS - LAMB["freeze_step"]
         for mode in ("plain", "ddp"):
             for report in reports[mode]:
-                assert report["kinds"] == "".join(expected), (mode, report["kinds"], "".join(expected))
-                assert report["compressed_calls"] == calls, (mode, report["compressed_calls"], calls)
+                require(report["kinds"] == "".join(expected), (mode, report["kinds"], "".join(expected)))
+                require(report["compressed_calls"] == calls, (mode, report["compressed_calls"], calls))
         coeffs = reports["plain"][0]["lamb_coeffs"]
-        assert len(coeffs) == 4 and all(c > 0 and c != 1.0 for c in coeffs), coeffs
+        require(len(coeffs) == 4 and all(c > 0 and c != 1.0 for c in coeffs), coeffs)
         load = lambda name: np.load(os.path.join(tmp, name)).view(np.uint32)
         for k in ("zero_one", "lamb"):
             plain = load(f"plain-{k}0.npy")
-            assert np.array_equal(plain, load(f"plain-{k}1.npy")), f"{k}: the two ranks' parameters differ"
+            require(np.array_equal(plain, load(f"plain-{k}1.npy")), f"{k}: the two ranks' parameters differ")
             for r in range(WORLD):
-                assert np.array_equal(load(f"plain-{k}{r}.npy"), load(f"ddp-{k}{r}.npy")), \
-                    f"{k}, rank {r}: DDP with onebit.ddp_comm_hook differs from the plain run"
-                assert np.array_equal(load(f"plain-{k}{r}.npy"), load(f"resume-{k}{r}.npy")), \
-                    f"{k}, rank {r}: resumed from step {STOP}, the run differs from the uninterrupted one"
+                require(np.array_equal(load(f"plain-{k}{r}.npy"), load(f"ddp-{k}{r}.npy")),
+                        f"{k}, rank {r}: DDP with onebit.ddp_comm_hook differs from the plain run")
+                require(np.array_equal(load(f"plain-{k}{r}.npy"), load(f"resume-{k}{r}.npy")),
+                        f"{k}, rank {r}: resumed from step {STOP}, the run differs from the uninterrupted one")
     print(f"OK: ZeroOneAdam ({''.join(expected)}) and OnebitLamb (freeze at {LAMB['freeze_step']}): {calls} compressed "
           f"all_reduces as scheduled, replicas equal, DDP hook and a resume from step {STOP} bitwise equal")
     return 0

@@ -101,9 +101,9 @@ void GlooTransport::wait_all(const std::vector<Request*>& requests, Deadline dea
                                std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     const std::string what = (request->is_send ? "send to rank " : "receive from rank ") +
                              std::to_string(request->peer) + " (" + describe(*request) + ")";
+    bool done = false;
     try {
-      const bool done = request->is_send ? buffer->waitSend(nullptr, left) : buffer->waitRecv(nullptr, left);
-      ONEBIT_CHECK(done, ONEBIT_INTERNAL_ERROR, "gloo aborted a wait onebit did not abort: ", what);
+      done = request->is_send ? buffer->waitSend(nullptr, left) : buffer->waitRecv(nullptr, left);
     } catch (const ::gloo::Exception& error) {
       request->state = Request::State::kFailed;
       const std::string text = error.what();
@@ -113,6 +113,10 @@ void GlooTransport::wait_all(const std::vector<Request*>& requests, Deadline dea
                (timed_out ? " timed out after " + std::to_string(timeout_.count()) + " ms (the gloo context's timeout)"
                           : " failed") +
                ": " + text);
+    }
+    if (!done) {  // outside the try: this failure too breaks the transport, not just the call
+      request->state = Request::State::kFailed;
+      fail(ONEBIT_INTERNAL_ERROR, "gloo aborted a wait onebit did not abort: " + what);
     }
     request->state = Request::State::kDone;
     request->handle.reset();

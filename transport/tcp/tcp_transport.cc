@@ -187,6 +187,17 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
   if (!start_locked(request, false, peer, key, shape, data, bytes)) return;
   Peer& p = *peers_[peer];
   auto found = p.unexpected.find(key);
+  if (p.posted.count(key) != 0 || (found != p.unexpected.end() && found->second.claimed != nullptr)) {
+    // Keys are unique among one peer's messages in flight (transport.h): a second receive would
+    // take the first one's message and leave the first waiting for the timeout.
+    request.state = Request::State::kFailed;
+    fail_locked(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(rank_) + " posted a second receive from rank " +
+                                           std::to_string(peer) + " for one " + wire::kind_name(key.kind) +
+                                           " message (stream " + std::to_string(key.stream) + ", call " +
+                                           std::to_string(key.seq) + ", part " + std::to_string(key.part) +
+                                           ") while the first is pending: a bug in onebit's call sequencing");
+    return;
+  }
   if (found == p.unexpected.end()) {
     if (p.all_closed) {
       fail_left_peer_locked(request, peer);
