@@ -1,12 +1,42 @@
-// What onebit reads from the launchers' own environment variables (not ONEBIT_*, which are all in
-// params.h): torchrun's TORCHELASTIC_RUN_ID and TORCHELASTIC_RESTART_COUNT, Slurm's SLURM_JOB_ID
-// and SLURM_STEP_ID, Open MPI's PMIX_NAMESPACE and OMPI_MCA_ess_base_jobid, and MASTER_ADDR and
-// MASTER_PORT. (Rank and size variables are read in plugin/engine/communicator.cc.)
+// What onebit reads from other programs' environment variables: the launchers' (torchrun, Open
+// MPI, Slurm) and NCCL's — every name onebit reads that is not its own ONEBIT_* (those are all in
+// params.h). The names are listed once, in launcher_variables(), from which docs/env.md's second
+// table is generated (onebit-info --env-markdown); the functions below are the only readers.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace onebit {
+
+// One foreign variable: its name, whose it is, and what onebit takes from it.
+struct LauncherVariable {
+  const char* name;
+  const char* owner;
+  const char* use;
+};
+
+// Every foreign variable onebit reads, in the order docs/env.md lists them.
+const std::vector<LauncherVariable>& launcher_variables();
+
+// docs/env.md's table of them (markdown).
+std::string launcher_markdown_table();
+
+// This process's rank, world size, ranks on this host and rank on this host, as the launcher gives
+// them: the first of its variables that is set (torchrun's, then Open MPI's, then Slurm's), with
+// that variable's name in `from`; -1 when none is. A value that is not a rank or a size (0 up to
+// 2^24) is ONEBIT_INVALID_ARGUMENT naming the variable.
+int launcher_rank(std::string* from);
+int launcher_world_size(std::string* from);
+int launcher_local_world_size(std::string* from);
+int launcher_local_rank(std::string* from);
+
+// MASTER_ADDR (torchrun's and most launchers' rendezvous host); empty when unset.
+std::string launcher_master_addr();
+
+// NCCL_SOCKET_IFNAME: NCCL's interface choice, which the NCCL_NET plugin follows when
+// ONEBIT_SOCKET_IFNAME is unset; empty when unset.
+std::string nccl_socket_ifname();
 
 // The identity of this process's job and attempt, as its launcher gives it: the same text on every
 // rank of one attempt of one job, a different one on any other job or attempt that could meet it

@@ -1,36 +1,17 @@
 #include "plugin/engine/communicator.h"
 
-#include <cstdlib>
-
 #include "common/error.h"
 #include "common/launcher.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "common/siphash.h"
+#include "transport/factory.h"
 #include "transport/tcp/tcp_transport.h"
-#ifdef ONEBIT_HAVE_IBVERBS
-#include "transport/ibverbs/ibverbs_transport.h"
-#endif
 
 namespace onebit {
 namespace {
 
 std::atomic<std::uint64_t> next_comm_id{1};
-
-// The first of these variables that is set, as an int; -1 if none.
-int first_int(std::initializer_list<const char*> names, std::string* from) {
-  for (const char* name : names) {
-    const char* text = std::getenv(name);
-    if (text == nullptr || *text == '\0') continue;
-    char* end = nullptr;
-    const long value = std::strtol(text, &end, 10);
-    ONEBIT_CHECK(*end == '\0' && value >= 0 && value < (1 << 24), ONEBIT_INVALID_ARGUMENT, name, "='", text,
-                 "' is not a rank or size");
-    *from = name;
-    return static_cast<int>(value);
-  }
-  return -1;
-}
 
 // The ranks per host a communicator of `size` ranks uses (1: flat). `requested` > 0 is explicit
 // (CommSetup::local_size); otherwise ONEBIT_LOCAL_SIZE, else torchrun's LOCAL_WORLD_SIZE, for a
@@ -45,12 +26,12 @@ int resolve_local_size(int requested, int rank, int size) {
     std::string unused;
     const std::int64_t env_world = param::WorldSize() >= 0
                                        ? param::WorldSize()
-                                       : first_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &unused);
+                                       : launcher_world_size(&unused);
     if (param::LocalSize() >= 0) {
       local = param::LocalSize();
       from = "ONEBIT_LOCAL_SIZE";
     } else {
-      local = first_int({"LOCAL_WORLD_SIZE"}, &from);
+      local = launcher_local_world_size(&from);
       explicit_value = false;
       if (local < 0) return 1;
     }
@@ -72,7 +53,7 @@ int resolve_local_size(int requested, int rank, int size) {
   }
   if (requested <= 0) {
     std::string local_rank_from;
-    const int local_rank = first_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}, &local_rank_from);
+    const int local_rank = launcher_local_rank(&local_rank_from);
     if (local_rank >= 0 && local_rank != rank % local) {
       return refuse("but " + local_rank_from + " is " + std::to_string(local_rank) + ", not rank % " +
                     std::to_string(local) + " = " + std::to_string(rank % local) +
@@ -92,19 +73,18 @@ CommSetup CommSetup::from_environment() {
   CommSetup setup;
   std::string rank_from = "ONEBIT_RANK", size_from = "ONEBIT_WORLD_SIZE";
   setup.rank = static_cast<int>(param::Rank());
-  if (setup.rank < 0) setup.rank = first_int({"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID"}, &rank_from);
+  if (setup.rank < 0) setup.rank = launcher_rank(&rank_from);
   setup.size = static_cast<int>(param::WorldSize());
-  if (setup.size < 0) setup.size = first_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS"}, &size_from);
+  if (setup.size < 0) setup.size = launcher_world_size(&size_from);
   ONEBIT_CHECK(setup.rank >= 0, ONEBIT_INVALID_ARGUMENT,
                "no rank in the environment: set ONEBIT_RANK (or run under torchrun, mpirun or srun)");
   ONEBIT_CHECK(setup.size >= 1, ONEBIT_INVALID_ARGUMENT,
                "no world size in the environment: set ONEBIT_WORLD_SIZE (or run under torchrun, mpirun or srun)");
   setup.root = param::Root();
   if (setup.root.empty()) {
-    const char* master = std::getenv("MASTER_ADDR");
-    ONEBIT_CHECK(master != nullptr && *master != '\0', ONEBIT_INVALID_ARGUMENT,
+    const std::string host = launcher_master_addr();
+    ONEBIT_CHECK(!host.empty(), ONEBIT_INVALID_ARGUMENT,
                  "no bootstrap address: set ONEBIT_ROOT=host:port (rank 0's host) or MASTER_ADDR");
-    const std::string host = master;
     const std::string port = std::to_string(param::RootPort());
     setup.root = host.find(':') != std::string::npos ? "[" + host + "]:" + port : host + ":" + port;
   }
@@ -141,29 +121,8 @@ int checked_size(const CommSetup& s) {
   return s.size;
 }
 
-// ONEBIT_TRANSPORT for onebit's own communicators: `ibverbs`, or TCP (`tcp`, and `gloo`, the
-// default, which names the Gloo front door's choice and means TCP here).
 std::unique_ptr<Transport> make_transport(const CommSetup& setup) {
-  const int size = checked_size(setup);
-  const std::string& kind = param::Transport();
-  ONEBIT_CHECK(kind == "gloo" || kind == "tcp" || kind == "ibverbs", ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", kind,
-               " is not a transport: use tcp, ibverbs or (the Gloo front door's default) gloo");
-  const tcp::Address root = size == 1 ? tcp::Address{} : tcp::parse_host_port(setup.root, "root");
-  if (kind == "ibverbs") {
-#ifdef ONEBIT_HAVE_IBVERBS
-    ibverbs::VerbsOptions options;
-    options.tcp = transport_options(setup);
-    options.tcp.transport = wire::kTransportIbverbs;
-    options.hca = param::IbHca();
-    options.gid_index = static_cast<int>(param::IbGidIndex());
-    options.ack_timeout = static_cast<int>(param::IbTimeout());
-    return std::make_unique<ibverbs::IbverbsTransport>(setup.rank, size, root, options);
-#else
-    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=ibverbs: this onebit was built without the verbs transport "
-         "(configure with -DONEBIT_WITH_IBVERBS=ON; it needs libibverbs-dev)");
-#endif
-  }
-  return std::make_unique<tcp::TcpTransport>(setup.rank, size, root, transport_options(setup));
+  return open_transport(setup.rank, checked_size(setup), setup.root, transport_options(setup));
 }
 }  // namespace
 

@@ -31,6 +31,7 @@
 #include "common/crypto.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/launcher.h"
 #include "common/params.h"
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
@@ -155,8 +156,8 @@ Invitation invitation_from_rank_0() {
   if (!param::Root().empty() && !root_taken_before) {
     std::snprintf(invitation.root, sizeof(invitation.root), "%s", param::Root().c_str());
   } else {
-    const char* master = std::getenv("MASTER_ADDR");
-    const std::string master_host = master != nullptr && *master != '\0' ? master : "127.0.0.1";
+    const std::string master = launcher_master_addr();
+    const std::string master_host = !master.empty() ? master : "127.0.0.1";
     const bool ipv6 = master_host.find(':') != std::string::npos;
     tcp::Address any = param::Root().empty()
                            ? tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")

@@ -1,13 +1,15 @@
 // onebit-info: what this build of onebit is and what it would do here.
 //   onebit-info                 version, CPU kernel sets, the one in force, the verbs transport's
 //                               devices, the ONEBIT_* settings
-//   onebit-info --env-markdown  the table of docs/env.md, generated from common/params.h
+//   onebit-info --env-markdown  the tables of docs/env.md, generated from common/params.h (onebit's own
+//                               variables) and common/launcher.h (the launchers' and NCCL's it reads)
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/params.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "onebit/onebit.h"
@@ -18,6 +20,8 @@
 int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "--env-markdown") == 0) {
     std::fputs(onebit::param::markdown_table().c_str(), stdout);
+    std::fputs("\nOther programs' variables onebit reads (common/launcher.h):\n\n", stdout);
+    std::fputs(onebit::launcher_markdown_table().c_str(), stdout);
     return 0;
   }
   if (argc != 1) {

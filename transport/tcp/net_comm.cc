@@ -15,6 +15,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/launcher.h"
 #include "common/params.h"
 #include "transport/tcp/connection.h"
 
@@ -76,10 +77,7 @@ std::string pci_path(const std::string& name) {
 
 std::vector<NetDevice> find_devices() {
   std::string spec = param::SocketIfname();
-  if (spec.empty()) {
-    const char* nccl = std::getenv("NCCL_SOCKET_IFNAME");
-    if (nccl != nullptr) spec = nccl;
-  }
+  if (spec.empty()) spec = nccl_socket_ifname();
   ifaddrs* list = nullptr;
   ONEBIT_CHECK(getifaddrs(&list) == 0, ONEBIT_SYSTEM_ERROR, "getifaddrs: ", errno_string(errno));
   std::vector<NetDevice> devices, loopbacks;
