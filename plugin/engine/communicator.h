@@ -107,6 +107,9 @@ class Communicator {
  private:
   struct RankGroup;
   struct RoundResult;
+  class Round;     // one compressed_round's steps (compressed_allreduce.cc)
+  class HostCall;  // one hierarchical call's steps (hierarchical_allreduce.cc)
+  class Ring;      // one untagged call's ring (ring_allreduce.cc)
   // The worker pass over block `block` of a round ([first, first + length) of its elements) into
   // the round's error buffers and bits: returns Σ y². Flat: worker_pass on the caller's buffer;
   // hierarchical: on the host's mean, once the local peers' inputs of the block are in.

@@ -34,6 +34,39 @@ static_assert(std::endian::native == std::endian::little, "payload floats travel
 using round_layout::blocks_of;
 using round_layout::kResultHead;
 
+namespace {
+
+// Server j's result head: its scale, and the first member whose input was not finite (or -1).
+struct ResultHead {
+  float scale;
+  std::int32_t first_bad;
+};
+
+ResultHead result_head(const TagState& st, const ChunkGeometry& geometry, int j) {
+  ResultHead head;
+  const std::uint8_t* at = st.results.data() + j * round_layout::result_stride(geometry);
+  std::memcpy(&head.scale, at, 4);
+  std::memcpy(&head.first_bad, at + 4, 4);
+  return head;
+}
+
+// Every server's verdict before anything is written: a member's non-finite input, or a non-finite
+// server scale, fails the call alike on every rank with nothing changed.
+void check_verdicts(const std::string& where, const Tag& tag, const TagState& st, const ChunkGeometry& geometry,
+                    std::uint64_t seq) {
+  for (int p = 0; p < geometry.world; ++p) {
+    const ResultHead head = result_head(st, geometry, p);
+    if (head.first_bad >= 0) {
+      fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", head.first_bad,
+           "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any rank");
+    }
+    ONEBIT_CHECK(std::isfinite(head.scale), ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ",
+                 seq, "): server rank ", p, "'s scale is ", head.scale, "; no buffer or error state changed");
+  }
+}
+
+}  // namespace
+
 void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                         std::uint32_t channel) {
   CallScope scope(*this);
@@ -45,191 +78,245 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   }
 }
 
-Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n,
-                                                         std::size_t offset, const wire::CallShape& shape,
-                                                         std::uint32_t channel, const RoundWorker& worker) {
-  const int world = group.size();
-  const int me = group.me;
-  const ChunkGeometry geometry(n, world);
-  auto begin = [&](int j) { return geometry.begin(j); };
-  auto length = [&](int j) { return geometry.length(j); };
-  const std::size_t chunk_bytes = geometry.chunk_bytes();
-  const std::size_t result_stride = round_layout::result_stride(geometry);
-  const std::vector<round_layout::Block> order = round_layout::worker_order(geometry, me);
+// One round, in the steps of the header comment: the state sized on a tag's first round, the
+// receives posted, the worker stage, the server stage, the wait for every result. Holds what the
+// steps share (the group's geometry, the call's sequence number, the requests posted so far).
+class Communicator::Round {
+ public:
+  Round(Communicator& comm, Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
+        const wire::CallShape& shape, std::uint32_t channel)
+      : comm_(comm), tag_(tag), st_(st), group_(group), n_(n), offset_(offset), shape_(shape), channel_(channel),
+        world_(group.size()), me_(group.me), geometry_(n, world_),
+        result_stride_(round_layout::result_stride(geometry_)),
+        seq_(st.seq) {}
 
-  if (st.requests.empty()) {  // first call: size everything once
-    st.round_elements = n;
-    st.round_ranks = world;
-    st.offset = offset;
-    st.worker[0].resize(n);
-    st.worker[1].resize(n);
-    st.server[0].resize(length(me));
-    st.server[1].resize(length(me));
-    st.packed.resize(kernels::packed_bytes(n) + 8);
-    st.received.resize(world * chunk_bytes);
-    st.scales.resize(world);
-    st.results.resize(world * result_stride);
+  RoundResult run(const RoundWorker& worker) {
+    size_state_once();
+    check_state_fits();
+    Clock::time_point marks[5];  // start, worker done, inputs in, server done, results in
+    marks[0] = Clock::now();
+    try {
+      post_receives();  // first, so that messages land in place, not in the transport's unexpected store
+      worker_stage(worker);
+      marks[1] = Clock::now();
+      comm_.transport_->wait_all(st_.stage1, comm_.call_deadline(), describe());
+      marks[2] = Clock::now();
+      server_stage();
+      marks[3] = Clock::now();
+      comm_.transport_->wait_all(st_.all, comm_.call_deadline(), describe());
+      marks[4] = Clock::now();
+    } catch (const Error& error) {
+      fail(error.code(), comm_.where(), ": allreduce of tag '", tag_.name, "' (", shape_.count, " ",
+           kernels::dtype_name(static_cast<kernels::Dtype>(shape_.dtype)), ", call ", seq_,
+           ") failed; buffer and error state unchanged: ", error.what());
+    }
+    st_.seq = seq_ + 1;  // the call's messages are consumed on every member, whatever the checks say
+    for (int s = 0; s < 4; ++s) result_.seconds[s] = std::chrono::duration<double>(marks[s + 1] - marks[s]).count();
+    return result_;
+  }
+
+ private:
+  std::size_t begin(int j) const { return geometry_.begin(j); }
+  std::size_t length(int j) const { return geometry_.length(j); }
+  // Block b of chunk j: elements [begin(j) + b·B, ...), bits at byte (begin(j) + b·B) / 8.
+  std::size_t block_begin(int j, std::size_t b) const {
+    return std::min(begin(j) + length(j), begin(j) + b * round_layout::kBlockElements);
+  }
+  std::size_t block_length(int j, std::size_t b) const {
+    return std::min(begin(j) + length(j), block_begin(j, b) + round_layout::kBlockElements) - block_begin(j, b);
+  }
+  wire::MessageKey key(wire::Kind kind, std::size_t part) const {
+    return wire::MessageKey{tag_.id, seq_, kind, static_cast<std::uint16_t>(part)};
+  }
+  std::function<std::string(const Request&)> describe() const {
+    return [this](const Request& r) {
+      return "tag '" + tag_.name + "' call " + std::to_string(seq_) + ": " + wire::kind_name(r.key.kind) + " block " +
+             std::to_string(r.key.part);
+    };
+  }
+  std::uint8_t* result_of(int p) const { return st_.results.data() + p * result_stride_; }
+
+  // A tag's first round on this communicator sizes its state and scratch once, and applies a
+  // restored checkpoint.
+  void size_state_once() {
+    if (!st_.requests.empty()) return;
+    st_.round_elements = n_;
+    st_.round_ranks = world_;
+    st_.offset = offset_;
+    st_.worker[0].resize(n_);
+    st_.worker[1].resize(n_);
+    st_.server[0].resize(length(me_));
+    st_.server[1].resize(length(me_));
+    st_.packed.resize(kernels::packed_bytes(n_) + 8);
+    st_.received.resize(world_ * geometry_.chunk_bytes());
+    st_.scales.resize(world_);
+    st_.results.resize(world_ * result_stride_);
     // Per peer: worker blocks of my chunk in, its scale in, its server blocks and scale in; my
     // worker blocks of its chunk out, my scale out, my server blocks and scale out.
     std::size_t requests = 0;
-    for (int p = 0; p < world; ++p) {
-      if (p != me) requests += blocks_of(length(me)) + blocks_of(length(p)) + blocks_of(length(p)) + blocks_of(length(me)) + 4;
+    for (int p = 0; p < world_; ++p) {
+      if (p != me_) requests += 2 * (blocks_of(length(me_)) + blocks_of(length(p))) + 4;
     }
-    st.requests.resize(requests);
-    st.stage1.reserve(requests);
-    st.all.reserve(requests);
-    st.chunk_bits.resize(world);
-    st.block_bits.resize(world);
-    if (tag.restored) {
-      // The true errors of a checkpoint, stored with scale 0: stored − 0·sign(stored) is stored,
-      // exactly, so the next call continues bit for bit. A hierarchical rank keeps its shard's part.
-      ONEBIT_CHECK(tag.restored_worker.size() == tag.count && tag.restored_server.size() == length(me),
-                   ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name, "': the restored state has ",
-                   tag.restored_worker.size(), " + ", tag.restored_server.size(), " floats; this job needs ", tag.count,
-                   " + ", length(me), " (was it saved with another world size, rank or ranks per host?)");
-      std::copy(tag.restored_worker.begin() + offset, tag.restored_worker.begin() + offset + n, st.worker[0].data());
-      std::copy(tag.restored_server.begin(), tag.restored_server.end(), st.server[0].data());
-      tag.restored = false;
-    }
+    st_.requests.resize(requests);
+    st_.stage1.reserve(requests);
+    st_.all.reserve(requests);
+    st_.chunk_bits.resize(world_);
+    st_.block_bits.resize(world_);
+    if (tag_.restored) apply_restored();
   }
-  ONEBIT_CHECK(st.round_elements == n && st.round_ranks == world, ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
-               "' ran over ", st.round_ranks, " ranks with ", st.round_elements, " elements on this communicator; this "
-               "call runs over ", world, " with ", n, " (a tag must not mix the flat and hierarchical algorithms)");
-  const std::uint64_t seq = st.seq;
-  auto key = [&](wire::Kind kind, std::size_t part) {
-    return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)};
-  };
-  auto describe = [&](const Request& r) {
-    return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " block " +
-           std::to_string(r.key.part);
-  };
-  // Block b of chunk j: elements [begin(j) + b·B, ...), bits at byte (begin(j) + b·B) / 8.
-  auto block_begin = [&](int j, std::size_t b) {
-    return std::min(begin(j) + length(j), begin(j) + b * round_layout::kBlockElements);
-  };
-  auto block_length = [&](int j, std::size_t b) {
-    return std::min(begin(j) + length(j), block_begin(j, b) + round_layout::kBlockElements) - block_begin(j, b);
-  };
 
-  RoundResult result;
-  std::size_t next_request = 0;
-  st.stage1.clear();
-  st.all.clear();
-  auto post_recv = [&](int p, wire::Kind kind, std::size_t part, void* data, std::size_t bytes, bool stage1) {
-    Request& r = st.requests[next_request++];
-    transport_->irecv(r, group.ranks[p], channel, key(kind, part), shape, data, bytes);
-    if (stage1) st.stage1.push_back(&r);
-    st.all.push_back(&r);
-  };
-  auto post_send = [&](int p, wire::Kind kind, std::size_t part, const void* data, std::size_t bytes) {
-    Request& r = st.requests[next_request++];
-    transport_->isend(r, group.ranks[p], channel, key(kind, part), shape, data, bytes);
-    st.all.push_back(&r);
-    result.bytes_sent += bytes;
-  };
+  // The true errors of a checkpoint, stored with scale 0: stored − 0·sign(stored) is stored,
+  // exactly, so the next call continues bit for bit. A hierarchical rank keeps its shard's part.
+  void apply_restored() {
+    ONEBIT_CHECK(tag_.restored_worker.size() == tag_.count && tag_.restored_server.size() == length(me_),
+                 ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name, "': the restored state has ",
+                 tag_.restored_worker.size(), " + ", tag_.restored_server.size(), " floats; this job needs ",
+                 tag_.count, " + ", length(me_), " (was it saved with another world size, rank or ranks per host?)");
+    std::copy(tag_.restored_worker.begin() + offset_, tag_.restored_worker.begin() + offset_ + n_,
+              st_.worker[0].data());
+    std::copy(tag_.restored_server.begin(), tag_.restored_server.end(), st_.server[0].data());
+    tag_.restored = false;
+  }
 
-  float server_scale = NAN;
-  Clock::time_point marks[5];  // start, worker done, inputs in, server done, results in
-  marks[0] = Clock::now();
-  try {
-    // Receives first, so messages land in place instead of in the transport's unexpected store.
-    for (int p = 0; p < world; ++p) {
-      if (p == me) continue;
-      for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
-        post_recv(p, wire::Kind::kWorkerBits, b, st.received.data() + p * chunk_bytes + (block_begin(me, b) - begin(me)) / 8,
-                  kernels::packed_bytes(block_length(me, b)), true);
+  void check_state_fits() const {
+    ONEBIT_CHECK(st_.round_elements == n_ && st_.round_ranks == world_, ONEBIT_INVALID_ARGUMENT, comm_.where(),
+                 ": tag '", tag_.name, "' ran over ", st_.round_ranks, " ranks with ", st_.round_elements,
+                 " elements on this communicator; this call runs over ", world_, " with ", n_,
+                 " (a tag must not mix the flat and hierarchical algorithms)");
+  }
+
+  void post_recv(int p, wire::Kind kind, std::size_t part, void* data, std::size_t bytes, bool stage1) {
+    Request& r = st_.requests[next_request_++];
+    comm_.transport_->irecv(r, group_.ranks[p], channel_, key(kind, part), shape_, data, bytes);
+    if (stage1) st_.stage1.push_back(&r);
+    st_.all.push_back(&r);
+  }
+
+  void post_send(int p, wire::Kind kind, std::size_t part, const void* data, std::size_t bytes) {
+    Request& r = st_.requests[next_request_++];
+    comm_.transport_->isend(r, group_.ranks[p], channel_, key(kind, part), shape_, data, bytes);
+    st_.all.push_back(&r);
+    result_.bytes_sent += bytes;
+  }
+
+  // From every peer: the worker bits of my chunk and its scale (stage 1), its server result (stage 2).
+  void post_receives() {
+    st_.stage1.clear();
+    st_.all.clear();
+    const std::size_t chunk_bytes = geometry_.chunk_bytes();
+    for (int p = 0; p < world_; ++p) {
+      if (p == me_) continue;
+      for (std::size_t b = 0; b < blocks_of(length(me_)); ++b) {
+        post_recv(p, wire::Kind::kWorkerBits, b,
+                  st_.received.data() + p * chunk_bytes + (block_begin(me_, b) - begin(me_)) / 8,
+                  kernels::packed_bytes(block_length(me_, b)), true);
       }
-      post_recv(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[p], sizeof(float), true);
-      std::uint8_t* theirs = st.results.data() + p * result_stride;
+      post_recv(p, wire::Kind::kWorkerScale, 0, &st_.scales.data()[p], sizeof(float), true);
       for (std::size_t b = 0; b < blocks_of(length(p)); ++b) {
-        post_recv(p, wire::Kind::kServerResult, b, theirs + kResultHead + (block_begin(p, b) - begin(p)) / 8,
+        post_recv(p, wire::Kind::kServerResult, b, result_of(p) + kResultHead + (block_begin(p, b) - begin(p)) / 8,
                   kernels::packed_bytes(block_length(p, b)), false);
       }
-      post_recv(p, wire::Kind::kServerScale, 0, theirs, kResultHead, false);
+      post_recv(p, wire::Kind::kServerScale, 0, result_of(p), kResultHead, false);
     }
+  }
 
-    // 1. Worker stage.
-    const float* e_prev = st.worker[st.current].data();
-    float* e_next = st.worker[1 - st.current].data();
+  // 1. Block by block in worker order, each block's bits sent to its server once packed; then the
+  // worker scale to every member.
+  void worker_stage(const RoundWorker& worker) {
+    const std::vector<round_layout::Block> order = round_layout::worker_order(geometry_, me_);
+    const float* e_prev = st_.worker[st_.current].data();
+    float* e_next = st_.worker[1 - st_.current].data();
     double sum_squares = 0.0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const round_layout::Block& block = order[i];
-      sum_squares += worker(i, block.first, block.length, e_prev + block.first, st.worker_scale, e_next + block.first,
-                            st.packed.data() + block.first / 8);
-      if (block.chunk != me) {
-        post_send(block.chunk, wire::Kind::kWorkerBits, block.index, st.packed.data() + block.first / 8,
+      sum_squares += worker(i, block.first, block.length, e_prev + block.first, st_.worker_scale,
+                            e_next + block.first, st_.packed.data() + block.first / 8);
+      if (block.chunk != me_) {
+        post_send(block.chunk, wire::Kind::kWorkerBits, block.index, st_.packed.data() + block.first / 8,
                   kernels::packed_bytes(block.length));
       }
     }
-    marks[1] = Clock::now();
-    result.worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n) : NAN;
-    st.scales.data()[me] = result.worker_scale;
-    for (int p = 0; p < world; ++p) {
-      if (p != me) post_send(p, wire::Kind::kWorkerScale, 0, &st.scales.data()[me], sizeof(float));
+    result_.worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n_) : NAN;
+    st_.scales.data()[me_] = result_.worker_scale;
+    for (int p = 0; p < world_; ++p) {
+      if (p != me_) post_send(p, wire::Kind::kWorkerScale, 0, &st_.scales.data()[me_], sizeof(float));
     }
+  }
 
-    // 2. Server stage.
-    transport_->wait_all(st.stage1, call_deadline(), describe);
-    marks[2] = Clock::now();
-    std::int32_t first_bad = -1;
-    for (int p = 0; p < world && first_bad < 0; ++p) {
-      if (!std::isfinite(st.scales.data()[p])) first_bad = p;
+  // The first member whose worker scale is not finite, or -1.
+  std::int32_t first_non_finite_member() const {
+    for (int p = 0; p < world_; ++p) {
+      if (!std::isfinite(st_.scales.data()[p])) return p;
     }
-    std::uint8_t* my_result = st.results.data() + me * result_stride;
-    for (int p = 0; p < world; ++p) {
-      st.chunk_bits[p] = p == me ? st.packed.data() + begin(me) / 8 : st.received.data() + p * chunk_bytes;
+    return -1;
+  }
+
+  // 2. Once every member's bits and scale are in: my chunk's server pass block by block, each
+  // block's bits sent to every member as it is done; then the head (scale, verdict).
+  void server_stage() {
+    const std::int32_t first_bad = first_non_finite_member();
+    std::uint8_t* mine = result_of(me_);
+    for (int p = 0; p < world_; ++p) {
+      st_.chunk_bits[p] =
+          p == me_ ? st_.packed.data() + begin(me_) / 8 : st_.received.data() + p * geometry_.chunk_bytes();
     }
     double server_squares = 0.0;
-    const float* s_prev = st.server[st.current].data();
-    float* s_next = st.server[1 - st.current].data();
-    for (std::size_t b = 0; b < blocks_of(length(me)); ++b) {
-      const std::size_t within = block_begin(me, b) - begin(me);
-      std::uint8_t* out_bits = my_result + kResultHead + within / 8;
+    const float* s_prev = st_.server[st_.current].data();
+    float* s_next = st_.server[1 - st_.current].data();
+    for (std::size_t b = 0; b < blocks_of(length(me_)); ++b) {
+      const std::size_t within = block_begin(me_, b) - begin(me_);
+      std::uint8_t* out_bits = mine + kResultHead + within / 8;
       // With a non-finite worker scale the bits are meaningless; they are still sent (every member
-      // posted for them) and the scale message below carries the verdict.
+      // posted for them) and the head below carries the verdict.
       if (first_bad < 0) {
-        for (int p = 0; p < world; ++p) st.block_bits[p] = st.chunk_bits[p] + within / 8;
-        server_squares += kernels_.server_pass(st.block_bits.data(), st.scales.data(), world, s_prev + within,
-                                               st.server_scale, s_next + within, out_bits, block_length(me, b));
+        for (int p = 0; p < world_; ++p) st_.block_bits[p] = st_.chunk_bits[p] + within / 8;
+        server_squares += comm_.kernels_.server_pass(st_.block_bits.data(), st_.scales.data(), world_, s_prev + within,
+                                                     st_.server_scale, s_next + within, out_bits,
+                                                     block_length(me_, b));
       }
-      for (int p = 0; p < world; ++p) {
-        if (p != me) post_send(p, wire::Kind::kServerResult, b, out_bits, kernels::packed_bytes(block_length(me, b)));
+      for (int p = 0; p < world_; ++p) {
+        if (p != me_) post_send(p, wire::Kind::kServerResult, b, out_bits, kernels::packed_bytes(block_length(me_, b)));
       }
     }
-    if (first_bad < 0) server_scale = kernels::scale_from_sum_squares(server_squares, length(me));
-    marks[3] = Clock::now();
-    std::memcpy(my_result, &server_scale, 4);
-    std::memcpy(my_result + 4, &first_bad, 4);
-    for (int p = 0; p < world; ++p) {
-      if (p != me) post_send(p, wire::Kind::kServerScale, 0, my_result, kResultHead);
+    result_.server_scale = first_bad < 0 ? kernels::scale_from_sum_squares(server_squares, length(me_)) : NAN;
+    std::memcpy(mine, &result_.server_scale, 4);
+    std::memcpy(mine + 4, &first_bad, 4);
+    for (int p = 0; p < world_; ++p) {
+      if (p != me_) post_send(p, wire::Kind::kServerScale, 0, mine, kResultHead);
     }
-    transport_->wait_all(st.all, call_deadline(), describe);
-    marks[4] = Clock::now();
-  } catch (const Error& error) {
-    fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", shape.count, " ",
-         kernels::dtype_name(static_cast<kernels::Dtype>(shape.dtype)), ", call ", seq,
-         ") failed; buffer and error state unchanged: ", error.what());
   }
-  st.seq = seq + 1;  // the call's messages are consumed on every member, whatever the checks say
-  result.server_scale = server_scale;
-  for (int s = 0; s < 4; ++s) result.seconds[s] = std::chrono::duration<double>(marks[s + 1] - marks[s]).count();
-  return result;
+
+  Communicator& comm_;
+  Tag& tag_;
+  TagState& st_;
+  const RankGroup& group_;
+  const std::size_t n_, offset_;
+  const wire::CallShape shape_;
+  const std::uint32_t channel_;
+  const int world_, me_;
+  const ChunkGeometry geometry_;
+  const std::size_t result_stride_;
+  const std::uint64_t seq_;
+  std::size_t next_request_ = 0;
+  RoundResult result_;
+};
+
+Communicator::RoundResult Communicator::compressed_round(Tag& tag, TagState& st, const RankGroup& group, std::size_t n,
+                                                         std::size_t offset, const wire::CallShape& shape,
+                                                         std::uint32_t channel, const RoundWorker& worker) {
+  return Round(*this, tag, st, group, n, offset, shape, channel).run(worker);
 }
 
 void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                              std::uint32_t channel) {
   CallScope scope(*this);
-  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
-  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
-               "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, where());
   const int world = size();
   ++compressed_calls_;
   ++tag.calls;
   if (world == 1) return;  // the average over one rank is the buffer itself
 
-  std::unique_ptr<TagState>& slot = tag.states[id_];
-  if (!slot) slot = std::make_unique<TagState>();
-  TagState& st = *slot;
+  TagState& st = state_on(tag, id_);
   RankGroup everyone;
   for (int r = 0; r < world; ++r) everyone.ranks.push_back(r);
   everyone.me = rank();
@@ -246,28 +333,15 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   compressed_bytes_ += round.bytes_sent;
   tag.bytes_sent += round.bytes_sent;
 
-  // 3. Check every server's scale, then write the result and commit.
+  // 3. Check every server's verdict, then write the result and commit.
   const auto unpack_start = Clock::now();
   const ChunkGeometry geometry(n, world);
-  const std::size_t result_stride = round_layout::result_stride(geometry);
-  for (int p = 0; p < world; ++p) {
-    float scale;
-    std::int32_t bad;
-    std::memcpy(&scale, st.results.data() + p * result_stride, 4);
-    std::memcpy(&bad, st.results.data() + p * result_stride + 4, 4);
-    if (bad >= 0) {
-      fail(ONEBIT_NUMERIC_ERROR, where(), ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", bad,
-           "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any rank");
-    }
-    ONEBIT_CHECK(std::isfinite(scale), ONEBIT_NUMERIC_ERROR, where(), ": allreduce of tag '", tag.name, "' (call ", seq,
-                 "): server rank ", p, "'s scale is ", scale, "; no buffer or error state changed");
-  }
+  check_verdicts(where(), tag, st, geometry, seq);
   const float factor = op == ReduceOp::kSum ? static_cast<float>(world) : 1.0f;
   for (int j = 0; j < world; ++j) {
-    float scale;
-    std::memcpy(&scale, st.results.data() + j * result_stride, 4);
-    kernels_.unpack(st.results.data() + j * result_stride + kResultHead, scale * factor, x + geometry.begin(j) * element,
-                    dtype, geometry.length(j));
+    const ResultHead head = result_head(st, geometry, j);
+    kernels_.unpack(st.results.data() + j * round_layout::result_stride(geometry) + kResultHead, head.scale * factor,
+                    x + geometry.begin(j) * element, dtype, geometry.length(j));
   }
   commit_round(st, round, 0.0, unpack_start);
 }

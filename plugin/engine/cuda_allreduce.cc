@@ -148,9 +148,7 @@ bool has_device_state(Tag& tag, std::uint64_t comm_id) {
 }
 
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call) {
-  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
-  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, "tag '", tag.name,
-               "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, "");
   const nccl::NcclApi& api = nccl::nccl_api();
   int w = 0, me = 0;
   nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");

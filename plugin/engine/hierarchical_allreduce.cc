@@ -153,256 +153,321 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
 
 }  // namespace
 
+// One hierarchical call, in the steps of the header comment: the state sized on a tag's first
+// call, the host exchange posted (shared memory or the transport), the rail round whose worker
+// pass forms the host mean block by block, the host gather, then every rail's verdict and the
+// unpack. Holds what the steps share: the shard and rail geometries, the call's sequence number,
+// the requests posted so far.
+class Communicator::HostCall {
+ public:
+  HostCall(Communicator& comm, Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
+           std::uint32_t channel)
+      : comm_(comm), tag_(tag), x_(static_cast<std::uint8_t*>(buffer)), n_(n), dtype_(dtype), op_(op),
+        channel_(channel), world_(comm.size()), local_size_(comm.local_size_), hosts_(world_ / local_size_),
+        host_(comm.rank() / local_size_), local_(comm.rank() % local_size_), shards_(n, local_size_),
+        shard_(shards_.length(local_)), element_(kernels::dtype_size(dtype)),
+        shape_{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)},
+        st_(state_on(tag, comm.id_)), seq_(st_.seq), segment_(st_.host_segment) {
+    for (int q = 0; q < local_size_; ++q) rails_.emplace_back(shards_.length(q), hosts_);
+    results_at_.assign(local_size_, 0);
+    for (int q = 0; q < local_size_; ++q) {
+      if (q == local_) continue;
+      results_at_[q] = results_bytes_;
+      results_bytes_ += hosts_ * round_layout::result_stride(rails_[q]);
+    }
+    for (int q = 0; q < local_size_; ++q) orders_.push_back(round_layout::worker_order(rails_[q], host_));
+    block_recvs_.resize(orders_[local_].size());
+  }
+
+  void run() {
+    size_state_once();
+    post_host_exchange();
+    const RoundResult round = rail_round();
+    const Clock::time_point round_done = Clock::now();
+    host_gather();
+    // Every local peer has read this call's blocks (it sent its results after its worker stage),
+    // so the regions may take the next call's.
+    if (segment_.mapped()) ++st_.host_segment_calls;
+    const Clock::time_point gathered = Clock::now();
+    comm_.compressed_bytes_ += round.bytes_sent + host_sent_;
+    comm_.intra_host_bytes_ += host_sent_;
+    tag_.bytes_sent += round.bytes_sent + host_sent_;
+    check_verdicts();
+    unpack();
+    // The worker stage's time includes waiting for the local peers' blocks.
+    comm_.commit_round(st_, round, std::chrono::duration<double>(gathered - round_done).count(), gathered);
+  }
+
+ private:
+  int peer_rank(int q) const { return host_ * local_size_ + q; }
+  int slot_of(int q) const { return q < local_ ? q : q - 1; }  // a local peer's place in host_inputs
+  wire::MessageKey key(wire::Kind kind, std::size_t part) const {
+    return wire::MessageKey{tag_.id, seq_, kind, static_cast<std::uint16_t>(part)};
+  }
+  std::function<std::string(const Request&)> describe() const {
+    return [this](const Request& r) {
+      return "tag '" + tag_.name + "' call " + std::to_string(seq_) + ": " + wire::kind_name(r.key.kind) + " block " +
+             std::to_string(r.key.part) + " (hierarchical, " + std::to_string(local_size_) + " ranks per host)";
+    };
+  }
+  // Where local peer q's rail results are: this rank's own in `results`, the peers' in host_results.
+  const std::uint8_t* results_of(int q) const {
+    return q == local_ ? st_.results.data() : st_.host_results.data() + results_at_[q];
+  }
+
+  void size_state_once() {
+    if (st_.host_requests.empty()) {
+      ONEBIT_CHECK(st_.requests.empty(), ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name,
+                   "' ran flat on this communicator; a tag must not mix the flat and hierarchical algorithms");
+      if (dtype_ != kernels::Dtype::kFloat32) st_.host_mean.resize(shard_);
+      st_.host_results.resize(results_bytes_);
+      std::size_t requests = 0;
+      for (int q = 0; q < local_size_; ++q) {
+        if (q != local_) requests += orders_[local_].size() + orders_[q].size() + 2;
+      }
+      st_.host_requests.resize(requests);
+      st_.host_all.reserve(requests);
+    }
+    // Checked before any message leaves, so a misuse fails this rank's call alone, cleanly.
+    ONEBIT_CHECK(st_.requests.empty() || (st_.round_elements == shard_ && st_.round_ranks == hosts_),
+                 ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name, "' ran flat on this communicator; a "
+                 "tag must not mix the flat and hierarchical algorithms");
+  }
+
+  Request* post(bool send, int q, wire::Kind kind, std::size_t part, void* data, std::size_t bytes) {
+    Request& r = st_.host_requests[next_request_++];
+    if (send) {
+      comm_.transport_->isend(r, peer_rank(q), channel_, key(kind, part), shape_, data, bytes);
+      host_sent_ += bytes;
+    } else {
+      comm_.transport_->irecv(r, peer_rank(q), channel_, key(kind, part), shape_, data, bytes);
+    }
+    st_.host_all.push_back(&r);
+    return &r;
+  }
+
+  // Any failure of this rank's call: tell the host's waiters. A failure that is not the
+  // transport's own (a local peer gone from shared memory, an abort word) leaves this call's
+  // messages posted and unawaited. Waiting for them with an expired deadline breaks the transport
+  // — peers learn at once — and the transport contract then promises it never touches those
+  // requests again, so the state that holds them may be freed.
+  void settle() {
+    segment_.abort(comm_.rank());
+    for (const std::vector<Request*>* pending : {&st_.all, &st_.host_all}) {
+      try {
+        comm_.transport_->wait_all(*pending, Clock::now(), describe());
+      } catch (const Error&) {
+      }
+    }
+  }
+
+  [[noreturn]] void failed(const Error& error) {
+    settle();
+    fail(error.code(), comm_.where(), ": allreduce of tag '", tag_.name, "' (", n_, " ", kernels::dtype_name(dtype_),
+         ", call ", seq_, ", hierarchical) failed; buffer and error state unchanged: ", error.what());
+  }
+
+  // 1. The host exchange, posted: the segment set up on a tag's first call; from every local peer
+  // its rail results (and, without the segment, its input of my shard, block by block); to every
+  // peer its shard of my input over the transport, in the order its worker stage will want the
+  // blocks, round robin over the peers.
+  void post_host_exchange() {
+    st_.host_all.clear();
+    try {
+      if (!st_.host_segment_tried) {
+        set_up_host_segment(SegmentSetup{*comm_.transport_, channel_,
+                                         [this](std::size_t part) { return key(wire::Kind::kHostSegment, part); },
+                                         shape_, local_, local_size_, [this](int q) { return peer_rank(q); }, shards_,
+                                         element_, comm_.call_deadline(), comm_.where() + ": tag '" + tag_.name + "'"},
+                            st_);
+      }
+      if (!segment_.mapped()) st_.host_inputs.resize((local_size_ - 1) * shard_ * element_);
+      for (int q = 0; q < local_size_; ++q) {
+        if (q == local_) continue;
+        if (!segment_.mapped()) {
+          for (std::size_t i = 0; i < orders_[local_].size(); ++i) {
+            const round_layout::Block& b = orders_[local_][i];
+            block_recvs_[i].push_back(post(false, q, wire::Kind::kHostReduce, i,
+                                           st_.host_inputs.data() + (slot_of(q) * shard_ + b.first) * element_,
+                                           b.length * element_));
+          }
+        }
+        post(false, q, wire::Kind::kHostGather, 0, st_.host_results.data() + results_at_[q],
+             hosts_ * round_layout::result_stride(rails_[q]));
+      }
+      std::size_t most = 0;
+      for (const auto& order : orders_) most = std::max(most, order.size());
+      for (std::size_t i = 0; i < most && !segment_.mapped(); ++i) {
+        for (int q = 0; q < local_size_; ++q) {
+          if (q == local_ || i >= orders_[q].size()) continue;
+          const round_layout::Block& b = orders_[q][i];
+          post(true, q, wire::Kind::kHostReduce, i, x_ + (shards_.begin(q) + b.first) * element_, b.length * element_);
+        }
+      }
+    } catch (const Error& error) {
+      failed(error);
+    }
+  }
+
+  // Through shared memory: block i for every peer goes into this rank's region just before this
+  // rank waits for its own block i, and whatever a peer still lacks goes with the last block, so
+  // no rank waits for a block its writer has not reached.
+  void publish(std::size_t i) {
+    for (int q = 0; q < local_size_; ++q) {
+      if (q == local_) continue;
+      const std::size_t last = i + 1 == orders_[local_].size() ? orders_[q].size() : std::min(i + 1, orders_[q].size());
+      for (std::size_t j = std::min(i, last); j < last; ++j) {
+        const round_layout::Block& b = orders_[q][j];
+        const std::size_t at = (shards_.begin(q) + b.first) * element_;
+        if (b.length > 0) std::memcpy(segment_.region(local_) + at, x_ + at, b.length * element_);
+        segment_.publish(local_, q, st_.host_segment_calls * static_cast<std::uint32_t>(orders_[q].size()) +
+                                        static_cast<std::uint32_t>(j) + 1);
+      }
+    }
+  }
+
+  // The local peers' inputs of block i of my worker order, in place: from shared memory or the
+  // transport.
+  void await_block(std::size_t i, std::uint32_t read_base) {
+    if (!segment_.mapped()) {
+      comm_.transport_->wait_all(block_recvs_[i], comm_.call_deadline(), describe());
+      return;
+    }
+    publish(i);
+    for (int q = 0; q < local_size_; ++q) {
+      if (q == local_) continue;
+      segment_.wait(q, local_, read_base + static_cast<std::uint32_t>(i) + 1, comm_.call_deadline(), peer_rank(q),
+                    "block " + std::to_string(i) + " of the host reduce of tag '" + tag_.name + "' call " +
+                        std::to_string(seq_) + " (shared memory)");
+    }
+  }
+
+  // The rail's worker pass on block i: the host mean of the block, formed as it is needed (fp32:
+  // inside the pass, never written; fp16/bf16: converted first).
+  double host_mean_worker_pass(std::size_t i, std::size_t first, std::size_t length, const float* e_prev,
+                               float a_prev, float* e_next, std::uint8_t* bits, std::uint32_t read_base) {
+    await_block(i, read_base);
+    for (int q = 0; q < local_size_; ++q) {
+      const std::size_t at = (shards_.begin(local_) + first) * element_;
+      sources_[q] = q == local_        ? x_ + at
+                    : segment_.mapped() ? segment_.region(q) + at
+                                        : st_.host_inputs.data() + (slot_of(q) * shard_ + first) * element_;
+    }
+    if (dtype_ == kernels::Dtype::kFloat32) {
+      for (int q = 0; q < local_size_; ++q) fp32_sources_[q] = reinterpret_cast<const float*>(sources_[q]);
+      return comm_.kernels_.mean_worker_pass(fp32_sources_.data(), local_size_, e_prev, a_prev, e_next, bits, length);
+    }
+    host_mean(sources_, dtype_, st_.host_mean.data() + first, length);
+    return comm_.kernels_.worker_pass(st_.host_mean.data() + first, kernels::Dtype::kFloat32, e_prev, a_prev, e_next,
+                                      bits, length);
+  }
+
+  // 2. The rail round over my shard's host mean; its failures (the host reduce's too, which it
+  // waits for) come out phrased.
+  RoundResult rail_round() {
+    sources_.assign(local_size_, nullptr);
+    fp32_sources_.assign(local_size_, nullptr);
+    RankGroup rail;
+    for (int h = 0; h < hosts_; ++h) rail.ranks.push_back(h * local_size_ + local_);
+    rail.me = host_;
+    const std::uint32_t read_base = st_.host_segment_calls * static_cast<std::uint32_t>(orders_[local_].size());
+    try {
+      return comm_.compressed_round(
+          tag_, st_, rail, shard_, shards_.begin(local_), shape_, channel_,
+          [&](std::size_t i, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
+              std::uint8_t* bits) {
+            return host_mean_worker_pass(i, first, length, e_prev, a_prev, e_next, bits, read_base);
+          });
+    } catch (const Error&) {
+      settle();
+      throw;
+    }
+  }
+
+  // 3. My rail's results to every local peer, and theirs in.
+  void host_gather() {
+    try {
+      const std::size_t my_stride = round_layout::result_stride(rails_[local_]);
+      for (int q = 0; q < local_size_; ++q) {
+        if (q != local_) post(true, q, wire::Kind::kHostGather, 0, st_.results.data(), hosts_ * my_stride);
+      }
+      comm_.transport_->wait_all(st_.host_all, comm_.call_deadline(), describe());
+    } catch (const Error& error) {
+      failed(error);
+    }
+  }
+
+  // Every rail's results, in local-index order: the same verdict, in the same order, on every rank.
+  void check_verdicts() const {
+    for (int q = 0; q < local_size_; ++q) {
+      const std::size_t stride = round_layout::result_stride(rails_[q]);
+      for (int p = 0; p < hosts_; ++p) {
+        float scale;
+        std::int32_t bad;
+        std::memcpy(&scale, results_of(q) + p * stride, 4);
+        std::memcpy(&bad, results_of(q) + p * stride + 4, 4);
+        if (bad >= 0) {
+          fail(ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_,
+               "): the input of host ", bad, " (ranks ", bad * local_size_, "..", bad * local_size_ + local_size_ - 1,
+               ") holds NaN or Inf in shard ", q, " (elements ", shards_.begin(q), "..",
+               shards_.begin(q) + shards_.length(q), "); no buffer or error state changed on any rank");
+        }
+        ONEBIT_CHECK(std::isfinite(scale), ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name,
+                     "' (call ", seq_, "): the scale of rank ", p * local_size_ + q, " (server of rail ", q, ") is ",
+                     scale, "; no buffer or error state changed on any rank");
+      }
+    }
+  }
+
+  void unpack() {
+    const float factor = op_ == ReduceOp::kSum ? static_cast<float>(world_) : 1.0f;
+    for (int q = 0; q < local_size_; ++q) {
+      const std::size_t stride = round_layout::result_stride(rails_[q]);
+      for (int p = 0; p < hosts_; ++p) {
+        float scale;
+        std::memcpy(&scale, results_of(q) + p * stride, 4);
+        comm_.kernels_.unpack(results_of(q) + p * stride + kResultHead, scale * factor,
+                              x_ + (shards_.begin(q) + rails_[q].begin(p)) * element_, dtype_, rails_[q].length(p));
+      }
+    }
+  }
+
+  Communicator& comm_;
+  Tag& tag_;
+  std::uint8_t* const x_;
+  const std::size_t n_;
+  const kernels::Dtype dtype_;
+  const ReduceOp op_;
+  const std::uint32_t channel_;
+  const int world_, local_size_, hosts_, host_, local_;
+  const ChunkGeometry shards_;
+  const std::size_t shard_, element_;
+  const wire::CallShape shape_;
+  TagState& st_;
+  const std::uint64_t seq_;
+  shm::HostSegment& segment_;
+  std::vector<ChunkGeometry> rails_;                      // the rail geometry of each shard
+  std::vector<std::size_t> results_at_;                   // where local peer q's rail results sit in host_results
+  std::size_t results_bytes_ = 0;
+  std::vector<std::vector<round_layout::Block>> orders_;  // each shard's worker order on this host
+  std::vector<std::vector<Request*>> block_recvs_;        // [i]: the local peers' inputs of my block i
+  std::vector<const std::uint8_t*> sources_;              // the worker pass's L inputs of one block
+  std::vector<const float*> fp32_sources_;
+  std::size_t next_request_ = 0;
+  std::uint64_t host_sent_ = 0;
+};
+
 void Communicator::hierarchical_allreduce(Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
                                           std::uint32_t channel) {
   CallScope scope(*this);
-  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
-  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
-               "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, where());
   ONEBIT_CHECK(hierarchical(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
                "': hierarchical compression needs several ranks per host and several hosts; this communicator has ",
                local_size_, " rank(s) per host of ", size(), " (set ONEBIT_LOCAL_SIZE)");
   check_topology(tag);
   ++compressed_calls_;
   ++tag.calls;
-
-  const int world = size();
-  const int local_size = local_size_;
-  const int hosts = world / local_size;
-  const int host = rank() / local_size;
-  const int local = rank() % local_size;
-  const ChunkGeometry shards(n, local_size);
-  std::vector<ChunkGeometry> rails;  // the rail geometry of each shard
-  for (int q = 0; q < local_size; ++q) rails.emplace_back(shards.length(q), hosts);
-  const std::size_t shard = shards.length(local);
-  const std::size_t element = kernels::dtype_size(dtype);
-  auto* x = static_cast<std::uint8_t*>(buffer);
-  auto peer_rank = [&](int q) { return host * local_size + q; };
-  auto slot_of = [&](int q) { return q < local ? q : q - 1; };  // a local peer's place in host_inputs
-  // Where local peer q's rail results sit in host_results.
-  std::vector<std::size_t> results_at(local_size, 0);
-  std::size_t results_bytes = 0;
-  for (int q = 0; q < local_size; ++q) {
-    if (q == local) continue;
-    results_at[q] = results_bytes;
-    results_bytes += hosts * round_layout::result_stride(rails[q]);
-  }
-  std::vector<std::vector<round_layout::Block>> orders;  // each shard's worker order on this host
-  for (int q = 0; q < local_size; ++q) orders.push_back(round_layout::worker_order(rails[q], host));
-
-  std::unique_ptr<TagState>& slot = tag.states[id_];
-  if (!slot) slot = std::make_unique<TagState>();
-  TagState& st = *slot;
-  if (st.host_requests.empty()) {
-    ONEBIT_CHECK(st.requests.empty(), ONEBIT_INVALID_ARGUMENT, where(), ": tag '", tag.name,
-                 "' ran flat on this communicator; a tag must not mix the flat and hierarchical algorithms");
-    if (dtype != kernels::Dtype::kFloat32) st.host_mean.resize(shard);
-    st.host_results.resize(results_bytes);
-    std::size_t requests = 0;
-    for (int q = 0; q < local_size; ++q) {
-      if (q != local) requests += orders[local].size() + orders[q].size() + 2;
-    }
-    st.host_requests.resize(requests);
-    st.host_all.reserve(requests);
-  }
-  // Checked before any message leaves, so a misuse fails this rank's call alone, cleanly.
-  ONEBIT_CHECK(st.requests.empty() || (st.round_elements == shard && st.round_ranks == hosts), ONEBIT_INVALID_ARGUMENT,
-               where(), ": tag '", tag.name, "' ran flat on this communicator; a tag must not mix the flat and "
-               "hierarchical algorithms");
-
-  const std::uint64_t seq = st.seq;
-  const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
-  auto key = [&](wire::Kind kind, std::size_t part) {
-    return wire::MessageKey{tag.id, seq, kind, static_cast<std::uint16_t>(part)};
-  };
-  auto describe = [&](const Request& r) {
-    return "tag '" + tag.name + "' call " + std::to_string(seq) + ": " + wire::kind_name(r.key.kind) + " block " +
-           std::to_string(r.key.part) + " (hierarchical, " + std::to_string(local_size) + " ranks per host)";
-  };
-  std::size_t next_request = 0;
-  std::uint64_t host_sent = 0;
-  st.host_all.clear();
-  // block_recvs[i]: the local peers' inputs of block i of this rank's worker order.
-  std::vector<std::vector<Request*>> block_recvs(orders[local].size());
-  auto post = [&](bool send, int q, wire::Kind kind, std::size_t part, void* data, std::size_t bytes) {
-    Request& r = st.host_requests[next_request++];
-    if (send) {
-      transport_->isend(r, peer_rank(q), channel, key(kind, part), shape, data, bytes);
-      host_sent += bytes;
-    } else {
-      transport_->irecv(r, peer_rank(q), channel, key(kind, part), shape, data, bytes);
-    }
-    st.host_all.push_back(&r);
-    return &r;
-  };
-
-  shm::HostSegment& segment = st.host_segment;
-  // Any failure of this rank's call from here on: tell the host's waiters, then report it.
-  // A failure that is not the transport's own (a local peer gone from shared memory, an abort
-  // word) leaves this call's messages posted and unawaited. Waiting for them with an expired
-  // deadline breaks the transport — peers learn at once — and the transport contract then
-  // promises it never touches those requests again, so the state that holds them may be freed.
-  auto settle = [&] {
-    segment.abort(rank());
-    for (const std::vector<Request*>* pending : {&st.all, &st.host_all}) {
-      try {
-        transport_->wait_all(*pending, Clock::now(), describe);
-      } catch (const Error&) {
-      }
-    }
-  };
-  auto failed = [&](const Error& error) {
-    settle();
-    fail(error.code(), where(), ": allreduce of tag '", tag.name, "' (", n, " ", kernels::dtype_name(dtype), ", call ",
-         seq, ", hierarchical) failed; buffer and error state unchanged: ", error.what());
-  };
-  try {
-    if (!st.host_segment_tried) {
-      set_up_host_segment(SegmentSetup{*transport_, channel,
-                                       [&](std::size_t part) { return key(wire::Kind::kHostSegment, part); }, shape,
-                                       local, local_size, peer_rank, shards, element, call_deadline(),
-                                       where() + ": tag '" + tag.name + "'"},
-                          st);
-    }
-    if (!segment.mapped()) st.host_inputs.resize((local_size - 1) * shard * element);
-    for (int q = 0; q < local_size; ++q) {
-      if (q == local) continue;
-      if (!segment.mapped()) {
-        for (std::size_t i = 0; i < orders[local].size(); ++i) {
-          const round_layout::Block& b = orders[local][i];
-          block_recvs[i].push_back(post(false, q, wire::Kind::kHostReduce, i,
-                                        st.host_inputs.data() + (slot_of(q) * shard + b.first) * element,
-                                        b.length * element));
-        }
-      }
-      post(false, q, wire::Kind::kHostGather, 0, st.host_results.data() + results_at[q],
-           hosts * round_layout::result_stride(rails[q]));
-    }
-    // Over the transport: every peer's blocks at once, in the order its worker stage will want
-    // them, round robin over the peers.
-    std::size_t most = 0;
-    for (const auto& order : orders) most = std::max(most, order.size());
-    for (std::size_t i = 0; i < most && !segment.mapped(); ++i) {
-      for (int q = 0; q < local_size; ++q) {
-        if (q == local || i >= orders[q].size()) continue;
-        const round_layout::Block& b = orders[q][i];
-        post(true, q, wire::Kind::kHostReduce, i, x + (shards.begin(q) + b.first) * element, b.length * element);
-      }
-    }
-  } catch (const Error& error) {
-    failed(error);
-  }
-
-  // Through shared memory: block i for every peer goes into this rank's region just before this
-  // rank waits for its own block i, and whatever a peer still lacks goes with the last block, so
-  // no rank waits for a block its writer has not reached.
-  const std::uint32_t read_base = st.host_segment_calls * static_cast<std::uint32_t>(orders[local].size());
-  auto publish = [&](std::size_t i) {
-    for (int q = 0; q < local_size; ++q) {
-      if (q == local) continue;
-      const std::size_t last = i + 1 == orders[local].size() ? orders[q].size() : std::min(i + 1, orders[q].size());
-      for (std::size_t j = std::min(i, last); j < last; ++j) {
-        const round_layout::Block& b = orders[q][j];
-        const std::size_t at = (shards.begin(q) + b.first) * element;
-        if (b.length > 0) std::memcpy(segment.region(local) + at, x + at, b.length * element);
-        segment.publish(local, q, st.host_segment_calls * static_cast<std::uint32_t>(orders[q].size()) +
-                                      static_cast<std::uint32_t>(j) + 1);
-      }
-    }
-  };
-
-  // The rail round; its failures (the host reduce's too, which it waits for) come out phrased.
-  std::vector<const std::uint8_t*> sources(local_size);
-  std::vector<const float*> fp32_sources(local_size);
-  RankGroup rail;
-  for (int h = 0; h < hosts; ++h) rail.ranks.push_back(h * local_size + local);
-  rail.me = host;
-  RoundResult round;
-  try {
-    round = compressed_round(
-        tag, st, rail, shard, shards.begin(local), shape, channel,
-        [&](std::size_t i, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
-            std::uint8_t* bits) {
-          if (segment.mapped()) {
-            publish(i);
-            for (int q = 0; q < local_size; ++q) {
-              if (q == local) continue;
-              segment.wait(q, local, read_base + static_cast<std::uint32_t>(i) + 1, call_deadline(), peer_rank(q),
-                           "block " + std::to_string(i) + " of the host reduce of tag '" + tag.name + "' call " +
-                               std::to_string(seq) + " (shared memory)");
-            }
-          } else {
-            transport_->wait_all(block_recvs[i], call_deadline(), describe);
-          }
-          for (int q = 0; q < local_size; ++q) {
-            const std::size_t at = (shards.begin(local) + first) * element;
-            sources[q] = q == local          ? x + at
-                         : segment.mapped() ? segment.region(q) + at
-                                            : st.host_inputs.data() + (slot_of(q) * shard + first) * element;
-          }
-          // fp32: the mean inside the worker pass, never written; fp16/bf16: converted first.
-          if (dtype == kernels::Dtype::kFloat32) {
-            for (int q = 0; q < local_size; ++q) fp32_sources[q] = reinterpret_cast<const float*>(sources[q]);
-            return kernels_.mean_worker_pass(fp32_sources.data(), local_size, e_prev, a_prev, e_next, bits, length);
-          }
-          host_mean(sources, dtype, st.host_mean.data() + first, length);
-          return kernels_.worker_pass(st.host_mean.data() + first, kernels::Dtype::kFloat32, e_prev, a_prev, e_next,
-                                      bits, length);
-        });
-  } catch (const Error&) {
-    settle();
-    throw;
-  }
-  const Clock::time_point round_done = Clock::now();
-  try {
-    const std::size_t my_stride = round_layout::result_stride(rails[local]);
-    for (int q = 0; q < local_size; ++q) {
-      if (q != local) post(true, q, wire::Kind::kHostGather, 0, st.results.data(), hosts * my_stride);
-    }
-    transport_->wait_all(st.host_all, call_deadline(), describe);
-  } catch (const Error& error) {
-    failed(error);
-  }
-  // Every local peer has read this call's blocks (it sent its results after its worker stage), so
-  // the regions may take the next call's.
-  if (segment.mapped()) ++st.host_segment_calls;
-  const Clock::time_point gathered = Clock::now();
-  compressed_bytes_ += round.bytes_sent + host_sent;
-  intra_host_bytes_ += host_sent;
-  tag.bytes_sent += round.bytes_sent + host_sent;
-
-  // Every rail's results, in local-index order: the same verdict, in the same order, on every rank.
-  auto results_of = [&](int q) { return q == local ? st.results.data() : st.host_results.data() + results_at[q]; };
-  for (int q = 0; q < local_size; ++q) {
-    const std::size_t stride = round_layout::result_stride(rails[q]);
-    for (int p = 0; p < hosts; ++p) {
-      float scale;
-      std::int32_t bad;
-      std::memcpy(&scale, results_of(q) + p * stride, 4);
-      std::memcpy(&bad, results_of(q) + p * stride + 4, 4);
-      if (bad >= 0) {
-        fail(ONEBIT_NUMERIC_ERROR, where(), ": allreduce of tag '", tag.name, "' (call ", seq, "): the input of host ",
-             bad, " (ranks ", bad * local_size, "..", bad * local_size + local_size - 1, ") holds NaN or Inf in shard ",
-             q, " (elements ", shards.begin(q), "..", shards.begin(q) + shards.length(q),
-             "); no buffer or error state changed on any rank");
-      }
-      ONEBIT_CHECK(std::isfinite(scale), ONEBIT_NUMERIC_ERROR, where(), ": allreduce of tag '", tag.name, "' (call ",
-                   seq, "): the scale of rank ", p * local_size + q, " (server of rail ", q, ") is ", scale,
-                   "; no buffer or error state changed on any rank");
-    }
-  }
-  const float factor = op == ReduceOp::kSum ? static_cast<float>(world) : 1.0f;
-  for (int q = 0; q < local_size; ++q) {
-    const std::size_t stride = round_layout::result_stride(rails[q]);
-    for (int p = 0; p < hosts; ++p) {
-      float scale;
-      std::memcpy(&scale, results_of(q) + p * stride, 4);
-      kernels_.unpack(results_of(q) + p * stride + kResultHead, scale * factor,
-                      x + (shards.begin(q) + rails[q].begin(p)) * element, dtype, rails[q].length(p));
-    }
-  }
-  // The worker stage's time includes waiting for the local peers' blocks.
-  commit_round(st, round, std::chrono::duration<double>(gathered - round_done).count(), gathered);
+  HostCall(*this, tag, buffer, n, dtype, op, channel).run();
 }
 
 }  // namespace onebit

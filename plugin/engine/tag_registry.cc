@@ -150,4 +150,17 @@ void Tag::load(const float* worker, std::size_t worker_count, const float* serve
   restored = true;
 }
 
+std::unique_lock<std::mutex> claim_tag_for_call(Tag& tag, const std::string& where) {
+  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
+  ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where, where.empty() ? "" : ": ", "tag '", tag.name,
+               "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  return busy;
+}
+
+TagState& state_on(Tag& tag, std::uint64_t comm_id) {
+  std::unique_ptr<TagState>& slot = tag.states[comm_id];
+  if (!slot) slot = std::make_unique<TagState>();
+  return *slot;
+}
+
 }  // namespace onebit

@@ -93,6 +93,14 @@ struct Tag {
   bool has_run() const { return !states.empty() || !device_states.empty(); }
 };
 
+// The preamble of every compressed call (flat, hierarchical, the NCCL door's): the tag's busy lock,
+// taken without waiting — calls on one tag must not overlap, and a second one is
+// ONEBIT_INVALID_ARGUMENT naming the tag (after `where`, e.g. "rank 2/4", when given), not a wait.
+std::unique_lock<std::mutex> claim_tag_for_call(Tag& tag, const std::string& where);
+
+// `tag`'s host state on communicator `comm_id`, made on its first call there. Under the busy lock.
+TagState& state_on(Tag& tag, std::uint64_t comm_id);
+
 class TagRegistry {
  public:
   static TagRegistry& instance();
