@@ -97,12 +97,14 @@ class Communicator::Round {
     marks[0] = Clock::now();
     try {
       post_receives();  // first, so that messages land in place, not in the transport's unexpected store
-      worker_stage(worker);
+      worker_passes(worker);
       marks[1] = Clock::now();
+      send_worker_scale();
       comm_.transport_->wait_all(st_.stage1, comm_.call_deadline(), describe());
       marks[2] = Clock::now();
-      server_stage();
+      server_passes();
       marks[3] = Clock::now();
+      send_server_head();
       comm_.transport_->wait_all(st_.all, comm_.call_deadline(), describe());
       marks[4] = Clock::now();
     } catch (const Error& error) {
@@ -220,9 +222,9 @@ class Communicator::Round {
     }
   }
 
-  // 1. Block by block in worker order, each block's bits sent to its server once packed; then the
-  // worker scale to every member.
-  void worker_stage(const RoundWorker& worker) {
+  // 1. Worker stage: block by block in worker order, each block's bits sent to its server once
+  // packed; then (send_worker_scale) the worker scale to every member.
+  void worker_passes(const RoundWorker& worker) {
     const std::vector<round_layout::Block> order = round_layout::worker_order(geometry_, me_);
     const float* e_prev = st_.worker[st_.current].data();
     float* e_next = st_.worker[1 - st_.current].data();
@@ -237,6 +239,9 @@ class Communicator::Round {
       }
     }
     result_.worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n_) : NAN;
+  }
+
+  void send_worker_scale() {
     st_.scales.data()[me_] = result_.worker_scale;
     for (int p = 0; p < world_; ++p) {
       if (p != me_) post_send(p, wire::Kind::kWorkerScale, 0, &st_.scales.data()[me_], sizeof(float));
@@ -251,10 +256,11 @@ class Communicator::Round {
     return -1;
   }
 
-  // 2. Once every member's bits and scale are in: my chunk's server pass block by block, each
-  // block's bits sent to every member as it is done; then the head (scale, verdict).
-  void server_stage() {
-    const std::int32_t first_bad = first_non_finite_member();
+  // 2. Server stage, once every member's bits and scale are in: my chunk's server pass block by
+  // block, each block's bits sent to every member as it is done; then (send_server_head) the head:
+  // the scale and the verdict.
+  void server_passes() {
+    first_bad_ = first_non_finite_member();
     std::uint8_t* mine = result_of(me_);
     for (int p = 0; p < world_; ++p) {
       st_.chunk_bits[p] =
@@ -268,7 +274,7 @@ class Communicator::Round {
       std::uint8_t* out_bits = mine + kResultHead + within / 8;
       // With a non-finite worker scale the bits are meaningless; they are still sent (every member
       // posted for them) and the head below carries the verdict.
-      if (first_bad < 0) {
+      if (first_bad_ < 0) {
         for (int p = 0; p < world_; ++p) st_.block_bits[p] = st_.chunk_bits[p] + within / 8;
         server_squares += comm_.kernels_.server_pass(st_.block_bits.data(), st_.scales.data(), world_, s_prev + within,
                                                      st_.server_scale, s_next + within, out_bits,
@@ -278,9 +284,13 @@ class Communicator::Round {
         if (p != me_) post_send(p, wire::Kind::kServerResult, b, out_bits, kernels::packed_bytes(block_length(me_, b)));
       }
     }
-    result_.server_scale = first_bad < 0 ? kernels::scale_from_sum_squares(server_squares, length(me_)) : NAN;
+    result_.server_scale = first_bad_ < 0 ? kernels::scale_from_sum_squares(server_squares, length(me_)) : NAN;
+  }
+
+  void send_server_head() {
+    std::uint8_t* mine = result_of(me_);
     std::memcpy(mine, &result_.server_scale, 4);
-    std::memcpy(mine + 4, &first_bad, 4);
+    std::memcpy(mine + 4, &first_bad_, 4);
     for (int p = 0; p < world_; ++p) {
       if (p != me_) post_send(p, wire::Kind::kServerScale, 0, mine, kResultHead);
     }
@@ -298,6 +308,7 @@ class Communicator::Round {
   const std::size_t result_stride_;
   const std::uint64_t seq_;
   std::size_t next_request_ = 0;
+  std::int32_t first_bad_ = -1;  // the server stage's verdict: the first member with non-finite input
   RoundResult result_;
 };
 
