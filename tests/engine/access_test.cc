@@ -1,0 +1,112 @@
+// Who may join a job through the shipped C ABI: strangers and old-protocol peers at the bootstrap
+// root are ignored, ONEBIT_AUTH_KEY keeps a different key out.
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <atomic>
+#include <algorithm>
+#include <sched.h>
+#include <cstdlib>
+#include <vector>
+
+#include "kernels/cpu/half.h"
+#include "onebit/onebit.h"
+#include "tests/support/float32_oracle.h"
+#include "tests/support/float64_reference.h"
+#include "tests/support/multiprocess.h"
+#include "tests/support/rank_record.h"
+#include "tests/engine/engine_jobs.h"
+
+namespace onebit::testing {
+namespace {
+
+void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes) {
+  const int world = 2;
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    if (rank == 1) {
+      sockaddr_in address{};
+      address.sin_family = AF_INET;
+      address.sin_port = htons(static_cast<std::uint16_t>(port));
+      address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      for (int tries = 0; ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0; ++tries) {
+        ::close(fd);
+        if (tries > 1000000) return 7;
+        ::sched_yield();
+        fd = ::socket(AF_INET, SOCK_STREAM, 0);
+      }
+      [[maybe_unused]] ssize_t w = ::write(fd, bytes.data(), bytes.size());
+      ::close(fd);
+    }
+    onebit_comm_t comm = join(rank, world, port);
+    std::vector<float> buffer(10, static_cast<float>(rank));
+    const bool ok = onebit_allreduce(comm, buffer.data(), 10, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
+                    buffer[0] == 1.0f;
+    onebit_comm_destroy(comm);
+    return ok ? 0 : 2;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0);
+  EXPECT_EQ(outcomes[1].exit_code, 0);
+}
+
+TEST(Errors, StrangerAtTheBootstrapRootIsIgnored) {
+  // As a port scanner or an HTTP client would.
+  const std::string garbage = "GET / HTTP/1.0\r\n\r\n0123456789abcdefghijklmnopqrstuvwxyz";
+  expect_job_survives_stranger_at_root(std::vector<std::uint8_t>(garbage.begin(), garbage.end()));
+}
+
+TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
+  // Same key: the job runs.
+  {
+    const int port = free_port();
+    auto outcomes = run_ranks(2, [&](int rank) {
+      onebit_config_t config{5000, 0, nullptr, "launcher-secret", nullptr, nullptr};
+      onebit_comm_t comm = nullptr;
+      if (onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 2;
+      std::vector<float> buffer(8, 1.0f);
+      const bool ok = onebit_allreduce(comm, buffer.data(), 8, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
+                      buffer[0] == 2.0f;
+      onebit_comm_destroy(comm);
+      return ok ? 0 : 3;
+    });
+    EXPECT_EQ(outcomes[0].exit_code, 0);
+    EXPECT_EQ(outcomes[1].exit_code, 0);
+  }
+  // Rank 1 has another key: the root ignores it; rank 0 fails at the timeout naming rank 1, and rank
+  // 1's message says what to check.
+  const int port = free_port();
+  SharedMemory shared(2 * sizeof(Record));
+  auto* records = shared.as<Record>();
+  auto outcomes = run_ranks(2, [&](int rank) {
+    onebit_config_t config{1500, 0, nullptr, rank == 0 ? "launcher-secret" : "another-secret", nullptr, nullptr};
+    onebit_comm_t comm = nullptr;
+    records[rank].set(onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config));
+    return comm == nullptr ? 0 : 4;
+  });
+  ASSERT_EQ(outcomes[0].exit_code, 0);
+  ASSERT_EQ(outcomes[1].exit_code, 0);
+  EXPECT_EQ(records[0].code, ONEBIT_TIMEOUT) << records[0].message;
+  EXPECT_NE(std::string(records[0].message).find("rank(s) 1 of 2 never reached the root"), std::string::npos)
+      << records[0].message;
+  // The root answers an unproven hello at once, so rank 1 learns without waiting.
+  EXPECT_EQ(records[1].code, ONEBIT_REMOTE_ERROR) << records[1].message;
+  EXPECT_NE(std::string(records[1].message).find("refused this rank: its hello fails the bootstrap MAC"),
+            std::string::npos) << records[1].message;
+  EXPECT_NE(std::string(records[1].message).find("holds a different key"), std::string::npos) << records[1].message;
+}
+
+TEST(Access, OldProtocolPeerAtTheRootIsIgnored) {
+  // A well-formed bootstrap hello of protocol version 0 that claims rank 1, before the real rank 1.
+  std::vector<std::uint8_t> hello(48, 0);
+  hello[0] = 0x31, hello[1] = 0x42, hello[2] = 0x42, hello[3] = 0x4F;  // "OBB1"; version 0
+  hello[8] = 1;   // rank 1
+  hello[12] = 2;  // of 2
+  expect_job_survives_stranger_at_root(hello);
+}
+
+}  // namespace
+}  // namespace onebit::testing
