@@ -120,9 +120,8 @@ def synchronize(*optimizers):
     from .zero_one_adam import ZeroOneAdam
     changed = False
     for optimizer in onebit_optimizers(*optimizers):
-        if isinstance(optimizer, ZeroOneAdam) and any(l.value for l in optimizer._lrs):
-            optimizer.synchronize()
-            changed = True
+        if isinstance(optimizer, ZeroOneAdam):
+            changed = optimizer.synchronize() or changed
     return changed
 
 

@@ -163,11 +163,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
             return
         fields = dict(world_size=self._world, **fields)  # torch's rendezvous meets a different WORLD_SIZE first
         names = list(fields)
-        table = torch.zeros(self._world, len(names), dtype=torch.int64)
-        table[self._rank] = torch.tensor([int(fields[n]) for n in names], dtype=torch.int64)
-        table = table.to(self._device)
-        dist.all_reduce(table, group=self._group)  # untagged: exact
-        rows = table.cpu().tolist()
+        rows = self._every_rank([int(fields[n]) for n in names])
         for j, name in enumerate(names):
             values = [row[j] for row in rows]
             if len(set(values)) > 1:
@@ -176,6 +172,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"{self._who}: the ranks disagree on {name} ({said}); every rank must run the "
                                    "same schedule on the same parameters (ONEBIT_FREEZE_STEP set on some ranks "
                                    "only? different checkpoints loaded? different models?)")
+
+    def _every_rank(self, values):
+        """Every rank's row of integers (`values` is this rank's), in one small exact all_reduce of a
+        world x len(values) table in which each rank fills its own row."""
+        table = torch.zeros(self._world, len(values), dtype=torch.int64)
+        table[self._rank] = torch.tensor(values, dtype=torch.int64)
+        table = table.to(self._device)
+        dist.all_reduce(table, group=self._group)  # untagged: exact
+        return table.cpu().tolist()
 
     def _step_failure(self, error, step, stage):
         """The error of a failed compressed all_reduce, with the step, its stage, and for NaN or Inf
@@ -430,7 +435,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              f"into one of {self._world}: the error feedback is per rank; resume with "
                              f"{saved['world_size']} ranks")
         part = parts.get(self._rank, parts.get("every"))
-        missing = self._ranks_without(part is None)
+        if self._world > 1:
+            missing = [r for r, row in enumerate(self._every_rank([int(part is None)])) if row[0]]
+        else:
+            missing = [self._rank] if part is None else []
         if missing:
             held = ", ".join(str(r) for r in sorted(parts, key=str))
             raise ValueError(f"{self._who}.load_state_dict: this checkpoint holds the part of rank {held} of "
@@ -442,16 +450,6 @@ class _FlatOptimizer(torch.optim.Optimizer):
             raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {part['m'].numel()} parameters, "
                              f"this optimizer {self._total}")
         return state_dict, part
-
-    def _ranks_without(self, lacking):
-        """The ranks for which `lacking` holds (one small exact all_reduce)."""
-        if self._world == 1:
-            return [0] if lacking else []
-        flags = torch.zeros(self._world, dtype=torch.int64)
-        flags[self._rank] = int(lacking)
-        flags = flags.to(self._device)
-        dist.all_reduce(flags, group=self._group)  # untagged: exact
-        return [r for r, flag in enumerate(flags.cpu().tolist()) if flag]
 
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""

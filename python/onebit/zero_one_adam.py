@@ -166,13 +166,15 @@ class ZeroOneAdam(_FlatOptimizer):
         averaged 1-bit compressed, the parameters rebuilt from the last sync's (the schedule does
         not move; the next sync averages what accumulates from here). A collective: every rank
         calls it. Where the replicas are equal already (the variance stage, right after a sync:
-        every lr sum 0, the same on every rank) it does nothing and sends nothing."""
+        every lr sum 0, the same on every rank) it does nothing and sends nothing. Returns whether
+        it moved the parameters."""
         if all(l.value == 0 for l in self._lrs):
-            return
+            return False
         self._read_parameters()
         self._sync(lambda: None, "synchronize()")
         self._write_parameters()
         self._consolidated = None  # gathered before this sync: stale
+        return True
 
     def _same_on_every_rank(self, part):
         """As for every onebit optimizer, and the replicas equal (every lr sum 0: no local step since a sync)."""

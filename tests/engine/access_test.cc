@@ -42,7 +42,7 @@ void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes
       [[maybe_unused]] ssize_t w = ::write(fd, bytes.data(), bytes.size());
       ::close(fd);
     }
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer(10, static_cast<float>(rank));
     const bool ok = onebit_allreduce(comm, buffer.data(), 10, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
                     buffer[0] == 1.0f;

@@ -31,7 +31,7 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
   SharedMemory outputs(total * calls * world * sizeof(float));
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::size_t offset = 0;
     for (std::size_t n : sizes) {
       std::vector<float> buffer(n);
@@ -100,7 +100,7 @@ TEST(CompressedAllreduce, SumIsWorldTimesAverage) {
   SharedMemory outputs(2 * world * n * sizeof(float));
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> avg = input(rank, 0, n, 5), sum = avg;
     onebit_tag("avg", avg.data(), n, ONEBIT_FLOAT32);
     onebit_tag("sum", sum.data(), n, ONEBIT_FLOAT32);
@@ -124,7 +124,7 @@ TEST(CompressedAllreduce, UntagResetsTheErrorState) {
   SharedMemory outputs(2 * world * n * sizeof(float));
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer = input(rank, 0, n, 9);
     onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32);
     if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
@@ -156,7 +156,7 @@ TEST(CompressedAllreduce, ConcurrentTagsFromThreads) {
   SharedMemory outputs(2 * calls * world * n * sizeof(float));
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::atomic<int> failures{0};  // both threads count into it
     auto worker = [&](int t) {
       std::vector<float> buffer(n);
@@ -203,7 +203,7 @@ TEST(CompressedAllreduce, ErrorFeedbackTracksTheTrueAverage) {
     return x;
   };
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer(n);
     onebit_tag("g", buffer.data(), n, ONEBIT_FLOAT32);
     for (int call = 0; call < calls; ++call) {

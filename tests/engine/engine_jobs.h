@@ -1,5 +1,6 @@
 // What the engine's C-ABI tests share: each rank's deterministic input, the comparison with the
-// float64 reference, and joining a loopback job (ranks are real processes, tests/support/multiprocess.h).
+// float64 reference, and the loopback root (ranks are real processes joining through
+// tests/support/loopback_comm.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -43,8 +44,5 @@ inline std::size_t expect_matches(const float* out, const std::vector<double>& r
 }
 
 inline std::string root_at(int port) { return "127.0.0.1:" + std::to_string(port); }
-
-// A rank of a loopback job of `world` ranks (exits the process, code 90, if it cannot join).
-inline onebit_comm_t join(int rank, int world, int port) { return join_loopback(rank, world, port); }
 
 }  // namespace onebit::testing

@@ -99,7 +99,7 @@ TEST(Errors, NaNInATaggedBufferFailsEveryRankAndChangesNothing) {
   auto* outputs = reinterpret_cast<float*>(records + world);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer = input(rank, 0, n, 3);
     onebit_tag("p", buffer.data(), n, ONEBIT_FLOAT32);
     if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
@@ -142,7 +142,7 @@ TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
   auto* records = shared.as<Record>();
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     const std::size_t n = rank == 0 ? 1000 : 1200;
     std::vector<float> buffer(n, 1.0f);
     onebit_tag("m", buffer.data(), n, ONEBIT_FLOAT32);
@@ -175,7 +175,7 @@ TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
   auto* records = shared.as<Record>();
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join(rank, world, port);
+    onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer(100000, 1.0f);
     onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     if (rank == 2) ::raise(SIGKILL);  // dies with its connections open, as a crashed trainer does
@@ -237,7 +237,7 @@ TEST(Errors, RankKilledAtRandomPointsOfCollectives) {
     auto* records = shared.as<Record>();
     const int port = free_port();
     auto outcomes = run_ranks(world, [&](int rank) {
-      onebit_comm_t comm = join(rank, world, port);
+      onebit_comm_t comm = join_loopback(rank, world, port);
       std::vector<float> buffer(n);
       onebit_tag("k", buffer.data(), n, ONEBIT_FLOAT32);
       std::thread watcher;

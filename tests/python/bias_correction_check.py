@@ -38,13 +38,13 @@ def run_onebit(torch, onebit, start, grads, **options):
     return trajectory
 
 
-def reference(torch, lib, start, grads):
+def reference(torch, bound, start, grads):
     """float64: torch Adam's corrected rule (decay as onebit's: added to the direction) in warmup,
-    then the frozen-variance rule in corrected terms."""
+    then the frozen-variance rule in corrected terms, the clip at `bound` (Adam's largest step)."""
     b1, b2 = BETAS
-    bound = lib.onebit_adam_step_bound(__import__("ctypes").c_float(b1), __import__("ctypes").c_float(b2))
-    p, m, v = start.double().clone(), torch.zeros_like(start, dtype=torch.float64), None
-    v = torch.zeros_like(m)
+    p = start.double().clone()
+    m = torch.zeros_like(p)
+    v = torch.zeros_like(p)
     trajectory = []
     for t, g in enumerate(grads, start=1):
         g = g.double()
@@ -97,7 +97,8 @@ def main():
                                 f"{(ours - p.detach()).abs().max().item():.3g}")
         if torch.allclose(plain[FREEZE - 1], p.detach(), rtol=1e-3, atol=0):
             failures.append("bias_correction=False matches torch.optim.Adam: the option changes nothing")
-        expected = reference(torch, lib, start, grads)
+        expected = reference(torch, lib.onebit_adam_step_bound(ctypes.c_float(BETAS[0]), ctypes.c_float(BETAS[1])),
+                             start, grads)
         for step, (ours, want) in enumerate(zip(corrected, expected)):
             if not torch.allclose(ours.double(), want, rtol=1e-5, atol=1e-7):
                 stage = "warmup" if step < FREEZE else "compression stage"

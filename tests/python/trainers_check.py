@@ -116,20 +116,21 @@ class Recorder:
         return backend_stats()["forwarded_bytes"]
 
     def result(self, model, losses, resumed, wrapped):
-        import onebit
+        import torch
         import torch.distributed as dist
+        import onebit
         stats = onebit.stats() if dist.get_backend() == "onebit" else {"compressed_calls": 0}
         at_freeze = 0 if resumed else self.at_freeze
         return dict(params=flat_parameters(model).numpy().view("uint32").tolist(), losses=losses,
                     compressed_calls=stats["compressed_calls"],
                     forwarded_in_compression=None if at_freeze is None else self.forwarded() - at_freeze,
                     model_bytes=4 * sum(p.numel() for p in model.parameters()),
-                    ddp=isinstance(wrapped, __import__("torch").nn.parallel.DistributedDataParallel))
+                    ddp=isinstance(wrapped, torch.nn.parallel.DistributedDataParallel))
 
 
 def hf_case(case, phase, out):
-    import torch
     from transformers import Trainer, TrainerCallback, TrainingArguments
+    import onebit
     import onebit.integrations as integrations
     if case == "hf-torch-adam":
         import torch.distributed as dist
@@ -150,7 +151,7 @@ def hf_case(case, phase, out):
     callbacks = [Record()] if case == "hf-without-callback" else [integrations.OnebitTrainerCallback(), Record()]
     if case == "hf-cls":
         trainer = Trainer(model=model, args=args, train_dataset=Bytes(), callbacks=callbacks,
-                          optimizer_cls_and_kwargs=(__import__("onebit").OnebitAdam, dict(lr=LR, freeze_step=FREEZE)))
+                          optimizer_cls_and_kwargs=(onebit.OnebitAdam, dict(lr=LR, freeze_step=FREEZE)))
     else:
         trainer = Trainer(model=model, args=args, train_dataset=Bytes(), callbacks=callbacks,
                           optimizers=(make_optimizer(case, model.parameters()), None))
