@@ -6,11 +6,11 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
-#include "plugin/engine/communicator.h"
-#include "plugin/optim/frozen_variance.h"
-#include "plugin/optim/onebit_adam.h"
-#include "plugin/optim/onebit_lamb.h"
-#include "plugin/optim/zero_one_adam.h"
+#include "engine/communicator.h"
+#include "optim/frozen_variance.h"
+#include "optim/onebit_adam.h"
+#include "optim/onebit_lamb.h"
+#include "optim/zero_one_adam.h"
 
 namespace onebit {
 

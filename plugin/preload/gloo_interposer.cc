@@ -35,7 +35,7 @@
 #include "common/params.h"
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
-#include "plugin/engine/communicator.h"
+#include "engine/communicator.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/gloo/libgloo.h"
 #include "transport/tcp/socket.h"

@@ -3,7 +3,7 @@
 // ncclGroupEnd, ncclCommDestroy and ncclCommAbort ahead of NCCL's. A call on a tagged device buffer
 // (the one onebit_tag registry; the PyTorch shim's onebit.tag takes CUDA tensors) with a
 // float32/float16/bfloat16 sum or average runs the engine's device path
-// (plugin/engine/cuda_allreduce.h) on the caller's stream, over the intercepted communicator.
+// (engine/cuda_allreduce.h) on the caller's stream, over the intercepted communicator.
 // Everything else goes to NCCL's pncclAllReduce unchanged (transport/nccl/nccl_api.h).
 //
 // Decisions are made from the tag (name, element count, dtype) and the call's op, never from a
@@ -33,8 +33,8 @@
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/nccl_guard.h"
-#include "plugin/engine/cuda_allreduce.h"
-#include "plugin/engine/tag_registry.h"
+#include "engine/cuda_allreduce.h"
+#include "engine/tag_registry.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace onebit::nccl_front {

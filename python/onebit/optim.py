@@ -672,7 +672,7 @@ def _untag_address(address):
     _tags.pop(address, None)
 
 
-# The C core's rule (plugin/optim/onebit_adam.cc, dormant elements included) as torch operations,
+# The C core's rule (optim/onebit_adam.cc, dormant elements included) as torch operations,
 # for CUDA parameters.
 def _momentum_on_device(group, m, g):
     beta1 = group["betas"][0]

@@ -16,8 +16,8 @@
 
 #include "common/error.h"
 #include "common/aligned_buffer.h"
-#include "plugin/engine/communicator.h"
-#include "plugin/engine/tag_registry.h"
+#include "engine/communicator.h"
+#include "engine/tag_registry.h"
 #include "tests/ibverbs/fake_verbs.h"
 #include "transport/ibverbs/ibverbs_transport.h"
 #include "transport/tcp/tcp_transport.h"

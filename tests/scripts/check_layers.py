@@ -4,7 +4,7 @@ its own layer, never up (docs/design.md, "Layers and folders"):
     4  include/onebit/*.hpp      the C++ shims, over the C ABI alone
     3  plugin/capi, plugin/preload, plugin/nccl_net    the front doors (one layer: the doors share
                                  the ABI guards of plugin/capi)
-    2  plugin/engine | plugin/optim                    the engine; the optimizer core
+    2  engine | optim                                  the engine; the optimizer core
     1  kernels | transport                             the movers
     0  common                                          below everything
 
@@ -23,7 +23,7 @@ import sys
 LAYERS = [  # (folder prefix, layer, side)
     ("include/onebit/", 4, "shims"),
     ("plugin/capi/", 3, "doors"), ("plugin/preload/", 3, "doors"), ("plugin/nccl_net/", 3, "doors"),
-    ("plugin/engine/", 2, "engine"), ("plugin/optim/", 2, "optim"),
+    ("engine/", 2, "engine"), ("optim/", 2, "optim"),
     ("kernels/", 1, "kernels"), ("transport/", 1, "transport"),
     ("common/", 0, "common"),
 ]

@@ -1,6 +1,6 @@
-// The optimizers' arithmetic (plugin/optim): 1-bit Adam's phase boundary and each update, element by
+// The optimizers' arithmetic (optim): 1-bit Adam's phase boundary and each update, element by
 // element, against the formulas of docs/algorithm.md written out here in the same fp32 operations; the
-// frozen-variance rules (plugin/optim/frozen_variance.h: dormant elements, Adam's step bound) in
+// frozen-variance rules (optim/frozen_variance.h: dormant elements, Adam's step bound) in
 // every step that divides by a variance it no longer updates.
 #include <gtest/gtest.h>
 
@@ -12,10 +12,10 @@
 
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
-#include "plugin/optim/frozen_variance.h"
-#include "plugin/optim/onebit_adam.h"
-#include "plugin/optim/onebit_lamb.h"
-#include "plugin/optim/zero_one_adam.h"
+#include "optim/frozen_variance.h"
+#include "optim/onebit_adam.h"
+#include "optim/onebit_lamb.h"
+#include "optim/zero_one_adam.h"
 
 namespace onebit::optim {
 namespace {

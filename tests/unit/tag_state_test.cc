@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "onebit/onebit.h"
-#include "plugin/engine/tag_registry.h"
+#include "engine/tag_registry.h"
 
 namespace onebit {
 namespace {

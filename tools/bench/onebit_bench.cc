@@ -22,7 +22,7 @@
 #include "common/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "common/aligned_buffer.h"
-#include "plugin/engine/communicator.h"
+#include "engine/communicator.h"
 #include "tools/bench/bench_options.h"
 #include "tools/bench/gloo_baseline.h"
 #include "transport/tcp/socket.h"

@@ -1,5 +1,5 @@
 // A shared-memory segment among the L ranks of one host, for the hierarchical allreduce's host
-// reduce (plugin/engine/hierarchical_allreduce.cc): each rank has a region it writes its local
+// reduce (engine/hierarchical_allreduce.cc): each rank has a region it writes its local
 // peers' inputs into, and one ready counter per reader, so a reader takes block i as soon as it is
 // there, without a copy through the kernel's socket buffers.
 //

@@ -32,7 +32,7 @@ void scaling_coeffs(const float* m, const std::size_t* counts, std::size_t layer
 // Compression stage, before the allreduce: m_last ← m; m ← (β1·m + (1−β1)·g)·scaling_coeff.
 void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last, const float* g, std::size_t n);
 
-// After the allreduce averaged m: m ← m/scaling_coeff (0 for a dormant element, plugin/optim/frozen_variance.h,
+// After the allreduce averaged m: m ← m/scaling_coeff (0 for a dormant element, optim/frozen_variance.h,
 // which also takes no part in the factor's maximum; Adam's step bound is not applied: see
 // onebit_lamb.cc), the frozen-variance update with its
 // coefficient coeff_freeze × factor (docs/design.md, "1-bit LAMB"). Both momentum_step and

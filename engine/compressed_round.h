@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "plugin/engine/chunk_geometry.h"
-#include "plugin/engine/communicator.h"
+#include "engine/chunk_geometry.h"
+#include "engine/communicator.h"
 
 namespace onebit {
 

@@ -26,7 +26,7 @@ void advance(const Config& config, Schedule& schedule);
 
 // Variance stage, with g averaged over ranks (exactly on variance steps, compressed on the others):
 // [v ← β2·v + (1−β2)·g² only if update_variance]; m ← β1·m + (1−β1)·g; p ← p − lr·(m/(√v+ε) + wd·p).
-// When v was kept (plugin/optim/frozen_variance.h) a dormant element's m is 0 and m/(√v+ε) is clipped
+// When v was kept (optim/frozen_variance.h) a dormant element's m is 0 and m/(√v+ε) is clipped
 // to Adam's own bound C.
 void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance);
 

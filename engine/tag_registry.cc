@@ -1,4 +1,4 @@
-#include "plugin/engine/tag_registry.h"
+#include "engine/tag_registry.h"
 
 #include <algorithm>
 

@@ -1,11 +1,11 @@
-#include "plugin/optim/zero_one_adam.h"
+#include "optim/zero_one_adam.h"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "common/error.h"
-#include "plugin/optim/frozen_variance.h"
+#include "optim/frozen_variance.h"
 
 namespace onebit::optim::zero_one_adam {
 namespace {

@@ -32,7 +32,7 @@ void warmup_step(const AdamConfig& config, float* p, float* m, float* v, const f
 // Compression stage, before the allreduce: m ← β1·m + (1−β1)·g with the local gradient.
 void momentum_step(const AdamConfig& config, float* m, const float* g, std::size_t n);
 
-// Compression stage, after the allreduce averaged m (plugin/optim/frozen_variance.h): m ← 0 where
+// Compression stage, after the allreduce averaged m (optim/frozen_variance.h): m ← 0 where
 // the element is dormant (√v ≤ eps); p ← p − lr·(clip(m / (sqrt(v) + eps), ±C) + wd·p) with C
 // Adam's own largest step, adam_step_bound(β1, β2).
 void apply_step(const AdamConfig& config, float* p, float* m, const float* v, std::size_t n);

@@ -1,4 +1,4 @@
-#include "plugin/engine/communicator.h"
+#include "engine/communicator.h"
 
 #include "common/error.h"
 #include "common/launcher.h"

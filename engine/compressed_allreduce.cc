@@ -24,8 +24,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "plugin/engine/communicator.h"
-#include "plugin/engine/compressed_round.h"
+#include "engine/communicator.h"
+#include "engine/compressed_round.h"
 
 namespace onebit {
 

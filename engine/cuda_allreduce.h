@@ -18,7 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "plugin/engine/tag_registry.h"
+#include "engine/tag_registry.h"
 
 namespace onebit {
 

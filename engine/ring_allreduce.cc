@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/half.h"
-#include "plugin/engine/communicator.h"
+#include "engine/communicator.h"
 
 namespace onebit {
 namespace {

@@ -33,8 +33,8 @@
 #include "common/log.h"
 #include "common/params.h"
 #include "kernels/cpu/half.h"
-#include "plugin/engine/communicator.h"
-#include "plugin/engine/compressed_round.h"
+#include "engine/communicator.h"
+#include "engine/compressed_round.h"
 
 namespace onebit {
 namespace {

@@ -1,4 +1,4 @@
-#include "plugin/engine/cuda_allreduce.h"
+#include "engine/cuda_allreduce.h"
 
 #include <algorithm>
 #include <mutex>
@@ -7,7 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "plugin/engine/chunk_geometry.h"
+#include "engine/chunk_geometry.h"
 #include "transport/nccl/nccl_api.h"
 #include "transport/nccl/nccl_exchange.h"
 

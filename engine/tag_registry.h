@@ -59,7 +59,7 @@ struct TagState {
 };
 
 // A tag's state kept by a front door outside the engine's host memory: the NCCL door's device
-// buffers (plugin/engine/cuda_allreduce.h). Owned by the Tag like TagState, so untag frees it with
+// buffers (engine/cuda_allreduce.h). Owned by the Tag like TagState, so untag frees it with
 // the tag and forget_communicator drops it; a re-tagged name starts from a new Tag and new state.
 struct DeviceState {
   virtual ~DeviceState() = default;

@@ -1,10 +1,10 @@
-#include "plugin/optim/onebit_lamb.h"
+#include "optim/onebit_lamb.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
-#include "plugin/optim/frozen_variance.h"
+#include "optim/frozen_variance.h"
 
 namespace onebit::optim::lamb {
 namespace {

@@ -19,7 +19,7 @@
 #include "kernels/cpu/cpu_kernels.h"
 #include "onebit/onebit.h"
 #include "common/aligned_buffer.h"
-#include "plugin/engine/tag_registry.h"
+#include "engine/tag_registry.h"
 #include "transport/transport.h"
 
 namespace onebit {

@@ -1,10 +1,10 @@
-#include "plugin/optim/onebit_adam.h"
+#include "optim/onebit_adam.h"
 
 #include <cmath>
 
 #include "common/error.h"
 #include "common/params.h"
-#include "plugin/optim/frozen_variance.h"
+#include "optim/frozen_variance.h"
 
 namespace onebit::optim {
 namespace {
