@@ -42,9 +42,9 @@ struct ResultHead {
   std::int32_t first_bad;
 };
 
-ResultHead result_head(const TagState& st, const ChunkGeometry& geometry, int j) {
+ResultHead result_head(const RoundScratch& round, const ChunkGeometry& geometry, int j) {
   ResultHead head;
-  const std::uint8_t* at = st.results.data() + j * round_layout::result_stride(geometry);
+  const std::uint8_t* at = round.results.data() + j * round_layout::result_stride(geometry);
   std::memcpy(&head.scale, at, 4);
   std::memcpy(&head.first_bad, at + 4, 4);
   return head;
@@ -52,10 +52,10 @@ ResultHead result_head(const TagState& st, const ChunkGeometry& geometry, int j)
 
 // Every server's verdict before anything is written: a member's non-finite input, or a non-finite
 // server scale, fails the call alike on every rank with nothing changed.
-void check_verdicts(const std::string& where, const Tag& tag, const TagState& st, const ChunkGeometry& geometry,
+void check_verdicts(const std::string& where, const Tag& tag, const RoundScratch& round, const ChunkGeometry& geometry,
                     std::uint64_t seq) {
   for (int p = 0; p < geometry.world; ++p) {
-    const ResultHead head = result_head(st, geometry, p);
+    const ResultHead head = result_head(round, geometry, p);
     if (head.first_bad >= 0) {
       fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", head.first_bad,
            "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any rank");
@@ -85,8 +85,8 @@ class Communicator::Round {
  public:
   Round(Communicator& comm, Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
         const wire::CallShape& shape, std::uint32_t channel)
-      : comm_(comm), tag_(tag), st_(st), group_(group), n_(n), offset_(offset), shape_(shape), channel_(channel),
-        world_(group.size()), me_(group.me), geometry_(n, world_),
+      : comm_(comm), tag_(tag), st_(st), scratch_(round_scratch(st)), group_(group), n_(n), offset_(offset),
+        shape_(shape), channel_(channel), world_(group.size()), me_(group.me), geometry_(n, world_),
         result_stride_(round_layout::result_stride(geometry_)),
         seq_(st.seq) {}
 
@@ -100,12 +100,12 @@ class Communicator::Round {
       worker_passes(worker);
       marks[1] = Clock::now();
       send_worker_scale();
-      comm_.transport_->wait_all(st_.stage1, comm_.call_deadline(), describe());
+      comm_.transport_->wait_all(scratch_.stage1, comm_.call_deadline(), describe());
       marks[2] = Clock::now();
       server_passes();
       marks[3] = Clock::now();
       send_server_head();
-      comm_.transport_->wait_all(st_.all, comm_.call_deadline(), describe());
+      comm_.transport_->wait_all(scratch_.all, comm_.call_deadline(), describe());
       marks[4] = Clock::now();
     } catch (const Error& error) {
       fail(error.code(), comm_.where(), ": allreduce of tag '", tag_.name, "' (", shape_.count, " ",
@@ -136,12 +136,12 @@ class Communicator::Round {
              std::to_string(r.key.part);
     };
   }
-  std::uint8_t* result_of(int p) const { return st_.results.data() + p * result_stride_; }
+  std::uint8_t* result_of(int p) const { return scratch_.results.data() + p * result_stride_; }
 
-  // A tag's first round on this communicator sizes its state and scratch once, and applies a
-  // restored checkpoint.
+  // A tag's first round on this communicator sizes its state and its round scratch once, and
+  // applies a restored checkpoint.
   void size_state_once() {
-    if (!st_.requests.empty()) return;
+    if (!scratch_.requests.empty()) return;
     st_.round_elements = n_;
     st_.round_ranks = world_;
     st_.offset = offset_;
@@ -149,21 +149,21 @@ class Communicator::Round {
     st_.worker[1].resize(n_);
     st_.server[0].resize(length(me_));
     st_.server[1].resize(length(me_));
-    st_.packed.resize(kernels::packed_bytes(n_) + 8);
-    st_.received.resize(world_ * geometry_.chunk_bytes());
-    st_.scales.resize(world_);
-    st_.results.resize(world_ * result_stride_);
+    scratch_.packed.resize(kernels::packed_bytes(n_) + 8);
+    scratch_.received.resize(world_ * geometry_.chunk_bytes());
+    scratch_.scales.resize(world_);
+    scratch_.results.resize(world_ * result_stride_);
     // Per peer: worker blocks of my chunk in, its scale in, its server blocks and scale in; my
     // worker blocks of its chunk out, my scale out, my server blocks and scale out.
     std::size_t requests = 0;
     for (int p = 0; p < world_; ++p) {
       if (p != me_) requests += 2 * (blocks_of(length(me_)) + blocks_of(length(p))) + 4;
     }
-    st_.requests.resize(requests);
-    st_.stage1.reserve(requests);
-    st_.all.reserve(requests);
-    st_.chunk_bits.resize(world_);
-    st_.block_bits.resize(world_);
+    scratch_.requests.resize(requests);
+    scratch_.stage1.reserve(requests);
+    scratch_.all.reserve(requests);
+    scratch_.chunk_bits.resize(world_);
+    scratch_.block_bits.resize(world_);
     if (tag_.restored) apply_restored();
   }
 
@@ -188,32 +188,32 @@ class Communicator::Round {
   }
 
   void post_recv(int p, wire::Kind kind, std::size_t part, void* data, std::size_t bytes, bool stage1) {
-    Request& r = st_.requests[next_request_++];
+    Request& r = scratch_.requests[next_request_++];
     comm_.transport_->irecv(r, group_.ranks[p], channel_, key(kind, part), shape_, data, bytes);
-    if (stage1) st_.stage1.push_back(&r);
-    st_.all.push_back(&r);
+    if (stage1) scratch_.stage1.push_back(&r);
+    scratch_.all.push_back(&r);
   }
 
   void post_send(int p, wire::Kind kind, std::size_t part, const void* data, std::size_t bytes) {
-    Request& r = st_.requests[next_request_++];
+    Request& r = scratch_.requests[next_request_++];
     comm_.transport_->isend(r, group_.ranks[p], channel_, key(kind, part), shape_, data, bytes);
-    st_.all.push_back(&r);
+    scratch_.all.push_back(&r);
     result_.bytes_sent += bytes;
   }
 
   // From every peer: the worker bits of my chunk and its scale (stage 1), its server result (stage 2).
   void post_receives() {
-    st_.stage1.clear();
-    st_.all.clear();
+    scratch_.stage1.clear();
+    scratch_.all.clear();
     const std::size_t chunk_bytes = geometry_.chunk_bytes();
     for (int p = 0; p < world_; ++p) {
       if (p == me_) continue;
       for (std::size_t b = 0; b < blocks_of(length(me_)); ++b) {
         post_recv(p, wire::Kind::kWorkerBits, b,
-                  st_.received.data() + p * chunk_bytes + (block_begin(me_, b) - begin(me_)) / 8,
+                  scratch_.received.data() + p * chunk_bytes + (block_begin(me_, b) - begin(me_)) / 8,
                   kernels::packed_bytes(block_length(me_, b)), true);
       }
-      post_recv(p, wire::Kind::kWorkerScale, 0, &st_.scales.data()[p], sizeof(float), true);
+      post_recv(p, wire::Kind::kWorkerScale, 0, &scratch_.scales.data()[p], sizeof(float), true);
       for (std::size_t b = 0; b < blocks_of(length(p)); ++b) {
         post_recv(p, wire::Kind::kServerResult, b, result_of(p) + kResultHead + (block_begin(p, b) - begin(p)) / 8,
                   kernels::packed_bytes(block_length(p, b)), false);
@@ -232,9 +232,9 @@ class Communicator::Round {
     for (std::size_t i = 0; i < order.size(); ++i) {
       const round_layout::Block& block = order[i];
       sum_squares += worker(i, block.first, block.length, e_prev + block.first, st_.worker_scale,
-                            e_next + block.first, st_.packed.data() + block.first / 8);
+                            e_next + block.first, scratch_.packed.data() + block.first / 8);
       if (block.chunk != me_) {
-        post_send(block.chunk, wire::Kind::kWorkerBits, block.index, st_.packed.data() + block.first / 8,
+        post_send(block.chunk, wire::Kind::kWorkerBits, block.index, scratch_.packed.data() + block.first / 8,
                   kernels::packed_bytes(block.length));
       }
     }
@@ -242,16 +242,16 @@ class Communicator::Round {
   }
 
   void send_worker_scale() {
-    st_.scales.data()[me_] = result_.worker_scale;
+    scratch_.scales.data()[me_] = result_.worker_scale;
     for (int p = 0; p < world_; ++p) {
-      if (p != me_) post_send(p, wire::Kind::kWorkerScale, 0, &st_.scales.data()[me_], sizeof(float));
+      if (p != me_) post_send(p, wire::Kind::kWorkerScale, 0, &scratch_.scales.data()[me_], sizeof(float));
     }
   }
 
   // The first member whose worker scale is not finite, or -1.
   std::int32_t first_non_finite_member() const {
     for (int p = 0; p < world_; ++p) {
-      if (!std::isfinite(st_.scales.data()[p])) return p;
+      if (!std::isfinite(scratch_.scales.data()[p])) return p;
     }
     return -1;
   }
@@ -263,8 +263,8 @@ class Communicator::Round {
     first_bad_ = first_non_finite_member();
     std::uint8_t* mine = result_of(me_);
     for (int p = 0; p < world_; ++p) {
-      st_.chunk_bits[p] =
-          p == me_ ? st_.packed.data() + begin(me_) / 8 : st_.received.data() + p * geometry_.chunk_bytes();
+      scratch_.chunk_bits[p] =
+          p == me_ ? scratch_.packed.data() + begin(me_) / 8 : scratch_.received.data() + p * geometry_.chunk_bytes();
     }
     double server_squares = 0.0;
     const float* s_prev = st_.server[st_.current].data();
@@ -275,8 +275,8 @@ class Communicator::Round {
       // With a non-finite worker scale the bits are meaningless; they are still sent (every member
       // posted for them) and the head below carries the verdict.
       if (first_bad_ < 0) {
-        for (int p = 0; p < world_; ++p) st_.block_bits[p] = st_.chunk_bits[p] + within / 8;
-        server_squares += comm_.kernels_.server_pass(st_.block_bits.data(), st_.scales.data(), world_, s_prev + within,
+        for (int p = 0; p < world_; ++p) scratch_.block_bits[p] = scratch_.chunk_bits[p] + within / 8;
+        server_squares += comm_.kernels_.server_pass(scratch_.block_bits.data(), scratch_.scales.data(), world_, s_prev + within,
                                                      st_.server_scale, s_next + within, out_bits,
                                                      block_length(me_, b));
       }
@@ -299,6 +299,7 @@ class Communicator::Round {
   Communicator& comm_;
   Tag& tag_;
   TagState& st_;
+  RoundScratch& scratch_;
   const RankGroup& group_;
   const std::size_t n_, offset_;
   const wire::CallShape shape_;
@@ -347,11 +348,11 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   // 3. Check every server's verdict, then write the result and commit.
   const auto unpack_start = Clock::now();
   const ChunkGeometry geometry(n, world);
-  check_verdicts(where(), tag, st, geometry, seq);
+  check_verdicts(where(), tag, *st.round, geometry, seq);
   const float factor = op == ReduceOp::kSum ? static_cast<float>(world) : 1.0f;
   for (int j = 0; j < world; ++j) {
-    const ResultHead head = result_head(st, geometry, j);
-    kernels_.unpack(st.results.data() + j * round_layout::result_stride(geometry) + kResultHead, head.scale * factor,
+    const ResultHead head = result_head(*st.round, geometry, j);
+    kernels_.unpack(st.round->results.data() + j * round_layout::result_stride(geometry) + kResultHead, head.scale * factor,
                     x + geometry.begin(j) * element, dtype, geometry.length(j));
   }
   commit_round(st, round, 0.0, unpack_start);

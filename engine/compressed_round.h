@@ -5,10 +5,14 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "engine/chunk_geometry.h"
+#include "common/aligned_buffer.h"
 #include "engine/communicator.h"
+#include "engine/tag_registry.h"
+#include "transport/transport.h"
 
 namespace onebit {
 
@@ -63,7 +67,26 @@ struct Communicator::RankGroup {
   int size() const { return static_cast<int>(ranks.size()); }
 };
 
-// What a round leaves for its caller, besides every server's result in TagState::results: the
+// A round's scratch for one tag on one communicator (TagState::round), sized by the tag's first
+// round there and reused by every later one.
+struct RoundScratch {
+  AlignedBuffer<std::uint8_t> packed;           // this rank's bits of the whole round
+  AlignedBuffer<std::uint8_t> received;         // W × chunk bits, from each member (server stage)
+  AlignedBuffer<float> scales;                  // W worker scales
+  AlignedBuffer<std::uint8_t> results;          // W × (8 + chunk bits): every server's result
+  std::vector<Request> requests;                // every message of a round, sized once
+  std::vector<Request*> stage1, all;            // what the round waits for
+  std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
+  std::vector<const std::uint8_t*> block_bits;  // the same, at one block
+};
+
+// The tag's round scratch on this communicator, made empty on its first use.
+inline RoundScratch& round_scratch(TagState& st) {
+  if (!st.round) st.round = std::make_unique<RoundScratch>();
+  return *st.round;
+}
+
+// What a round leaves for its caller, besides every server's result in RoundScratch::results: the
 // scales to commit, and where its time went (seconds: worker, wait for inputs, server, wait for
 // results).
 struct Communicator::RoundResult {

@@ -147,21 +147,13 @@ bool has_device_state(Tag& tag, std::uint64_t comm_id) {
   return tag.device_states.count(comm_id) != 0;
 }
 
-std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call) {
-  const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, "");
-  const nccl::NcclApi& api = nccl::nccl_api();
-  int w = 0, me = 0;
-  nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");
-  nccl::check_nccl(api.comm_user_rank(call.comm, &me), "pncclCommUserRank");
-  const std::size_t element = kernels::dtype_size(call.dtype);
-  ++tag.calls;
-  if (w == 1) {  // the average over one rank is the buffer itself; no state
-    if (call.send != call.recv) {
-      check_cuda(cudaMemcpyAsync(call.recv, call.send, call.count * element, cudaMemcpyDeviceToDevice, call.stream),
-                 "cudaMemcpyAsync");
-    }
-    return 0;
-  }
+namespace {
+
+// The tag's device state on the call's communicator, allocated on its first call there (and a
+// restored checkpoint applied). The tag's count is fixed while it lives (re-tagging with another
+// count is refused), so a state that does not fit means the front door mixed up tags or
+// communicators.
+CudaTagState& device_state_for(Tag& tag, const CudaAllreduceCall& call, int w, int me) {
   std::unique_ptr<DeviceState>& slot = tag.device_states[call.comm_id];
   if (!slot) {
     try {
@@ -175,8 +167,6 @@ std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call)
     tag.restored = false;
   }
   auto& st = static_cast<CudaTagState&>(*slot);
-  // The tag's count is fixed while it lives (re-tagging with another count is refused), and its
-  // state is its own: this holds unless the front door mixed up tags or communicators.
   ONEBIT_CHECK(st.geometry.n == call.count && st.geometry.world == w && st.rank == me, ONEBIT_INTERNAL_ERROR, "tag '",
                tag.name, "': device state for ", st.geometry.n, " elements at rank ", st.rank, " of ", st.geometry.world,
                ", call of ", call.count, " at rank ", me, " of ", w);
@@ -184,50 +174,125 @@ std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call)
     ONEBIT_LOG(WARN, "nccl preload: tag '", tag.name, "': ", failed, " earlier call(s) had NaN or Inf in some rank's "
                "input: their results are non-finite on every rank and the error state was kept as before them");
   }
-  const ChunkGeometry& g = st.geometry;
-  const int cur = st.current;
-  using nccl::DeviceBytes;
-  // The scales this rank owns, as they were: what a failed call restores.
-  check_cuda(cudaMemcpyAsync(st.saved_scales, st.worker_scales + me, 4, cudaMemcpyDeviceToDevice, call.stream),
-             "cudaMemcpyAsync");
-  check_cuda(cudaMemcpyAsync(st.saved_scales + 1, st.server_scales + me, 4, cudaMemcpyDeviceToDevice, call.stream),
-             "cudaMemcpyAsync");
-  // 1. Worker pass over the whole buffer; its scale lands in worker_scales[me].
-  check_cuda(kernels::cuda::worker_pass(call.send, call.dtype, st.worker[cur], st.worker_scales + me, st.worker[1 - cur],
-                                        st.packed, g.n, {st.sums, st.worker_scales + me}, st.workspace, call.stream),
-             "worker_pass");
-  // 2. Chunk p's bits and the scale to rank p; this rank's chunk bits and scales from everyone.
-  std::uint64_t sent = nccl::exchange_with_every_peer(
-      call.comm, call.stream, me, w,
-      [&](int p) { return DeviceBytes{st.packed + g.begin(p) / 8, kernels::packed_bytes(g.length(p))}; },
-      [&](int p) { return DeviceBytes{st.received + p * g.chunk_bytes(), kernels::packed_bytes(g.length(me))}; },
-      st.worker_scales);
-  // 3. Server pass over this rank's chunk; its scale lands in server_scales[me].
-  std::uint8_t* mine = st.results + me * g.chunk_bytes();
-  check_cuda(kernels::cuda::server_pass(st.inputs, st.worker_scales, w, 1.0f / static_cast<float>(w), st.server[cur],
-                                        st.server_scales + me, st.server[1 - cur], mine, g.length(me),
-                                        {st.sums + 1, st.server_scales + me}, st.workspace, call.stream),
-             "server_pass");
-  // 4. Every server's result and scale to every rank.
-  sent += nccl::exchange_with_every_peer(
-      call.comm, call.stream, me, w, [&](int) { return DeviceBytes{mine, kernels::packed_bytes(g.length(me))}; },
-      [&](int p) { return DeviceBytes{st.results + p * g.chunk_bytes(), kernels::packed_bytes(g.length(p))}; },
-      st.server_scales);
-  // 5. Unpack every chunk into the caller's buffer.
-  const float factor = call.sum ? static_cast<float>(w) : 1.0f;
-  auto* out = static_cast<std::uint8_t*>(call.recv);
-  for (int j = 0; j < w; ++j) {
-    check_cuda(kernels::cuda::unpack(st.results + j * g.chunk_bytes(), st.server_scales + j, factor,
-                                     out + g.begin(j) * element, call.dtype, g.length(j), call.stream),
-               "unpack");
+  return st;
+}
+
+// One call's steps, every one enqueued on the caller's stream (nothing waits on the host): the
+// scales saved for a revert, the worker pass, the bits to their servers, the server pass, the
+// results to everyone, the unpack, and the revert of a call whose scales are not finite.
+class CudaRound {
+ public:
+  CudaRound(CudaTagState& st, const CudaAllreduceCall& call, int w, int me)
+      : st_(st), call_(call), g_(st.geometry), w_(w), me_(me), cur_(st.current),
+        mine_(st.results + me * g_.chunk_bytes()) {}
+
+  std::uint64_t run() {
+    save_scales();
+    worker_pass();
+    std::uint64_t sent = exchange_worker_bits();
+    server_pass();
+    sent += exchange_results();
+    unpack();
+    revert_unless_finite();
+    st_.current = 1 - cur_;  // the next call on this stream reads what this one wrote (or restored)
+    return sent;
   }
+
+ private:
+  using DeviceBytes = nccl::DeviceBytes;
+
+  void copy_on_stream(void* to, const void* from, std::size_t bytes) {
+    check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, call_.stream), "cudaMemcpyAsync");
+  }
+
+  // The scales this rank owns, as they were: what a failed call restores.
+  void save_scales() {
+    copy_on_stream(st_.saved_scales, st_.worker_scales + me_, 4);
+    copy_on_stream(st_.saved_scales + 1, st_.server_scales + me_, 4);
+  }
+
+  // 1. Worker pass over the whole buffer; its scale lands in worker_scales[me].
+  void worker_pass() {
+    check_cuda(kernels::cuda::worker_pass(call_.send, call_.dtype, st_.worker[cur_], st_.worker_scales + me_,
+                                          st_.worker[1 - cur_], st_.packed, g_.n, {st_.sums, st_.worker_scales + me_},
+                                          st_.workspace, call_.stream),
+               "worker_pass");
+  }
+
+  // 2. Chunk p's bits and the scale to rank p; this rank's chunk bits and scales from everyone.
+  std::uint64_t exchange_worker_bits() {
+    return nccl::exchange_with_every_peer(
+        call_.comm, call_.stream, me_, w_,
+        [&](int p) { return DeviceBytes{st_.packed + g_.begin(p) / 8, kernels::packed_bytes(g_.length(p))}; },
+        [&](int p) { return DeviceBytes{st_.received + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(me_))}; },
+        st_.worker_scales);
+  }
+
+  // 3. Server pass over this rank's chunk; its scale lands in server_scales[me].
+  void server_pass() {
+    check_cuda(kernels::cuda::server_pass(st_.inputs, st_.worker_scales, w_, 1.0f / static_cast<float>(w_),
+                                          st_.server[cur_], st_.server_scales + me_, st_.server[1 - cur_], mine_,
+                                          g_.length(me_), {st_.sums + 1, st_.server_scales + me_}, st_.workspace,
+                                          call_.stream),
+               "server_pass");
+  }
+
+  // 4. Every server's result and scale to every rank.
+  std::uint64_t exchange_results() {
+    return nccl::exchange_with_every_peer(
+        call_.comm, call_.stream, me_, w_,
+        [&](int) { return DeviceBytes{mine_, kernels::packed_bytes(g_.length(me_))}; },
+        [&](int p) { return DeviceBytes{st_.results + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(p))}; },
+        st_.server_scales);
+  }
+
+  // 5. Every chunk into the caller's buffer.
+  void unpack() {
+    const float factor = call_.sum ? static_cast<float>(w_) : 1.0f;
+    const std::size_t element = kernels::dtype_size(call_.dtype);
+    auto* out = static_cast<std::uint8_t*>(call_.recv);
+    for (int j = 0; j < w_; ++j) {
+      check_cuda(kernels::cuda::unpack(st_.results + j * g_.chunk_bytes(), st_.server_scales + j, factor,
+                                       out + g_.begin(j) * element, call_.dtype, g_.length(j), call_.stream),
+                 "unpack");
+    }
+  }
+
   // 6. A non-finite scale anywhere: the call changes no state (every rank sees the same scales).
-  const kernels::cuda::Revert revert{st.worker[cur], st.worker[1 - cur], g.n, st.server[cur], st.server[1 - cur],
-                                     g.length(me), st.saved_scales, st.worker_scales + me, st.server_scales + me,
-                                     st.verdict, st.failures_device};
-  check_cuda(kernels::cuda::revert_unless_finite(st.worker_scales, st.server_scales, w, revert, call.stream),
-             "revert_unless_finite");
-  st.current = 1 - cur;  // the next call on this stream reads what this one wrote (or restored)
+  void revert_unless_finite() {
+    const kernels::cuda::Revert revert{st_.worker[cur_],       st_.worker[1 - cur_], g_.n,
+                                       st_.server[cur_],       st_.server[1 - cur_], g_.length(me_),
+                                       st_.saved_scales,       st_.worker_scales + me_,
+                                       st_.server_scales + me_, st_.verdict,         st_.failures_device};
+    check_cuda(kernels::cuda::revert_unless_finite(st_.worker_scales, st_.server_scales, w_, revert, call_.stream),
+               "revert_unless_finite");
+  }
+
+  CudaTagState& st_;
+  const CudaAllreduceCall& call_;
+  const ChunkGeometry& g_;
+  const int w_, me_, cur_;
+  std::uint8_t* const mine_;  // this rank's server result
+};
+
+}  // namespace
+
+std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call) {
+  const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, "");
+  const nccl::NcclApi& api = nccl::nccl_api();
+  int w = 0, me = 0;
+  nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");
+  nccl::check_nccl(api.comm_user_rank(call.comm, &me), "pncclCommUserRank");
+  ++tag.calls;
+  if (w == 1) {  // the average over one rank is the buffer itself; no state
+    if (call.send != call.recv) {
+      check_cuda(cudaMemcpyAsync(call.recv, call.send, call.count * kernels::dtype_size(call.dtype),
+                                 cudaMemcpyDeviceToDevice, call.stream),
+                 "cudaMemcpyAsync");
+    }
+    return 0;
+  }
+  const std::uint64_t sent = CudaRound(device_state_for(tag, call, w, me), call, w, me).run();
   tag.bytes_sent += sent;
   return sent;
 }

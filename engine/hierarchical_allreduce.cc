@@ -35,6 +35,7 @@
 #include "kernels/cpu/half.h"
 #include "engine/communicator.h"
 #include "engine/compressed_round.h"
+#include "engine/host_exchange.h"
 
 namespace onebit {
 namespace {
@@ -76,7 +77,7 @@ struct SegmentSetup {
 // now) and sends its name to its local peers; they map it and answer; rank 0 says go only if all
 // could, then unlinks the name. Without a go (ONEBIT_SHM=0 on some rank, /dev/shm too small) the
 // host reduce runs over the transport, with a warning.
-void set_up_host_segment(const SegmentSetup& c, TagState& st) {
+void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
   constexpr std::size_t kNameBytes = 64;
   char name[kNameBytes] = {};
   std::int32_t go = 0;
@@ -101,15 +102,15 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
     std::string why;
     if (param::Shm() != 0) {
       try {
-        st.host_segment = shm::HostSegment::create(c.local_size, region);
+        host.segment = shm::HostSegment::create(c.local_size, region);
         for (int w = 0; w < c.local_size; ++w) {
           for (int q = 0; q < c.local_size; ++q) {
-            if (q != w) st.host_segment.reserve(w, c.shards.begin(q) * c.element, c.shards.length(q) * c.element);
+            if (q != w) host.segment.reserve(w, c.shards.begin(q) * c.element, c.shards.length(q) * c.element);
           }
         }
-        std::snprintf(name, sizeof(name), "%s", st.host_segment.name().c_str());
+        std::snprintf(name, sizeof(name), "%s", host.segment.name().c_str());
       } catch (const Error& error) {
-        st.host_segment = shm::HostSegment();
+        host.segment = shm::HostSegment();
         why = error.what();
       }
     } else {
@@ -125,9 +126,9 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
     }
     for (int q = 1; q < c.local_size; ++q) exchange(true, q, 2, &go, sizeof(std::int32_t));
     wait("go");
-    st.host_segment.unlink();
+    host.segment.unlink();
     if (!go) {
-      st.host_segment = shm::HostSegment();
+      host.segment = shm::HostSegment();
       ONEBIT_LOG(WARN, c.where, ": the host's ranks exchange fp32 inputs over the transport, not shared memory: ", why);
     }
   } else {
@@ -136,7 +137,7 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
     std::int32_t ack = 0;
     if (name[kNameBytes - 1] == '\0' && name[0] != '\0' && param::Shm() != 0) {
       try {
-        st.host_segment = shm::HostSegment::open(name, c.local_size, region);
+        host.segment = shm::HostSegment::open(name, c.local_size, region);
         ack = 1;
       } catch (const Error& error) {
         ONEBIT_LOG(WARN, c.where, ": cannot map local rank 0's segment: ", error.what());
@@ -145,10 +146,10 @@ void set_up_host_segment(const SegmentSetup& c, TagState& st) {
     exchange(true, 0, 1, &ack, sizeof(std::int32_t));
     exchange(false, 0, 2, &go, sizeof(std::int32_t));
     wait("go");
-    if (!go) st.host_segment = shm::HostSegment();
+    if (!go) host.segment = shm::HostSegment();
   }
-  if (st.host_segment.mapped()) st.host_segment.set_pid(c.local, ::getpid());
-  st.host_segment_tried = true;
+  if (host.segment.mapped()) host.segment.set_pid(c.local, ::getpid());
+  host.segment_tried = true;
 }
 
 }  // namespace
@@ -167,7 +168,7 @@ class Communicator::HostCall {
         host_(comm.rank() / local_size_), local_(comm.rank() % local_size_), shards_(n, local_size_),
         shard_(shards_.length(local_)), element_(kernels::dtype_size(dtype)),
         shape_{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)},
-        st_(state_on(tag, comm.id_)), seq_(st_.seq), segment_(st_.host_segment) {
+        st_(state_on(tag, comm.id_)), exchange_(host_scratch(st_)), seq_(st_.seq), segment_(exchange_.segment) {
     for (int q = 0; q < local_size_; ++q) rails_.emplace_back(shards_.length(q), hosts_);
     results_at_.assign(local_size_, 0);
     for (int q = 0; q < local_size_; ++q) {
@@ -187,7 +188,7 @@ class Communicator::HostCall {
     host_gather();
     // Every local peer has read this call's blocks (it sent its results after its worker stage),
     // so the regions may take the next call's.
-    if (segment_.mapped()) ++st_.host_segment_calls;
+    if (segment_.mapped()) ++exchange_.segment_calls;
     const Clock::time_point gathered = Clock::now();
     comm_.compressed_bytes_ += round.bytes_sent + host_sent_;
     comm_.intra_host_bytes_ += host_sent_;
@@ -212,37 +213,37 @@ class Communicator::HostCall {
   }
   // Where local peer q's rail results are: this rank's own in `results`, the peers' in host_results.
   const std::uint8_t* results_of(int q) const {
-    return q == local_ ? st_.results.data() : st_.host_results.data() + results_at_[q];
+    return q == local_ ? st_.round->results.data() : exchange_.results.data() + results_at_[q];
   }
 
   void size_state_once() {
-    if (st_.host_requests.empty()) {
-      ONEBIT_CHECK(st_.requests.empty(), ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name,
+    if (exchange_.requests.empty()) {
+      ONEBIT_CHECK(st_.round_ranks == 0, ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name,
                    "' ran flat on this communicator; a tag must not mix the flat and hierarchical algorithms");
-      if (dtype_ != kernels::Dtype::kFloat32) st_.host_mean.resize(shard_);
-      st_.host_results.resize(results_bytes_);
+      if (dtype_ != kernels::Dtype::kFloat32) exchange_.mean.resize(shard_);
+      exchange_.results.resize(results_bytes_);
       std::size_t requests = 0;
       for (int q = 0; q < local_size_; ++q) {
         if (q != local_) requests += orders_[local_].size() + orders_[q].size() + 2;
       }
-      st_.host_requests.resize(requests);
-      st_.host_all.reserve(requests);
+      exchange_.requests.resize(requests);
+      exchange_.all.reserve(requests);
     }
     // Checked before any message leaves, so a misuse fails this rank's call alone, cleanly.
-    ONEBIT_CHECK(st_.requests.empty() || (st_.round_elements == shard_ && st_.round_ranks == hosts_),
+    ONEBIT_CHECK(st_.round_ranks == 0 || (st_.round_elements == shard_ && st_.round_ranks == hosts_),
                  ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name, "' ran flat on this communicator; a "
                  "tag must not mix the flat and hierarchical algorithms");
   }
 
   Request* post(bool send, int q, wire::Kind kind, std::size_t part, void* data, std::size_t bytes) {
-    Request& r = st_.host_requests[next_request_++];
+    Request& r = exchange_.requests[next_request_++];
     if (send) {
       comm_.transport_->isend(r, peer_rank(q), channel_, key(kind, part), shape_, data, bytes);
       host_sent_ += bytes;
     } else {
       comm_.transport_->irecv(r, peer_rank(q), channel_, key(kind, part), shape_, data, bytes);
     }
-    st_.host_all.push_back(&r);
+    exchange_.all.push_back(&r);
     return &r;
   }
 
@@ -253,7 +254,7 @@ class Communicator::HostCall {
   // requests again, so the state that holds them may be freed.
   void settle() {
     segment_.abort(comm_.rank());
-    for (const std::vector<Request*>* pending : {&st_.all, &st_.host_all}) {
+    for (const std::vector<Request*>* pending : {&round_scratch(st_).all, &exchange_.all}) {
       try {
         comm_.transport_->wait_all(*pending, Clock::now(), describe());
       } catch (const Error&) {
@@ -272,27 +273,27 @@ class Communicator::HostCall {
   // peer its shard of my input over the transport, in the order its worker stage will want the
   // blocks, round robin over the peers.
   void post_host_exchange() {
-    st_.host_all.clear();
+    exchange_.all.clear();
     try {
-      if (!st_.host_segment_tried) {
+      if (!exchange_.segment_tried) {
         set_up_host_segment(SegmentSetup{*comm_.transport_, channel_,
                                          [this](std::size_t part) { return key(wire::Kind::kHostSegment, part); },
                                          shape_, local_, local_size_, [this](int q) { return peer_rank(q); }, shards_,
                                          element_, comm_.call_deadline(), comm_.where() + ": tag '" + tag_.name + "'"},
-                            st_);
+                            exchange_);
       }
-      if (!segment_.mapped()) st_.host_inputs.resize((local_size_ - 1) * shard_ * element_);
+      if (!segment_.mapped()) exchange_.inputs.resize((local_size_ - 1) * shard_ * element_);
       for (int q = 0; q < local_size_; ++q) {
         if (q == local_) continue;
         if (!segment_.mapped()) {
           for (std::size_t i = 0; i < orders_[local_].size(); ++i) {
             const round_layout::Block& b = orders_[local_][i];
             block_recvs_[i].push_back(post(false, q, wire::Kind::kHostReduce, i,
-                                           st_.host_inputs.data() + (slot_of(q) * shard_ + b.first) * element_,
+                                           exchange_.inputs.data() + (slot_of(q) * shard_ + b.first) * element_,
                                            b.length * element_));
           }
         }
-        post(false, q, wire::Kind::kHostGather, 0, st_.host_results.data() + results_at_[q],
+        post(false, q, wire::Kind::kHostGather, 0, exchange_.results.data() + results_at_[q],
              hosts_ * round_layout::result_stride(rails_[q]));
       }
       std::size_t most = 0;
@@ -320,7 +321,7 @@ class Communicator::HostCall {
         const round_layout::Block& b = orders_[q][j];
         const std::size_t at = (shards_.begin(q) + b.first) * element_;
         if (b.length > 0) std::memcpy(segment_.region(local_) + at, x_ + at, b.length * element_);
-        segment_.publish(local_, q, st_.host_segment_calls * static_cast<std::uint32_t>(orders_[q].size()) +
+        segment_.publish(local_, q, exchange_.segment_calls * static_cast<std::uint32_t>(orders_[q].size()) +
                                         static_cast<std::uint32_t>(j) + 1);
       }
     }
@@ -351,14 +352,14 @@ class Communicator::HostCall {
       const std::size_t at = (shards_.begin(local_) + first) * element_;
       sources_[q] = q == local_        ? x_ + at
                     : segment_.mapped() ? segment_.region(q) + at
-                                        : st_.host_inputs.data() + (slot_of(q) * shard_ + first) * element_;
+                                        : exchange_.inputs.data() + (slot_of(q) * shard_ + first) * element_;
     }
     if (dtype_ == kernels::Dtype::kFloat32) {
       for (int q = 0; q < local_size_; ++q) fp32_sources_[q] = reinterpret_cast<const float*>(sources_[q]);
       return comm_.kernels_.mean_worker_pass(fp32_sources_.data(), local_size_, e_prev, a_prev, e_next, bits, length);
     }
-    host_mean(sources_, dtype_, st_.host_mean.data() + first, length);
-    return comm_.kernels_.worker_pass(st_.host_mean.data() + first, kernels::Dtype::kFloat32, e_prev, a_prev, e_next,
+    host_mean(sources_, dtype_, exchange_.mean.data() + first, length);
+    return comm_.kernels_.worker_pass(exchange_.mean.data() + first, kernels::Dtype::kFloat32, e_prev, a_prev, e_next,
                                       bits, length);
   }
 
@@ -370,7 +371,7 @@ class Communicator::HostCall {
     RankGroup rail;
     for (int h = 0; h < hosts_; ++h) rail.ranks.push_back(h * local_size_ + local_);
     rail.me = host_;
-    const std::uint32_t read_base = st_.host_segment_calls * static_cast<std::uint32_t>(orders_[local_].size());
+    const std::uint32_t read_base = exchange_.segment_calls * static_cast<std::uint32_t>(orders_[local_].size());
     try {
       return comm_.compressed_round(
           tag_, st_, rail, shard_, shards_.begin(local_), shape_, channel_,
@@ -389,9 +390,9 @@ class Communicator::HostCall {
     try {
       const std::size_t my_stride = round_layout::result_stride(rails_[local_]);
       for (int q = 0; q < local_size_; ++q) {
-        if (q != local_) post(true, q, wire::Kind::kHostGather, 0, st_.results.data(), hosts_ * my_stride);
+        if (q != local_) post(true, q, wire::Kind::kHostGather, 0, st_.round->results.data(), hosts_ * my_stride);
       }
-      comm_.transport_->wait_all(st_.host_all, comm_.call_deadline(), describe());
+      comm_.transport_->wait_all(exchange_.all, comm_.call_deadline(), describe());
     } catch (const Error& error) {
       failed(error);
     }
@@ -444,6 +445,7 @@ class Communicator::HostCall {
   const std::size_t shard_, element_;
   const wire::CallShape shape_;
   TagState& st_;
+  HostScratch& exchange_;
   const std::uint64_t seq_;
   shm::HostSegment& segment_;
   std::vector<ChunkGeometry> rails_;                      // the rail geometry of each shard

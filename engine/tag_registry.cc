@@ -4,6 +4,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "engine/compressed_round.h"  // RoundScratch and HostScratch complete, for ~TagState
+#include "engine/host_exchange.h"
 
 namespace onebit {
 
@@ -156,6 +158,9 @@ std::unique_lock<std::mutex> claim_tag_for_call(Tag& tag, const std::string& whe
                "' is already in an allreduce on another thread; calls on one tag must not overlap");
   return busy;
 }
+
+TagState::TagState() = default;
+TagState::~TagState() = default;
 
 TagState& state_on(Tag& tag, std::uint64_t comm_id) {
   std::unique_ptr<TagState>& slot = tag.states[comm_id];

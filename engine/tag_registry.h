@@ -14,15 +14,24 @@
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "common/aligned_buffer.h"
-#include "transport/shm/host_segment.h"
-#include "transport/transport.h"
 
 namespace onebit {
 
-// One tag's error feedback on one communicator, in the kernels' one-pass form: worker[current]
-// holds the stored y of the last call and worker_scale its scale; the other buffer receives the
-// next call's values, and a successful call commits by flipping `current`. Likewise the server.
+// The scratch of one tag's calls, owned by the algorithm that uses it and reused by the tag's next
+// call there: a round's messages, packed bits and results (compressed_round.h), the hierarchical
+// host exchange's (host_exchange.h). Made by the first call that needs it; nothing in it outlives a
+// call's meaning, so checkpoints never look at it.
+struct RoundScratch;
+struct HostScratch;
+
+// One tag's lasting state on one communicator: what checkpoints save and the next call builds on.
+// The error feedback is in the kernels' one-pass form: worker[current] holds the stored y of the
+// last call and worker_scale its scale; the other buffer receives the next call's values, and a
+// successful call commits by flipping `current`. Likewise the server.
 struct TagState {
+  TagState();
+  ~TagState();  // where the scratch types are complete (tag_registry.cc)
+
   AlignedBuffer<float> worker[2];
   AlignedBuffer<float> server[2];
   int current = 0;
@@ -30,32 +39,14 @@ struct TagState {
   float server_scale = 0.0f;
   std::uint64_t seq = 0;  // calls of this tag on this communicator; part of every message key
   // What the state was sized for: the round's elements and ranks, and where its elements sit in
-  // the tag's buffer (hierarchical: this rank's shard; flat: the whole buffer at 0).
+  // the tag's buffer (hierarchical: this rank's shard; flat: the whole buffer at 0). 0 ranks: the
+  // tag has not run a round here yet.
   std::size_t round_elements = 0;
   int round_ranks = 0;
   std::size_t offset = 0;
 
-  // Scratch, reused by every call.
-  AlignedBuffer<std::uint8_t> packed;         // this rank's bits of the whole buffer
-  AlignedBuffer<std::uint8_t> received;       // W × chunk bits, from each rank (server stage)
-  AlignedBuffer<float> scales;                // W worker scales
-  AlignedBuffer<std::uint8_t> results;        // W × (8 + chunk bits): every server's result
-  std::vector<Request> requests;         // every message of a call, sized once
-  std::vector<Request*> stage1, all;     // what the call waits for
-  std::vector<const std::uint8_t*> chunk_bits;  // the server stage's W inputs
-  std::vector<const std::uint8_t*> block_bits;  // the same, at one block
-
-  // Hierarchical calls only: the host's exchange.
-  AlignedBuffer<std::uint8_t> host_inputs;    // (L−1) × shard elements: the local peers' inputs of my shard
-  AlignedBuffer<float> host_mean;             // fp16/bf16 calls: the host mean of my shard, the rail input
-  AlignedBuffer<std::uint8_t> host_results;   // the local peers' rail results, as `results`
-  std::vector<Request> host_requests;
-  std::vector<Request*> host_all;
-  // The host reduce through shared memory (when the host's ranks could set it up): every local
-  // rank's region, and the calls it has carried (its ready counters count blocks since then).
-  bool host_segment_tried = false;
-  shm::HostSegment host_segment;
-  std::uint32_t host_segment_calls = 0;
+  std::unique_ptr<RoundScratch> round;  // the compressed round's (flat, and each hierarchical rail round)
+  std::unique_ptr<HostScratch> host;    // the hierarchical host exchange's
 };
 
 // A tag's state kept by a front door outside the engine's host memory: the NCCL door's device
