@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "onebit/call_error.hpp"
+#include "onebit/flat_parameters.hpp"
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
@@ -70,21 +71,15 @@ class OnebitAdam {
 
   OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum",
              const onebit_adam_auto_freeze_t* auto_freeze = nullptr)
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
-    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: no parameter groups");
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::OnebitAdam"),
+        total_(layout_.total()) {
     const std::int64_t freeze = groups_[0].config.freeze_step;
     for (std::size_t i = 0; i < groups_.size(); ++i) {
-      const ParamGroup& g = groups_[i];
-      if (g.config.freeze_step != freeze) {
+      if (groups_[i].config.freeze_step != freeze) {
         throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) + " has freeze_step " +
-                                                     std::to_string(g.config.freeze_step) + ", group 0 has " +
+                                                     std::to_string(groups_[i].config.freeze_step) + ", group 0 has " +
                                                      std::to_string(freeze) + ": they must agree");
       }
-      if (g.params == nullptr && g.count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) + "'s params is NULL");
-      }
-      offsets_.push_back(total_);
-      total_ += g.count;
     }
     std::int64_t effective = onebit_adam_freeze_step(auto_freeze != nullptr ? -1 : freeze);
     if (effective < 0) {  // automatic, and ONEBIT_FREEZE_STEP does not say otherwise
@@ -115,30 +110,20 @@ class OnebitAdam {
 
   // One step with this rank's gradients, one array per group (each of the group's count).
   void step(const std::vector<const float*>& grads) {
-    if (grads.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::step: " + std::to_string(grads.size()) +
-                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
-    }
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      const float* g = grads[i];
-      if (g == nullptr && groups_[i].count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::step: group " + std::to_string(i) + "'s gradient is NULL");
-      }
-      std::copy(g, g + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
-    }
+    layout_.gather(grads, grad_, "onebit::OnebitAdam::step");
     const int compressing = onebit_adam_compressing(&groups_[0].config, step_);
     if (compressing < 0) check(ONEBIT_INVALID_ARGUMENT);
     if (!compressing) {
       check(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact ring
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        check(onebit_adam_warmup_step(&groups_[i].config, groups_[i].params, m_.data() + offsets_[i],
-                                      v_.data() + offsets_[i], grad_.data() + offsets_[i], groups_[i].count));
+        check(onebit_adam_warmup_step(&groups_[i].config, groups_[i].params, m_.data() + layout_.offset(i),
+                                      v_.data() + layout_.offset(i), grad_.data() + layout_.offset(i), groups_[i].count));
       }
     } else {
       if (step_ == groups_[0].config.freeze_step) report_freeze(comm_, "onebit::OnebitAdam", step_, frozen_variance());
       std::copy(m_.begin(), m_.end(), m_before_.begin());
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + offsets_[i], grad_.data() + offsets_[i],
+        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
                                         groups_[i].count));
       }
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
@@ -149,8 +134,8 @@ class OnebitAdam {
                            "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        check(onebit_adam_apply_step(&groups_[i].config, groups_[i].params, m_.data() + offsets_[i],
-                                     v_.data() + offsets_[i], groups_[i].count));
+        check(onebit_adam_apply_step(&groups_[i].config, groups_[i].params, m_.data() + layout_.offset(i),
+                                     v_.data() + layout_.offset(i), groups_[i].count));
       }
     }
     ++step_;
@@ -176,15 +161,7 @@ class OnebitAdam {
     c.v = v_;
     c.freeze_step = freeze_step();
     c.v_then = v_then_;
-    std::size_t workers = 0, servers = 0;
-    const onebit_result_t sized = onebit_tag_state_size(name_.c_str(), &workers, &servers);
-    if (sized == ONEBIT_SUCCESS) {
-      c.worker_error.resize(workers);
-      c.server_error.resize(servers);
-      check(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
-    } else if (compressing()) {
-      check(sized);  // in warmup there is no state yet; later there must be
-    }
+    save_tag_state(name_, c.worker_error, c.server_error, /*required=*/compressing());  // none yet in warmup
     return c;
   }
 
@@ -202,10 +179,7 @@ class OnebitAdam {
     agree_across_ranks(comm_, "onebit::OnebitAdam::load",
                        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", automatic_ ? c.freeze_step : 0}},
                        " (every rank loads the checkpoint of the same step)");
-    if (!c.worker_error.empty() || !c.server_error.empty()) {
-      check(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(), c.server_error.data(),
-                                  c.server_error.size()));
-    }
+    load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
     std::copy(c.v.begin(), c.v.end(), v_.begin());
@@ -220,13 +194,7 @@ class OnebitAdam {
 
   static void check(onebit_result_t result) { check_call(result); }
 
-  std::vector<FrozenVariance> frozen_variance() const {
-    std::vector<FrozenVariance> groups;
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      groups.push_back({v_.data() + offsets_[i], groups_[i].count, groups_[i].config.eps});
-    }
-    return groups;
-  }
+  std::vector<FrozenVariance> frozen_variance() const { return layout_.frozen_variance(v_.data(), groups_); }
 
   // After warmup step `taken` under automatic freeze: measure when due, average, decide.
   void decide_freeze(std::int64_t taken) {
@@ -251,8 +219,8 @@ class OnebitAdam {
   onebit_comm_t comm_;
   std::vector<ParamGroup> groups_;
   std::string name_;
-  std::vector<std::size_t> offsets_;
-  std::size_t total_ = 0;
+  FlatLayout layout_;
+  std::size_t total_;  // layout_.total()
   std::int64_t step_ = 0;
   std::vector<float> m_, v_, grad_, m_before_;
   bool automatic_ = false;

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "onebit/call_error.hpp"
+#include "onebit/flat_parameters.hpp"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
 #include "onebit/onebit.h"
@@ -53,28 +54,20 @@ class OnebitLamb {
   };
 
   OnebitLamb(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_lamb/momentum")
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
-    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: no parameter groups");
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::OnebitLamb"),
+        total_(layout_.total()) {
     for (std::size_t i = 0; i < groups_.size(); ++i) {
-      const ParamGroup& g = groups_[i];
-      if (g.config.freeze_step != groups_[0].config.freeze_step) {
+      if (groups_[i].config.freeze_step != groups_[0].config.freeze_step) {
         throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + " has freeze_step " +
-                                                     std::to_string(g.config.freeze_step) + ", group 0 has " +
+                                                     std::to_string(groups_[i].config.freeze_step) + ", group 0 has " +
                                                      std::to_string(groups_[0].config.freeze_step) + ": they must agree");
       }
     }
     // ONEBIT_FREEZE_STEP, when set, overrides every group's (as for OnebitAdam).
     const std::int64_t freeze = onebit_adam_freeze_step(groups_[0].config.freeze_step);
     for (ParamGroup& g : groups_) g.config.freeze_step = freeze;
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      const ParamGroup& g = groups_[i];
-      if (g.params == nullptr && g.count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + "'s params is NULL");
-      }
+    for (const ParamGroup& g : groups_) {
       if (onebit_lamb_compressing(&g.config, 0) < 0) check_call(ONEBIT_INVALID_ARGUMENT);
-      offsets_.push_back(total_);
-      counts_.push_back(g.count);
-      total_ += g.count;
       onebit_lamb_layer_t layer;
       check_call(onebit_lamb_layer_init(&layer));
       layers_.push_back(layer);
@@ -97,35 +90,22 @@ class OnebitLamb {
   OnebitLamb& operator=(const OnebitLamb&) = delete;
 
   void step(const std::vector<const float*>& grads) {
-    if (grads.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::step: " + std::to_string(grads.size()) +
-                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
-    }
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      if (grads[i] == nullptr && groups_[i].count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::step: group " + std::to_string(i) + "'s gradient is NULL");
-      }
-      std::copy(grads[i], grads[i] + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
-    }
+    layout_.gather(grads, grad_, "onebit::OnebitLamb::step");
     if (!compressing()) {
       check_call(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        const std::size_t o = offsets_[i];
+        const std::size_t o = layout_.offset(i);
         check_call(onebit_lamb_warmup_step(&groups_[i].config, layers_.data() + i, step_, groups_[i].params, m_.data() + o, v_.data() + o,
                                            v_fresh_.data() + o, grad_.data() + o, groups_[i].count));
       }
     } else {
       const std::vector<onebit_lamb_layer_t> layers_before = layers_;
       if (layers_[0].scaling_coeff == 0) {  // the first compression step
-        std::vector<FrozenVariance> frozen;
-        for (std::size_t i = 0; i < groups_.size(); ++i) {
-          frozen.push_back({v_.data() + offsets_[i], groups_[i].count, groups_[i].config.eps});
-        }
-        report_freeze(comm_, "onebit::OnebitLamb", step_, frozen);
-        check_call(onebit_lamb_scaling_coeffs(m_.data(), counts_.data(), counts_.size(), layers_.data()));
+        report_freeze(comm_, "onebit::OnebitLamb", step_, layout_.frozen_variance(v_.data(), groups_));
+        check_call(onebit_lamb_scaling_coeffs(m_.data(), layout_.counts().data(), layout_.groups(), layers_.data()));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        const std::size_t o = offsets_[i];
+        const std::size_t o = layout_.offset(i);
         check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o, grad_.data() + o,
                                              groups_[i].count));
       }
@@ -138,7 +118,7 @@ class OnebitLamb {
                            "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        const std::size_t o = offsets_[i];
+        const std::size_t o = layout_.offset(i);
         check_call(onebit_lamb_apply_step(&groups_[i].config, layers_.data() + i, groups_[i].params, m_.data() + o, m_last_.data() + o,
                                           v_.data() + o, v_fresh_.data() + o, groups_[i].count));
       }
@@ -163,15 +143,8 @@ class OnebitLamb {
     c.v = v_;
     c.v_fresh = v_fresh_;
     c.layers = layers_;
-    std::size_t workers = 0, servers = 0;
-    const onebit_result_t sized = onebit_tag_state_size(name_.c_str(), &workers, &servers);
-    if (sized == ONEBIT_SUCCESS) {
-      c.worker_error.resize(workers);
-      c.server_error.resize(servers);
-      check_call(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
-    } else if (step_ > groups_[0].config.freeze_step) {
-      check_call(sized);  // a compressed call ran: its state must be there
-    }
+    // Required once a compressed call ran (the first compression step is freeze_step itself).
+    save_tag_state(name_, c.worker_error, c.server_error, /*required=*/step_ > groups_[0].config.freeze_step);
     return c;
   }
 
@@ -185,10 +158,7 @@ class OnebitLamb {
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
     agree_across_ranks(comm_, "onebit::OnebitLamb::load", {{"the checkpoint's step", c.step}},
                        " (every rank loads the checkpoint of the same step)");
-    if (!c.worker_error.empty() || !c.server_error.empty()) {
-      check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
-                                       c.server_error.data(), c.server_error.size()));
-    }
+    load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
     v_ = c.v;
@@ -200,8 +170,8 @@ class OnebitLamb {
   onebit_comm_t comm_;
   std::vector<ParamGroup> groups_;
   std::string name_;
-  std::vector<std::size_t> offsets_, counts_;
-  std::size_t total_ = 0;
+  FlatLayout layout_;
+  std::size_t total_;  // layout_.total()
   std::int64_t step_ = 0;
   std::vector<onebit_lamb_layer_t> layers_;
   std::vector<float> m_, v_, v_fresh_, m_last_, grad_;

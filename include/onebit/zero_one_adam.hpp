@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "onebit/call_error.hpp"
+#include "onebit/flat_parameters.hpp"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
 #include "onebit/onebit.h"
@@ -57,23 +58,17 @@ class ZeroOneAdam {
   };
 
   ZeroOneAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "zero_one_adam/buffer")
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)) {
-    if (groups_.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: no parameter groups");
+      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::ZeroOneAdam"),
+        total_(layout_.total()) {
     const onebit_zero_one_adam_config_t& first = groups_[0].config;
     for (std::size_t i = 0; i < groups_.size(); ++i) {
-      const ParamGroup& g = groups_[i];
-      const onebit_zero_one_adam_config_t& c = g.config;
+      const onebit_zero_one_adam_config_t& c = groups_[i].config;
       if (c.var_freeze_step != first.var_freeze_step || c.var_update_scaler != first.var_update_scaler ||
           c.local_step_scaler != first.local_step_scaler || c.local_step_clipper != first.local_step_clipper) {
         throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: group " + std::to_string(i) +
                                                      "'s schedule (var_freeze_step " + std::to_string(c.var_freeze_step) +
                                                      ", scalers, clipper) differs from group 0's: they must agree");
       }
-      if (g.params == nullptr && g.count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: group " + std::to_string(i) + "'s params is NULL");
-      }
-      offsets_.push_back(total_);
-      total_ += g.count;
     }
     check_call(onebit_zero_one_adam_schedule_init(&schedule_));
     onebit_zero_one_adam_step_t kind;
@@ -106,16 +101,7 @@ class ZeroOneAdam {
   }
 
   void step(const std::vector<const float*>& grads) {
-    if (grads.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::step: " + std::to_string(grads.size()) +
-                                                   " gradient arrays for " + std::to_string(groups_.size()) + " groups");
-    }
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      if (grads[i] == nullptr && groups_[i].count != 0) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::step: group " + std::to_string(i) + "'s gradient is NULL");
-      }
-      std::copy(grads[i], grads[i] + groups_[i].count, grad_.begin() + static_cast<std::ptrdiff_t>(offsets_[i]));
-    }
+    layout_.gather(grads, grad_, "onebit::ZeroOneAdam::step");
     const onebit_zero_one_adam_step_t kind = next_step();
     switch (kind) {
       case ONEBIT_ZERO_ONE_ADAM_VARIANCE_STEP:
@@ -141,11 +127,7 @@ class ZeroOneAdam {
     const bool entering_local_stage = schedule_.step == groups_[0].config.var_freeze_step;
     check_call(onebit_zero_one_adam_advance(&groups_[0].config, &schedule_));
     if (entering_local_stage) {
-      std::vector<FrozenVariance> frozen;
-      for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
-        frozen.push_back({v_.data() + o, n, groups_[i].config.eps});
-      });
-      report_freeze(comm_, "onebit::ZeroOneAdam", schedule_.step, frozen);
+      report_freeze(comm_, "onebit::ZeroOneAdam", schedule_.step, layout_.frozen_variance(v_.data(), groups_));
       // The buffer carries u from now on: zero, with its error feedback started afresh.
       check_call(onebit_untag(buffer_.data()));
       std::fill(buffer_.begin(), buffer_.end(), 0.0f);
@@ -169,12 +151,8 @@ class ZeroOneAdam {
     c.u = buffer_;
     c.params_at_sync = params_at_sync_;
     c.lrs = lrs_;
-    std::size_t workers = 0, servers = 0;
-    if (onebit_tag_state_size(name_.c_str(), &workers, &servers) == ONEBIT_SUCCESS) {
-      c.worker_error.resize(workers);
-      c.server_error.resize(servers);
-      check_call(onebit_tag_state_save(name_.c_str(), c.worker_error.data(), c.server_error.data()));
-    }  // else: no compressed call since the tag was (re)made, so no state
+    // None when no compressed call ran since the tag was (re)made.
+    save_tag_state(name_, c.worker_error, c.server_error, /*required=*/false);
     return c;
   }
 
@@ -194,10 +172,7 @@ class ZeroOneAdam {
                         {"the checkpoint's local-step interval", c.schedule.local_step_interval},
                         {"the checkpoint's local-step counter", c.schedule.local_step_counter}},
                        " (every rank loads the checkpoint of the same step)");
-    if (!c.worker_error.empty() || !c.server_error.empty()) {
-      check_call(onebit_tag_state_load(name_.c_str(), c.worker_error.data(), c.worker_error.size(),
-                                       c.server_error.data(), c.server_error.size()));
-    }
+    load_tag_state(name_, c.worker_error, c.server_error);
     schedule_ = c.schedule;
     std::copy(c.m.begin(), c.m.end(), m_.begin());
     std::copy(c.v.begin(), c.v.end(), v_.begin());
@@ -209,7 +184,7 @@ class ZeroOneAdam {
  private:
   template <typename Body>
   void for_each_group(Body&& body) {
-    for (std::size_t i = 0; i < groups_.size(); ++i) body(i, groups_[i].params, offsets_[i], groups_[i].count);
+    for (std::size_t i = 0; i < groups_.size(); ++i) body(i, groups_[i].params, layout_.offset(i), layout_.count(i));
   }
 
   // The tagged buffer (a gradient, or u) averaged 1-bit compressed; a failure names the step.
@@ -255,8 +230,8 @@ class ZeroOneAdam {
   onebit_comm_t comm_;
   std::vector<ParamGroup> groups_;
   std::string name_;
-  std::vector<std::size_t> offsets_;
-  std::size_t total_ = 0;
+  FlatLayout layout_;
+  std::size_t total_;  // layout_.total()
   onebit_zero_one_adam_schedule_t schedule_{};
   std::vector<float> m_, v_, grad_, buffer_, params_at_sync_, lrs_;
 };

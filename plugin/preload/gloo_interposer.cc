@@ -122,7 +122,9 @@ bool is_half_sum(const ReduceFunction& reduce) {
   return c[0] == 0x3f00 && c[1] == 0x4000;  // 1.75, 2
 }
 
-struct Front {
+// The door's process-wide state: a communicator per gloo context it has compressed a call on, and
+// the calls it forwarded to libgloo (onebit_preload_stats).
+struct GlooDoor {
   std::mutex mutex;
   struct Entry {
     std::weak_ptr<gloo::Context> context;  // expired: the framework destroyed it (and maybe reused the address)
@@ -133,8 +135,8 @@ struct Front {
   std::atomic<std::uint64_t> forwarded_bytes{0};
 };
 
-Front& front() {
-  static Front* instance = new Front();  // leaked: frameworks tear down contexts at exit
+GlooDoor& door() {
+  static GlooDoor* instance = new GlooDoor();  // leaked: frameworks tear down contexts at exit
   return *instance;
 }
 
@@ -221,7 +223,7 @@ std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>
 // same order, so every rank gets here on the same call (the tcp bootstrap relies on it).
 Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
                                std::chrono::milliseconds timeout) {
-  Front& f = front();
+  GlooDoor& f = door();
   std::lock_guard<std::mutex> lock(f.mutex);
   for (auto it = f.communicators.begin(); it != f.communicators.end();) {
     it = it->second.context.expired() ? f.communicators.erase(it) : std::next(it);
@@ -241,17 +243,18 @@ Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, st
     fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", transport, " is not a transport: use gloo, tcp or ibverbs");
   }
   Communicator& comm = *made;
-  f.communicators[context.get()] = Front::Entry{context, std::move(made)};
+  f.communicators[context.get()] = GlooDoor::Entry{context, std::move(made)};
   return comm;
 }
 
-void forwarded(const gloo::detail::AllreduceOptionsImpl& call) {
-  front().forwarded_calls += 1;
-  front().forwarded_bytes += call.elements * call.elementSize;
+void count_forwarded(const gloo::detail::AllreduceOptionsImpl& call) {
+  door().forwarded_calls += 1;
+  door().forwarded_bytes += call.elements * call.elementSize;
 }
 
-// Decides and, if it takes the call, runs it. False: the caller forwards to libgloo.
-bool take(const gloo::detail::AllreduceOptionsImpl& call) {
+// Compresses the call if it is on a tagged buffer and onebit can stand in for it (in place, the
+// tag's dtype and count, a float or half sum), and says so. False: the caller forwards to libgloo.
+bool compress_if_tagged(const gloo::detail::AllreduceOptionsImpl& call) {
   if (param::Enable() == 0 || call.out.size() != 1) return false;
   void* buffer = call.out[0]->ptr;
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
@@ -300,15 +303,15 @@ namespace gloo {
 void allreduce(const AllreduceOptions& opts) {
   const auto& real = onebit::preload::real_allreduce();
   if (real.bundled) return real.function(opts);  // another gloo's options: not ours to read
-  bool taken = false;
+  bool compressed = false;
   try {
-    taken = onebit::preload::take(opts.impl_);
+    compressed = onebit::preload::compress_if_tagged(opts.impl_);
   } catch (const onebit::Error& error) {
     // Gloo reports failures by throwing; PyTorch turns them into a Python RuntimeError.
     throw ::gloo::IoException(std::string("onebit: ") + error.what());
   }
-  if (taken) return;
-  onebit::preload::forwarded(opts.impl_);
+  if (compressed) return;
+  onebit::preload::count_forwarded(opts.impl_);
   if (real.function == nullptr) throw ::gloo::Exception("onebit: libgloo's gloo::allreduce is not available to forward to");
   real.function(opts);
 }
@@ -319,7 +322,7 @@ extern "C" onebit_result_t onebit_preload_stats(onebit_preload_stats_t* stats) {
   return onebit::abi_guard("onebit_preload_stats", [&] {
     ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");
     *stats = onebit_preload_stats_t{};
-    auto& f = onebit::preload::front();
+    auto& f = onebit::preload::door();
     std::lock_guard<std::mutex> lock(f.mutex);
     for (const auto& [context, entry] : f.communicators) {
       const onebit_stats_t s = entry.communicator->stats();

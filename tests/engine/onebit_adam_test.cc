@@ -265,5 +265,38 @@ TEST(OnebitAdamShim, BadGroupsAndGradientsAreRefused) {
   onebit_comm_destroy(comm);
 }
 
+// The layout all three C++ shims share (flat_parameters.hpp): groups end to end, and a refused
+// gather — a NULL array among good ones — leaves the flat gradient exactly as it was.
+TEST(FlatLayout, GroupsLieEndToEndAndARefusedGatherChangesNothing) {
+  struct Group {
+    float* params;
+    std::size_t count;
+  };
+  float p[5] = {0, 0, 0, 0, 0};
+  const FlatLayout layout(std::vector<Group>{{p, 2}, {nullptr, 0}, {p + 2, 3}}, "test");
+  EXPECT_EQ(layout.total(), 5u);
+  EXPECT_EQ(layout.offset(1), 2u);
+  EXPECT_EQ(layout.offset(2), 2u);
+  std::vector<float> flat(5, -1.0f);
+  const float g0[2] = {1, 2}, g2[3] = {3, 4, 5};
+  try {
+    layout.gather({g0, nullptr, nullptr}, flat, "test::step");
+    ADD_FAILURE() << "a NULL gradient for a group with elements was accepted";
+  } catch (const CallError& error) {
+    EXPECT_EQ(error.code(), ONEBIT_INVALID_ARGUMENT);
+    EXPECT_STREQ(error.what(), "test::step: group 2's gradient is NULL");
+  }
+  EXPECT_EQ(flat, std::vector<float>(5, -1.0f));
+  layout.gather({g0, nullptr, g2}, flat, "test::step");  // an empty group may pass NULL
+  EXPECT_EQ(flat, (std::vector<float>{1, 2, 3, 4, 5}));
+  try {
+    FlatLayout(std::vector<Group>{{p, 2}, {nullptr, 1}}, "test");
+    ADD_FAILURE() << "NULL params for a group with elements were accepted";
+  } catch (const CallError& error) {
+    EXPECT_STREQ(error.what(), "test: group 1's params is NULL");
+  }
+  EXPECT_THROW(FlatLayout(std::vector<Group>{}, "test"), CallError);
+}
+
 }  // namespace
 }  // namespace onebit::testing
