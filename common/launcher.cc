@@ -58,6 +58,8 @@ const std::vector<LauncherVariable>& launcher_variables() {
       {"PMIX_NAMESPACE", "Open MPI", "the job identity"},
       {"OMPI_MCA_ess_base_jobid", "Open MPI", "the job identity, when PMIX_NAMESPACE is unset"},
       {"NCCL_SOCKET_IFNAME", "NCCL", "the NCCL_NET plugin's interfaces when ONEBIT_SOCKET_IFNAME is unset"},
+      {"NCCL_COMM_BLOCKING", "NCCL", "0: every NCCL communicator is non-blocking, and the ncclAllReduce door forwards "
+                                     "its calls uncompressed; 1: none is (NCCL's override of each config)"},
   };
   return variables;
 }
@@ -85,6 +87,11 @@ int launcher_local_rank(std::string* from) {
 std::string launcher_master_addr() { return variable("MASTER_ADDR"); }
 
 std::string nccl_socket_ifname() { return variable("NCCL_SOCKET_IFNAME"); }
+
+int nccl_comm_blocking() {
+  const std::string value = variable("NCCL_COMM_BLOCKING");
+  return value == "0" ? 0 : value == "1" ? 1 : -1;
+}
 
 std::string launcher_job_identity() {
   if (!param::JobId().empty()) return "job " + param::JobId();  // the user's word is the whole identity

@@ -38,6 +38,10 @@ std::string launcher_master_addr();
 // ONEBIT_SOCKET_IFNAME is unset; empty when unset.
 std::string nccl_socket_ifname();
 
+// NCCL_COMM_BLOCKING as NCCL reads it: 0 or 1 overrides every communicator's config; -1 when it
+// is unset or anything else (each config decides).
+int nccl_comm_blocking();
+
 // The identity of this process's job and attempt, as its launcher gives it: the same text on every
 // rank of one attempt of one job, a different one on any other job or attempt that could meet it
 // on one host: "job <ONEBIT_JOB_ID>" when that is set (the user's word is the whole identity, for

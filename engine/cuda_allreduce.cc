@@ -63,6 +63,8 @@ class CudaTagState final : public DeviceState {
       check_cuda(cudaMemcpy(worker[0], tag.restored_worker.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
       check_cuda(cudaMemcpy(server[0], tag.restored_server.data(), mine * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
+    check_cuda(cudaEventCreateWithFlags(&last_call_done, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    allocations_.event = last_call_done;
     // The zeroing ran on the legacy default stream, which a non-blocking caller stream does not
     // wait for: finish it here, once per tag (never during capture: see the front door).
     check_cuda(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
@@ -118,6 +120,10 @@ class CudaTagState final : public DeviceState {
   unsigned* failures_host = nullptr;
   unsigned* failures_device = nullptr;
   unsigned reported_failures = 0;
+  // The stream of the tag's last call, and its end: a call from another stream waits for it, so
+  // that two calls of one tag never share the scratch buffers at once.
+  cudaStream_t last_stream = nullptr;
+  cudaEvent_t last_call_done = nullptr;
 
  private:
   template <typename T>
@@ -133,19 +139,16 @@ class CudaTagState final : public DeviceState {
   struct Allocations {
     std::vector<void*> device;
     void* host = nullptr;
+    cudaEvent_t event = nullptr;
     ~Allocations() {
       for (void* p : device) cudaFree(p);
       if (host != nullptr) cudaFreeHost(host);
+      if (event != nullptr) cudaEventDestroy(event);
     }
   } allocations_;
 };
 
 }  // namespace
-
-bool has_device_state(Tag& tag, std::uint64_t comm_id) {
-  std::lock_guard<std::mutex> busy(tag.busy);
-  return tag.device_states.count(comm_id) != 0;
-}
 
 namespace {
 
@@ -177,8 +180,8 @@ CudaTagState& device_state_for(Tag& tag, const CudaAllreduceCall& call, int w, i
   return st;
 }
 
-// One call's steps, every one enqueued on the caller's stream (nothing waits on the host): the
-// scales saved for a revert, the worker pass, the bits to their servers, the server pass, the
+// One call's steps, every one enqueued on the caller's stream (nothing waits on the host): a wait
+// for the tag's last call when it came from another stream, the scales saved for a revert, the worker pass, the bits to their servers, the server pass, the
 // results to everyone, the unpack, and the revert of a call whose scales are not finite.
 class CudaRound {
  public:
@@ -187,6 +190,7 @@ class CudaRound {
         mine_(st.results + me * g_.chunk_bytes()) {}
 
   std::uint64_t run() {
+    after_last_call();
     save_scales();
     worker_pass();
     std::uint64_t sent = exchange_worker_bits();
@@ -195,6 +199,8 @@ class CudaRound {
     unpack();
     revert_unless_finite();
     st_.current = 1 - cur_;  // the next call on this stream reads what this one wrote (or restored)
+    check_cuda(cudaEventRecord(st_.last_call_done, call_.stream), "cudaEventRecord");
+    st_.last_stream = call_.stream;
     return sent;
   }
 
@@ -203,6 +209,13 @@ class CudaRound {
 
   void copy_on_stream(void* to, const void* from, std::size_t bytes) {
     check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, call_.stream), "cudaMemcpyAsync");
+  }
+
+  // A call from another stream than the tag's last one waits for that call first (on the device).
+  void after_last_call() {
+    if (st_.last_stream != nullptr && st_.last_stream != call_.stream) {
+      check_cuda(cudaStreamWaitEvent(call_.stream, st_.last_call_done, 0), "cudaStreamWaitEvent");
+    }
   }
 
   // The scales this rank owns, as they were: what a failed call restores.

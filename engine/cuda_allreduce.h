@@ -7,9 +7,12 @@
 //   rank j → server kernel → group: every server's bits and scale to every rank → unpack kernels
 //   → revert_unless_finite (a NaN/Inf anywhere leaves the error state as it was)
 //
-// No host synchronisation and no allocation after a tag's first call on a communicator, so captured
-// CUDA graphs work once a tag has run outside capture. The first call allocates and zeroes the
-// device state (and applies a restored checkpoint) and synchronises once.
+// No host synchronisation and no allocation after a tag's first call on a communicator. The first
+// call allocates and zeroes the device state (and applies a restored checkpoint) and synchronises
+// once. Not for CUDA graph capture: `current`, which picks the error buffers a call reads and
+// writes, is flipped on the host as the call is enqueued, so a captured call would bake one pair
+// into the graph (the front door forwards captured calls to NCCL). A call from another stream than
+// the tag's last one waits for that call on the device.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -38,7 +41,5 @@ struct CudaAllreduceCall {
 // from another thread is an error, as on the CPU path. Returns the bytes this rank sends.
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call);
 
-// Whether the tag's first call on this communicator (which allocates) has happened.
-bool has_device_state(Tag& tag, std::uint64_t comm_id);
 
 }  // namespace onebit

@@ -80,13 +80,27 @@ std::shared_ptr<Tag> TagRegistry::find_name(const std::string& name) const {
   return found == by_name_.end() ? nullptr : found->second;
 }
 
-void TagRegistry::forget_communicator(std::uint64_t comm_id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (auto& [name, tag] : by_name_) {
-    std::lock_guard<std::mutex> busy(tag->busy);
+std::size_t TagRegistry::forget_communicator(std::uint64_t comm_id, InFlight in_flight) {
+  std::vector<std::shared_ptr<Tag>> tags;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& [name, tag] : by_name_) tags.push_back(tag);
+  }
+  std::size_t kept = 0;
+  for (const std::shared_ptr<Tag>& tag : tags) {
+    std::unique_lock<std::mutex> busy(tag->busy, std::defer_lock);
+    if (in_flight == InFlight::kWait) {
+      busy.lock();
+    } else if (!busy.try_lock()) {
+      ++kept;  // whether it has a state there is not known without the lock
+      ONEBIT_LOG(WARN, "tag '", tag->name, "' is in a call while communicator ", comm_id, " is aborted: any state "
+                 "it has there is kept until the tag is untagged");
+      continue;
+    }
     tag->states.erase(comm_id);
     tag->device_states.erase(comm_id);
   }
+  return kept;
 }
 
 namespace {

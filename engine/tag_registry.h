@@ -105,8 +105,15 @@ class TagRegistry {
   // The tag of exactly this pointer, or null.
   std::shared_ptr<Tag> find(const void* ptr) const;
   std::shared_ptr<Tag> find_name(const std::string& name) const;
-  // Frees every state a communicator owns (on destroy).
-  void forget_communicator(std::uint64_t comm_id);
+  // How forget_communicator treats a tag whose call is running right now (its busy lock held).
+  enum class InFlight {
+    kWait,  // wait for the call (a destroy: the communicator's calls are over, or about to be)
+    kKeep,  // keep that tag's state, freed when the tag is untagged (an abort: never wait on a
+            // call that may be the one stuck; the communicator's id is never reused)
+  };
+  // Frees every state a communicator owns (on destroy or abort); returns how many were kept.
+  // Holds the registry's lock only to list the tags, never while waiting on a call.
+  std::size_t forget_communicator(std::uint64_t comm_id, InFlight in_flight = InFlight::kWait);
 
   static std::uint64_t id_of(const std::string& name);
 

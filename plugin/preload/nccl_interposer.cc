@@ -1,17 +1,23 @@
 // The NCCL front door: libonebit-nccl-preload.so, loaded with LD_PRELOAD into a program that uses
-// NCCL (pip PyTorch loads libnccl.so.2 dynamically), defines ncclAllReduce, ncclGroupStart,
-// ncclGroupEnd, ncclCommDestroy and ncclCommAbort ahead of NCCL's. A call on a tagged device buffer
-// (the one onebit_tag registry; the PyTorch shim's onebit.tag takes CUDA tensors) with a
-// float32/float16/bfloat16 sum or average runs the engine's device path
-// (engine/cuda_allreduce.h) on the caller's stream, over the intercepted communicator.
+// NCCL (pip PyTorch loads libnccl.so.2 dynamically), defines ncclAllReduce, the group calls
+// (ncclGroupStart, ncclGroupEnd, ncclGroupSimulateEnd), the communicator ends (ncclCommDestroy,
+// ncclCommAbort) and the config-taking inits and splits (ncclCommInitRankConfig,
+// ncclCommInitRankScalable, ncclCommSplit, ncclCommShrink) ahead of NCCL's. A call on a tagged
+// device buffer (the one onebit_tag registry; the PyTorch shim's onebit.tag takes CUDA tensors)
+// with a float32/float16/bfloat16 sum or average, on a blocking communicator, runs the engine's
+// device path (engine/cuda_allreduce.h) on the caller's stream, over the intercepted communicator.
 // Everything else goes to NCCL's pncclAllReduce unchanged (transport/nccl/nccl_api.h).
 //
-// Decisions are made from the tag (name, element count, dtype) and the call's op, never from a
-// pointer, so every rank decides alike. Calls inside ncclGroupStart/End are deferred: the group's
-// other operations are issued at the outermost ncclGroupEnd, then each deferred compressed call in
-// order (PyTorch wraps every collective in a group of its own). A tag's first call on a
-// communicator allocates its device state; if that call comes during CUDA graph capture it goes to
-// NCCL uncompressed (identically on every rank, as every rank captures the same graph).
+// Decisions are made from the tag (name, element count, dtype), the call's op and the
+// communicator's config, never from a pointer, so every rank decides alike. Calls inside a group
+// are deferred: the group's other operations are issued at the outermost ncclGroupEnd, then each
+// deferred compressed call in order. (Recent ProcessGroupNCCL does not wrap every collective in a
+// group: groups come from coalescing, batched point-to-point calls and lazy communicator set-up;
+// a collective outside them reaches the door ungrouped.) A simulated group runs nothing, in NCCL
+// or here. Non-blocking communicators (config.blocking = 0, NCCL_COMM_BLOCKING=0,
+// TORCH_NCCL_USE_COMM_NONBLOCKING=1) keep NCCL's own allreduce: the device path could be left
+// half queued by an ncclInProgress. Calls during CUDA graph capture go to NCCL uncompressed too
+// (identically on every rank, as every rank captures the same graph): see compresses().
 //
 // Every entry point runs inside nccl_guard (plugin/capi/nccl_guard.h): nothing throws across the
 // ABI, and errors become NCCL's codes by the table the NCCL_NET plugin uses too.
@@ -28,6 +34,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/log.h"
 #include "common/params.h"
 #include "onebit/preload.h"
@@ -76,38 +83,67 @@ Counters& counters() {
   return *instance;
 }
 
-// Process-unique ids for live communicators: a tag's device state is keyed by them, and a
-// communicator destroyed (or aborted) takes its states with it, so a later communicator at the
-// same address starts fresh.
-class CommunicatorIds {
+// What the door knows of each live communicator: a process-unique id — a tag's device state is
+// keyed by it, so a communicator destroyed or aborted takes its states with it and a later one at
+// the same address starts fresh — and whether NCCL runs it non-blocking (learnt from the config of
+// the interposed init or split that made it).
+class Communicators {
  public:
-  std::uint64_t id_of(ncclComm_t comm) {
+  std::uint64_t id_of(ncclComm_t comm) { return entry(comm).id; }
+
+  void made(ncclComm_t comm, bool blocking) {
+    if (comm == nullptr) return;
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, added] = ids_.try_emplace(comm, next_);
-    if (added) ++next_;
-    return it->second;
+    known_[comm] = Known{next_++, blocking};
   }
-  void forget(ncclComm_t comm) {
-    std::uint64_t id = 0;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = ids_.find(comm);
-      if (it == ids_.end()) return;
-      id = it->second;
-      ids_.erase(it);
-    }
-    TagRegistry::instance().forget_communicator(id);
+
+  // A communicator the door did not see made (an init it does not interpose) is blocking unless
+  // NCCL_COMM_BLOCKING=0 says otherwise, as NCCL's own default.
+  bool blocking(ncclComm_t comm) { return entry(comm).blocking; }
+
+  // Forgets the address (so that a communicator NCCL makes there next starts fresh) and returns the
+  // id its states are kept under; 0 for one never seen.
+  std::uint64_t release(ncclComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = known_.find(comm);
+    if (it == known_.end()) return 0;
+    const std::uint64_t id = it->second.id;
+    known_.erase(it);
+    return id;
   }
 
  private:
+  struct Known {
+    std::uint64_t id;
+    bool blocking;
+  };
+  Known entry(ncclComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [it, added] = known_.try_emplace(comm, Known{next_, nccl_comm_blocking() != 0});
+    if (added) ++next_;
+    return it->second;
+  }
+
   std::mutex mutex_;
-  std::map<ncclComm_t, std::uint64_t> ids_;
+  std::map<ncclComm_t, Known> known_;
   std::uint64_t next_ = std::uint64_t{1} << 48;  // apart from the CPU engine's communicator ids
 };
 
-CommunicatorIds& communicator_ids() {
-  static CommunicatorIds* instance = new CommunicatorIds();  // leaked, as counters()
+Communicators& communicators() {
+  static Communicators* instance = new Communicators();  // leaked, as counters()
   return *instance;
+}
+
+// Whether NCCL runs a communicator made with `config` blocking. NCCL_COMM_BLOCKING (0 or 1)
+// overrides every config; a NULL config is NCCL's default — or, for a split or shrink, the parent's
+// (`parent`, when given); a config older than NCCL 2.14 has no `blocking`; NCCL_CONFIG_UNDEF_INT
+// means the default, blocking.
+bool blocking_of(const ncclConfig_t* config, ncclComm_t parent) {
+  const int forced = nccl_comm_blocking();
+  if (forced >= 0) return forced == 1;
+  if (config == nullptr) return parent == nullptr || communicators().blocking(parent);
+  if (config->version < NCCL_VERSION(2, 14, 0)) return true;
+  return config->blocking != 0;
 }
 
 std::size_t element_size(ncclDataType_t t) {
@@ -154,13 +190,18 @@ bool compresses(AllReduceCall& call) {
   if (!dtype_of(call.datatype, &call.dtype) || call.dtype != tag.dtype) return forward("datatype is not the tag's");
   if (call.count != tag.count) return forward("element count differs from the tag's");
   if (call.op != ncclSum && call.op != ncclAvg) return forward("op is neither ncclSum nor ncclAvg");
-  // A tag's first call on a communicator allocates its device state: not while a graph is captured.
+  // The device path enqueues NCCL sends and receives and its kernels in one go; on a communicator
+  // where NCCL may answer ncclInProgress they could be left half queued. Such communicators keep
+  // NCCL's own allreduce (TORCH_NCCL_USE_COMM_NONBLOCKING=1, NCCL_COMM_BLOCKING=0).
+  if (!communicators().blocking(call.comm)) return forward("the communicator is non-blocking");
+  // Inside CUDA graph capture NCCL's own allreduce is recorded: the device path picks its error
+  // buffers by a parity the host flips as it enqueues, so a captured call would bake one pair into
+  // the graph and every replay would read the error from before the capture — error feedback that
+  // no longer accumulates. Until the parity lives on the device, captured calls are not compressed
+  // (identically on every rank, as every rank captures the same graph).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) capture = cudaStreamCaptureStatusNone;
-  if (capture != cudaStreamCaptureStatusNone &&
-      !has_device_state(*call.tag, communicator_ids().id_of(call.comm))) {
-    return forward("first call inside CUDA graph capture");
-  }
+  if (capture != cudaStreamCaptureStatusNone) return forward("inside CUDA graph capture");
   return true;  // in place or not: the worker reads send, the unpack writes recv
 }
 
@@ -177,7 +218,7 @@ void run_compressed(const AllReduceCall& call) {
   try {
     const std::uint64_t sent = cuda_compressed_allreduce(
         *call.tag, CudaAllreduceCall{call.send, call.recv, call.count, call.dtype, call.op == ncclSum, call.comm,
-                                     communicator_ids().id_of(call.comm), call.stream});
+                                     communicators().id_of(call.comm), call.stream});
     counters().compressed_calls += 1;
     counters().compressed_bytes += sent;
   } catch (const Error& error) {
@@ -186,17 +227,65 @@ void run_compressed(const AllReduceCall& call) {
   }
 }
 
-// ncclCommDestroy / ncclCommAbort: forget the communicator's tag states, then NCCL's own call.
+// ncclCommDestroy / ncclCommAbort. The address is forgotten first (a communicator NCCL makes there
+// once this returns starts fresh), then NCCL's own call, then the tags' states on it — after NCCL,
+// and for an abort without waiting on a tag whose call is running: the watchdog aborts a stuck
+// communicator, and the call holding that tag may be the stuck one.
 ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
-                              ncclResult_t (*nccl::NcclApi::*entry)(ncclComm_t)) {
+                              ncclResult_t (*nccl::NcclApi::*entry)(ncclComm_t), TagRegistry::InFlight in_flight) {
   ncclResult_t result = ncclSuccess;
   const ncclResult_t guarded = guard(entry_point, [&] {
-    communicator_ids().forget(comm);
+    const std::uint64_t id = communicators().release(comm);
     const auto call = nccl_api().*entry;
     ONEBIT_CHECK(call != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's p", entry_point, " was not found");
     result = call(comm);
+    if (id != 0) TagRegistry::instance().forget_communicator(id, in_flight);
   });
   return guarded != ncclSuccess ? guarded : result;
+}
+
+// Communicators made by the interposed inits and splits: NCCL's answer unchanged, and, unless it
+// is an error, the new communicator recorded with how it blocks (ncclInProgress: a non-blocking
+// one, still being made).
+template <typename Call>
+ncclResult_t make_communicator(const char* entry_point, ncclComm_t* made, const ncclConfig_t* config,
+                               ncclComm_t parent, Call&& call) {
+  ncclResult_t result = ncclSuccess;
+  const ncclResult_t guarded = guard(entry_point, [&] {
+    result = call();
+    if ((result == ncclSuccess || result == ncclInProgress) && made != nullptr) {
+      const bool blocking = blocking_of(config, parent);
+      communicators().made(*made, blocking);
+      if (!blocking) {
+        ONEBIT_LOG(INFO, "nccl preload: ", entry_point, ": communicator ", *made, " is non-blocking; its tagged "
+                   "allreduces go to NCCL uncompressed");
+      }
+    }
+  });
+  return guarded != ncclSuccess ? guarded : result;
+}
+
+// The compressed calls a group deferred, once NCCL has issued the group's own: every one runs (they
+// are independent tags, and their peers run theirs), each failure logged with its tag, and the
+// first one's code is the group's. After a failed group they are not run; a group that answers
+// ncclInProgress (a non-blocking communicator in it) still runs them — never drop work while
+// answering in-progress — and its answer stands unless one of them fails.
+ncclResult_t run_deferred(std::vector<AllReduceCall> calls, ncclResult_t group_result) {
+  if (group_result != ncclSuccess && group_result != ncclInProgress) {
+    ONEBIT_LOG(WARN, "nccl preload: ncclGroupEnd: NCCL's group failed (ncclResult ", static_cast<int>(group_result),
+               "); ", calls.size(), " deferred compressed call(s) not run");
+    return group_result;
+  }
+  ncclResult_t result = group_result;
+  bool failed = false;
+  for (const AllReduceCall& call : calls) {
+    const ncclResult_t r = guard("ncclGroupEnd (deferred ncclAllReduce)", [&] { run_compressed(call); });
+    if (r != ncclSuccess && !failed) {
+      result = r;
+      failed = true;
+    }
+  }
+  return result;
 }
 
 }  // namespace
@@ -243,31 +332,84 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupEnd() {
     result = group_end();
     if (group_depth > 0) --group_depth;
     if (group_depth > 0) return;
-    // The outermost group is issued; now the compressed calls it held, in order. Every one runs
-    // (they are independent tags, and their peers run theirs); each failure is logged with its
-    // tag, and the first one's code is the group's.
     std::vector<AllReduceCall> calls;
     calls.swap(deferred);
-    if (result != ncclSuccess) {
-      ONEBIT_LOG(WARN, "nccl preload: ncclGroupEnd: NCCL's group failed (ncclResult ", static_cast<int>(result), "); ",
-                 calls.size(), " deferred compressed call(s) not run");
-      return;
+    result = run_deferred(std::move(calls), result);
+  });
+  return guarded != ncclSuccess ? guarded : result;
+}
+
+// Ends a group as ncclGroupEnd does, but NCCL only estimates it (ncclSimInfo_t) and runs nothing;
+// so the door runs nothing either: the depth goes back, the deferred calls are dropped (named in
+// an INFO line). Without this, the door's depth would stay raised and every later tagged call on
+// the thread would be deferred and answered ncclSuccess with its buffer untouched.
+__attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* sim_info) {
+  ncclResult_t result = ncclSuccess;
+  const ncclResult_t guarded = guard("ncclGroupSimulateEnd", [&] {
+    const auto simulate_end = nccl_api().group_simulate_end;
+    ONEBIT_CHECK(simulate_end != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclGroupSimulateEnd was not found");
+    result = simulate_end(sim_info);
+    if (group_depth > 0) --group_depth;
+    if (group_depth > 0) return;
+    for (const AllReduceCall& call : deferred) {
+      ONEBIT_LOG(INFO, "nccl preload: ncclGroupSimulateEnd: tag '", call.tag->name, "' (", call.count,
+                 " elements) was in a simulated group: not run, as NCCL runs none of the group");
     }
-    for (const AllReduceCall& call : calls) {
-      const ncclResult_t r = guard("ncclGroupEnd (deferred ncclAllReduce)", [&] { run_compressed(call); });
-      if (result == ncclSuccess) result = r;
-    }
+    deferred.clear();
   });
   return guarded != ncclSuccess ? guarded : result;
 }
 
 // A communicator that goes takes the tags' device state on it with it.
 __attribute__((visibility("default"))) ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  return end_communicator("ncclCommDestroy", comm, &onebit::nccl::NcclApi::comm_destroy);
+  return end_communicator("ncclCommDestroy", comm, &onebit::nccl::NcclApi::comm_destroy,
+                          onebit::TagRegistry::InFlight::kWait);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  return end_communicator("ncclCommAbort", comm, &onebit::nccl::NcclApi::comm_abort);
+  return end_communicator("ncclCommAbort", comm, &onebit::nccl::NcclApi::comm_abort,
+                          onebit::TagRegistry::InFlight::kKeep);
+}
+
+// The inits and splits that take a config, passed through to learn whether each new communicator
+// is non-blocking (PyTorch makes its communicators with ncclCommInitRankConfig and ncclCommSplit).
+__attribute__((visibility("default"))) ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks,
+                                                                           ncclUniqueId id, int rank,
+                                                                           ncclConfig_t* config) {
+  return make_communicator("ncclCommInitRankConfig", comm, config, nullptr, [&] {
+    const auto init = nccl_api().comm_init_rank_config;
+    ONEBIT_CHECK(init != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclCommInitRankConfig was not found");
+    return init(comm, nranks, id, rank, config);
+  });
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclCommInitRankScalable(ncclComm_t* comm, int nranks, int rank,
+                                                                             int n_ids, ncclUniqueId* ids,
+                                                                             ncclConfig_t* config) {
+  return make_communicator("ncclCommInitRankScalable", comm, config, nullptr, [&] {
+    const auto init = nccl_api().comm_init_rank_scalable;
+    ONEBIT_CHECK(init != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclCommInitRankScalable was not found");
+    return init(comm, nranks, rank, n_ids, ids, config);
+  });
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
+                                                                  ncclComm_t* newcomm, ncclConfig_t* config) {
+  return make_communicator("ncclCommSplit", newcomm, config, comm, [&] {
+    const auto split = nccl_api().comm_split;
+    ONEBIT_CHECK(split != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclCommSplit was not found");
+    return split(comm, color, key, newcomm, config);
+  });
+}
+
+__attribute__((visibility("default"))) ncclResult_t ncclCommShrink(ncclComm_t comm, int* exclude, int n_exclude,
+                                                                   ncclComm_t* newcomm, ncclConfig_t* config,
+                                                                   int flags) {
+  return make_communicator("ncclCommShrink", newcomm, config, comm, [&] {
+    const auto shrink = nccl_api().comm_shrink;
+    ONEBIT_CHECK(shrink != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclCommShrink was not found");
+    return shrink(comm, exclude, n_exclude, newcomm, config, flags);
+  });
 }
 
 ONEBIT_API onebit_result_t onebit_preload_stats(onebit_preload_stats_t* stats) {

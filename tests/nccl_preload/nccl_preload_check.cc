@@ -10,7 +10,10 @@
 // ONEBIT_ENABLE=banana — a bad setting is an error code with a message, not an exception through
 // the C ABI (D2).
 //
-//   nccl_preload_check PATH/TO/libnccl.so.2 [bad-enable]
+// With `non-blocking` and NCCL_COMM_BLOCKING=0: tagged calls on a non-blocking communicator go to
+// NCCL uncompressed.
+//
+//   nccl_preload_check PATH/TO/libnccl.so.2 [bad-enable | non-blocking]
 #include <dlfcn.h>
 #include <nccl.h>
 #include <unistd.h>
@@ -61,8 +64,29 @@ int bad_enable() {
   return 0;
 }
 
+// With NCCL_COMM_BLOCKING=0 every communicator is non-blocking: a tagged call goes to NCCL's own
+// allreduce (which answers a NULL communicator with ncclInvalidArgument), counted as forwarded.
+int non_blocking(const char* nccl_path) {
+  auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
+  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(dlsym(RTLD_DEFAULT, "onebit_tag"));
+  auto* stats = reinterpret_cast<onebit_result_t (*)(onebit_preload_stats_t*)>(dlsym(RTLD_DEFAULT, "onebit_preload_stats"));
+  if (!all_reduce || !tag || !stats || dlopen(nccl_path, RTLD_NOW | RTLD_LOCAL) == nullptr) return 3;
+  std::vector<float> host(100);
+  if (tag("grad", host.data(), host.size(), ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 4;
+  const ncclResult_t r = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+  onebit_preload_stats_t s;
+  if (r != ncclInvalidArgument || stats(&s) != ONEBIT_SUCCESS || s.forwarded_calls != 1) {
+    std::printf("FAIL: NCCL_COMM_BLOCKING=0: a tagged call must go to NCCL uncompressed; got %d, forwarded %llu\n",
+                static_cast<int>(r), static_cast<unsigned long long>(s.forwarded_calls));
+    return 5;
+  }
+  std::printf("OK: on a non-blocking communicator a tagged call goes to NCCL uncompressed\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc == 3 && std::strcmp(argv[2], "bad-enable") == 0) return bad_enable();
+  if (argc == 3 && std::strcmp(argv[2], "non-blocking") == 0) return non_blocking(argv[1]);
   if (argc != 2) return 2;
   auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
   auto* group_start = reinterpret_cast<Group>(dlsym(RTLD_DEFAULT, "ncclGroupStart"));
@@ -137,9 +161,38 @@ int main(int argc, char** argv) {
     std::printf("FAIL: ncclCommDestroy/ncclCommAbort must reach NCCL's pncclCommDestroy/pncclCommAbort\n");
     return 15;
   }
+  // A simulated group runs nothing: the door's depth goes back with it, so the next tagged call
+  // runs at once (and fails: NULL communicator) instead of being deferred and answered ncclSuccess.
+  auto* simulate_end = reinterpret_cast<ncclResult_t (*)(ncclSimInfo_t*)>(dlsym(RTLD_DEFAULT, "ncclGroupSimulateEnd"));
+  if (simulate_end == nullptr) return 16;
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  group_start();
+  const ncclResult_t simulated_queue = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+  simulate_end(&sim);
+  const ncclResult_t after_simulation = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+  if (simulated_queue != ncclSuccess || after_simulation == ncclSuccess) {
+    std::printf("FAIL: after ncclGroupStart + tagged call + ncclGroupSimulateEnd a tagged call must run at once (and "
+                "fail on a NULL communicator); got %d (queued %d)\n",
+                static_cast<int>(after_simulation), static_cast<int>(simulated_queue));
+    return 17;
+  }
+  // The config-taking inits reach NCCL's own (which, without a GPU, answer as they do).
+  using InitConfig = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
+  auto* init_config = reinterpret_cast<InitConfig>(dlsym(RTLD_DEFAULT, "ncclCommInitRankConfig"));
+  auto* real_init_config = reinterpret_cast<InitConfig>(dlsym(nccl, "pncclCommInitRankConfig"));
+  ncclUniqueId id{};
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  ncclComm_t made = nullptr, real_made = nullptr;
+  if (!init_config || !real_init_config ||
+      init_config(&made, 2, id, 0, &config) != real_init_config(&real_made, 2, id, 0, &config)) {
+    std::printf("FAIL: ncclCommInitRankConfig must reach NCCL's pncclCommInitRankConfig\n");
+    return 18;
+  }
   std::printf("OK: without NCCL calls fail with ncclSystemError; with NCCL loaded RTLD_LOCAL untagged calls reach "
               "pncclAllReduce (ncclResult %d for a NULL comm), a tagged call fails cleanly (%d), groups pass through, "
-              "every deferred call runs and is named when it fails (group end %d), communicator calls reach NCCL\n",
+              "every deferred call runs and is named when it fails (group end %d), communicator calls reach NCCL, a "
+              "simulated group leaves no call deferred\n",
               static_cast<int>(r), static_cast<int>(tagged), static_cast<int>(grouped));
   return 0;
 }

@@ -4,6 +4,8 @@
 // the lifetime and checkpoint rules it relies on, so a host-memory DeviceState stands in for it.
 #include <gtest/gtest.h>
 
+#include <future>
+#include <thread>
 #include <vector>
 
 #include "onebit/onebit.h"
@@ -75,6 +77,37 @@ TEST(TagState, ForgettingACommunicatorDropsItsDeviceState) {
   EXPECT_FALSE(second);
   EXPECT_EQ(tag->device_states.count(7), 0u);
   ASSERT_EQ(onebit_untag(x.data()), ONEBIT_SUCCESS);
+}
+
+// ncclCommAbort is how PyTorch's watchdog ends a stuck communicator: forgetting its states must not
+// wait on a tag whose call holds the busy lock (it may be the stuck one). That tag keeps its state
+// (freed with the tag); every other tag's goes; a later forget, with the call over, takes it.
+TEST(TagState, AnAbortDoesNotWaitForATagInACall) {
+  std::vector<float> busy_buffer(8), idle_buffer(8);
+  ASSERT_EQ(onebit_tag("abort/busy", busy_buffer.data(), 8, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_tag("abort/idle", idle_buffer.data(), 8, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  auto busy_tag = TagRegistry::instance().find(busy_buffer.data());
+  auto idle_tag = TagRegistry::instance().find(idle_buffer.data());
+  bool busy_freed = false, idle_freed = false;
+  busy_tag->device_states[9] = std::make_unique<FakeDeviceState>(8, 8, &busy_freed);
+  idle_tag->device_states[9] = std::make_unique<FakeDeviceState>(8, 8, &idle_freed);
+
+  std::promise<void> holding, release;
+  std::thread call([&] {  // a call in flight on the busy tag
+    const std::unique_lock<std::mutex> busy = claim_tag_for_call(*busy_tag, "");
+    holding.set_value();
+    release.get_future().wait();
+  });
+  holding.get_future().wait();
+  EXPECT_EQ(TagRegistry::instance().forget_communicator(9, TagRegistry::InFlight::kKeep), 1u);
+  EXPECT_TRUE(idle_freed);
+  EXPECT_FALSE(busy_freed) << "the state of a tag in a call is kept, not freed under it";
+  release.set_value();
+  call.join();
+  EXPECT_EQ(TagRegistry::instance().forget_communicator(9, TagRegistry::InFlight::kKeep), 0u);
+  EXPECT_TRUE(busy_freed);
+  ASSERT_EQ(onebit_untag(busy_buffer.data()), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_untag(idle_buffer.data()), ONEBIT_SUCCESS);
 }
 
 TEST(TagState, ACheckpointOfADeviceTagSavesItsStateNotZeros) {

@@ -34,6 +34,11 @@ const NcclApi& nccl_api() {
   find(table.comm_user_rank, "pncclCommUserRank");
   find(table.comm_destroy, "pncclCommDestroy");
   find(table.comm_abort, "pncclCommAbort");
+  find(table.group_simulate_end, "pncclGroupSimulateEnd");
+  find(table.comm_init_rank_config, "pncclCommInitRankConfig");
+  find(table.comm_init_rank_scalable, "pncclCommInitRankScalable");
+  find(table.comm_split, "pncclCommSplit");
+  find(table.comm_shrink, "pncclCommShrink");
   if (library != nullptr) dlclose(library);  // NOLOAD took a reference; NCCL stays loaded
   if (table.complete()) {
     complete.store(true, std::memory_order_release);

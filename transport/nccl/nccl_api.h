@@ -18,6 +18,13 @@ struct NcclApi {
   decltype(&pncclCommUserRank) comm_user_rank = nullptr;
   decltype(&pncclCommDestroy) comm_destroy = nullptr;
   decltype(&pncclCommAbort) comm_abort = nullptr;
+  // The calls the door passes through only to learn about communicators and groups; absent from
+  // older NCCLs, so not part of complete().
+  decltype(&pncclGroupSimulateEnd) group_simulate_end = nullptr;
+  decltype(&pncclCommInitRankConfig) comm_init_rank_config = nullptr;
+  decltype(&pncclCommInitRankScalable) comm_init_rank_scalable = nullptr;
+  decltype(&pncclCommSplit) comm_split = nullptr;
+  decltype(&pncclCommShrink) comm_shrink = nullptr;
 
   // Everything the compressed path calls.
   bool complete() const {
