@@ -45,6 +45,7 @@ struct Request {
   std::size_t transferred = 0;       // tcp: payload bytes moved so far
   int pending_segments = 0;          // tcp: stripes still in flight
   std::shared_ptr<void> handle;      // gloo: the request's gloo::transport::UnboundBuffer
+  std::uint32_t channel = 0;         // gloo: the channel it was posted on
 
   // A fresh request for one message (state kIdle; the backend sets it).
   static Request of(bool is_send, int peer, const wire::MessageKey& key, const wire::CallShape& shape, void* data,

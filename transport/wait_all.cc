@@ -27,4 +27,11 @@ std::string timeout_text(int rank, std::chrono::milliseconds timeout, const Requ
          " is stalled, dead or not in this call";
 }
 
+std::string second_receive_text(int rank, int peer, const wire::MessageKey& key) {
+  return "rank " + std::to_string(rank) + " posted a second receive from rank " + std::to_string(peer) + " for one " +
+         wire::kind_name(key.kind) + " message (stream " + std::to_string(key.stream) + ", call " +
+         std::to_string(key.seq) + ", part " + std::to_string(key.part) +
+         ") while the first is pending: a bug in onebit's call sequencing";
+}
+
 }  // namespace onebit

@@ -27,4 +27,10 @@ const Request* wait_until_settled(std::unique_lock<std::mutex>& lock, std::condi
 std::string timeout_text(int rank, std::chrono::milliseconds timeout, const Request& late,
                          const std::function<std::string(const Request&)>& describe);
 
+// Every backend's refusal of a second receive for a key whose first is still pending
+// (Transport::isend): "rank 0 posted a second receive from rank 1 for one server result message
+// (stream 7, call 3, part 1) while the first is pending: ...". Shared so that the text, which
+// tests and users search for, is one whatever the transport (gloo too).
+std::string second_receive_text(int rank, int peer, const wire::MessageKey& key);
+
 }  // namespace onebit

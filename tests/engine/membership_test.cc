@@ -410,39 +410,5 @@ TEST(Membership, APeerSendingMoreThanAnyCallAskedForIsNamed) {
                 {"rank 1 sent 5 MiB of messages that no call of rank 0 has asked for", "ONEBIT_UNEXPECTED_MB=4"});
 }
 
-TEST(TransportContract, ASecondReceiveForOnePendingKeyBreaksTheTransportNamingIt) {
-  // transport.h: keys are unique among one peer's messages in flight. Rank 0 posts two receives
-  // for one key; the second is refused (it used to replace the first silently, which then waited
-  // for the timeout), naming the key, and the first fails with it.
-  const int port = free_port();
-  SharedMemory shared(sizeof(Record));
-  auto* record = shared.as<Record>();
-  auto outcomes = run_ranks(2, [&](int rank) {
-    tcp::TransportOptions options = job_options();
-    tcp::TcpTransport transport(rank, 2, tcp::parse_host_port(root_at(port), "root"), options);
-    const wire::CallShape shape{4, 0, 0};
-    std::vector<float> first(4), second(4);
-    const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
-    const auto describe = [](const Request&) { return std::string("a message"); };
-    if (rank == 1) return 0;  // sends nothing: the refusal needs no message
-    Request a, b;
-    const wire::MessageKey key{7, 3, wire::Kind::kServerResult, 1};
-    transport.irecv(a, 1, 0, key, shape, first.data(), sizeof(float) * 4);
-    transport.irecv(b, 1, 0, key, shape, second.data(), sizeof(float) * 4);
-    try {
-      transport.wait_all({&a, &b}, deadline, describe);
-      std::snprintf(record->message, sizeof(record->message), "both receives were taken");
-    } catch (const Error& error) {
-      record->code = error.code();
-      std::snprintf(record->message, sizeof(record->message), "%s", error.what());
-    }
-    return 0;
-  }, std::chrono::seconds(60));
-  ASSERT_EQ(outcomes[0].exit_code, 0);
-  expect_record(*record, ONEBIT_INTERNAL_ERROR,
-                {"rank 0 posted a second receive from rank 1 for one", "(stream 7, call 3, part 1)",
-                 "while the first is pending"});
-}
-
 }  // namespace
 }  // namespace onebit::testing

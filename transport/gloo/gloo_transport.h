@@ -23,7 +23,9 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "common/error.h"
 #include "transport/transport.h"
@@ -57,6 +59,11 @@ class GlooTransport final : public Transport {
   static std::chrono::milliseconds timeout_of(gloo::Context* context);  // libgloo's, checked found
   void start(Request& request, bool is_send, int peer, std::uint32_t channel, const wire::MessageKey& key,
              const wire::CallShape& shape, void* data, std::size_t bytes);
+  // A receive's match is held from its posting until its wait ends: a second receive for it while
+  // it is held breaks the transport naming the key (transport.h), as gloo would silently queue it.
+  void hold_receive_match(const Request& request);
+  void release_receive_match(const Request& request);
+  void wait_one(Request& request, Deadline deadline, const std::function<std::string(const Request&)>& describe);
   [[noreturn]] void fail(onebit_result_t code, const std::string& message);
   void throw_if_failed() const;
 
@@ -66,6 +73,7 @@ class GlooTransport final : public Transport {
   bool failed_ = false;
   onebit_result_t failure_code_ = ONEBIT_SUCCESS;
   std::string failure_message_;
+  std::set<std::tuple<int, std::uint32_t, wire::MessageKey>> receive_matches_;  // (peer, channel, key) held
   std::atomic<std::uint64_t> bytes_sent_{0};
   std::atomic<std::uint64_t> bytes_received_{0};
 };

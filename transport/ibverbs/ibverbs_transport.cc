@@ -387,11 +387,11 @@ void IbverbsTransport::irecv(Request& request, int peer, std::uint32_t, const wi
   std::lock_guard<std::mutex> lock(mutex_);
   if (!start_locked(request, false, peer, key, shape, data, bytes)) return;
   Peer& p = *peers_[peer];
-  const wire::ClearToSend offer =
-      p.rendezvous.post_receive(request, reinterpret_cast<std::uint64_t>(data), leases_[&request].registration.rkey);
   try {
-    send_offer(p, offer);
+    send_offer(p, p.rendezvous.post_receive(request, reinterpret_cast<std::uint64_t>(data),
+                                            leases_[&request].registration.rkey));
   } catch (const Error& error) {
+    request.state = Request::State::kFailed;  // not held by the rendezvous when it refused the receive
     fail_locked(error.code(), error.what());
   }
 }

@@ -1,10 +1,12 @@
 #include "transport/ibverbs/rendezvous.h"
 
 #include "common/error.h"
+#include "transport/wait_all.h"
 
 namespace onebit::ibverbs {
 
 wire::ClearToSend Rendezvous::post_receive(Request& request, std::uint64_t address, std::uint32_t rkey) {
+  if (!receive_keys_.insert(request.key).second) fail(ONEBIT_INTERNAL_ERROR, second_receive_text(me_, peer_, request.key));
   wire::ClearToSend offer;
   offer.key = request.key;
   offer.shape = request.shape;
@@ -64,6 +66,7 @@ Request& Rendezvous::write_arrived(std::uint32_t recv_id, std::size_t bytes) {
   ONEBIT_CHECK(bytes == request.bytes, ONEBIT_REMOTE_ERROR, "rank ", peer_, " wrote ", bytes, " bytes into a ",
                wire::kind_name(request.key.kind), " receive of ", request.bytes, " bytes");
   receives_.erase(found);
+  receive_keys_.erase(request.key);
   return request;
 }
 
@@ -75,6 +78,7 @@ void Rendezvous::drain(const std::function<void(Request&)>& each) {
     for (Request* request : queue) each(*request);
   }
   receives_.clear();
+  receive_keys_.clear();
   sends_.clear();
   offers_.clear();
   waiting_offers_ = 0;

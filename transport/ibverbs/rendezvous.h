@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "transport/transport.h"
 #include "transport/wire.h"
@@ -30,6 +31,8 @@ class Rendezvous {
   };
 
   // A receive was posted into memory the peer may write at (address, rkey): the offer to send.
+  // Throws Error(ONEBIT_INTERNAL_ERROR) naming the key when a receive for it is already offered
+  // (transport.h: keys are unique among one peer's messages in flight).
   wire::ClearToSend post_receive(Request& request, std::uint64_t address, std::uint32_t rkey);
   // A send was posted: the write to start now, if the peer's offer for it is already here.
   // Throws Error(ONEBIT_MISMATCH) naming both ranks when that offer disagrees with the send.
@@ -62,6 +65,7 @@ class Rendezvous {
   std::map<wire::MessageKey, std::deque<wire::ClearToSend>> offers_;  // waiting for their send
   std::size_t waiting_offers_ = 0;                                     // in offers_, bounded
   std::map<std::uint32_t, Request*> receives_;                        // offered, by recv_id
+  std::set<wire::MessageKey> receive_keys_;                           // the keys of receives_
   std::uint32_t next_recv_id_ = 1;
 };
 

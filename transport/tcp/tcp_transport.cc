@@ -191,11 +191,7 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
     // Keys are unique among one peer's messages in flight (transport.h): a second receive would
     // take the first one's message and leave the first waiting for the timeout.
     request.state = Request::State::kFailed;
-    fail_locked(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(rank_) + " posted a second receive from rank " +
-                                           std::to_string(peer) + " for one " + wire::kind_name(key.kind) +
-                                           " message (stream " + std::to_string(key.stream) + ", call " +
-                                           std::to_string(key.seq) + ", part " + std::to_string(key.part) +
-                                           ") while the first is pending: a bug in onebit's call sequencing");
+    fail_locked(ONEBIT_INTERNAL_ERROR, second_receive_text(rank_, peer, key));
     return;
   }
   if (found == p.unexpected.end()) {
