@@ -318,16 +318,21 @@ TEST(Rendezvous, OfferBeforeSendAndSendBeforeOfferBothWrite) {
   EXPECT_FALSE(receiver.expecting());
 }
 
-TEST(Rendezvous, MessagesOfOneKeyMatchInPostingOrder) {
+// transport.h: keys are unique among one peer's messages in flight, so a second receive for a
+// pending key is onebit's own bug, refused naming the key (as TCP and Gloo refuse it); the first
+// receive still matches its send.
+TEST(Rendezvous, ASecondPendingReceiveOfOneKeyIsRefusedNamingIt) {
   Rendezvous receiver(1, 0), sender(0, 1);
   const wire::MessageKey key{0, 5, wire::Kind::kRingReduce, 2};
-  Request r1 = request(false, key, 8), r2 = request(false, key, 8), s1 = request(true, key, 8), s2 = request(true, key, 8);
+  Request r1 = request(false, key, 8), r2 = request(false, key, 8), s1 = request(true, key, 8);
   const wire::ClearToSend o1 = receiver.post_receive(r1, 0x10, 1);
-  const wire::ClearToSend o2 = receiver.post_receive(r2, 0x20, 1);
+  const std::string text = error_of([&] { receiver.post_receive(r2, 0x20, 1); }, ONEBIT_INTERNAL_ERROR);
+  EXPECT_NE(text.find("rank 1 posted a second receive from rank 0 for one ring reduce-scatter message (stream 0, call "
+                      "5, part 2) while the first is pending"),
+            std::string::npos)
+      << text;
   EXPECT_FALSE(sender.offer_arrived(o1).has_value());
-  EXPECT_FALSE(sender.offer_arrived(o2).has_value());
   EXPECT_EQ(sender.post_send(s1)->offer.address, 0x10u);
-  EXPECT_EQ(sender.post_send(s2)->offer.address, 0x20u);
 }
 
 TEST(Rendezvous, DisagreementsAreMismatchesNamingBothRanks) {
