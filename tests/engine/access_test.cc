@@ -35,7 +35,7 @@ void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes
       int fd = ::socket(AF_INET, SOCK_STREAM, 0);
       for (int tries = 0; ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0; ++tries) {
         ::close(fd);
-        if (tries > 1000000) return 7;
+        RANK_FAILS_IF(tries > 1000000, 7);
         ::sched_yield();
         fd = ::socket(AF_INET, SOCK_STREAM, 0);
       }
@@ -66,7 +66,7 @@ TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
     auto outcomes = run_ranks(2, [&](int rank) {
       onebit_config_t config{5000, 0, nullptr, "launcher-secret", nullptr, nullptr};
       onebit_comm_t comm = nullptr;
-      if (onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 2;
+      RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 2);
       std::vector<float> buffer(8, 1.0f);
       const bool ok = onebit_allreduce(comm, buffer.data(), 8, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
                       buffer[0] == 2.0f;
@@ -79,8 +79,7 @@ TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
   // Rank 1 has another key: the root ignores it; rank 0 fails at the timeout naming rank 1, and rank
   // 1's message says what to check.
   const int port = free_port();
-  SharedMemory shared(2 * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(2);
   auto outcomes = run_ranks(2, [&](int rank) {
     onebit_config_t config{1500, 0, nullptr, rank == 0 ? "launcher-secret" : "another-secret", nullptr, nullptr};
     onebit_comm_t comm = nullptr;

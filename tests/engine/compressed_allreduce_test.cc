@@ -36,17 +36,16 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
     for (std::size_t n : sizes) {
       std::vector<float> buffer(n);
       const std::string name = "m" + std::to_string(n);
-      if (onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 2;
+      RANK_FAILS_IF(onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS, 2);
       for (int call = 0; call < calls; ++call) {
         const std::vector<float> x = input(rank, call, n, static_cast<unsigned>(n));
         std::copy(x.begin(), x.end(), buffer.begin());
         if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) {
-          std::fprintf(stderr, "rank %d n=%zu call %d: %s\n", rank, n, call, onebit_last_error());
-          return 4;
+          return RANK_FAILED(4, "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
         }
         std::copy(buffer.begin(), buffer.end(), outputs.as<float>() + ((offset * calls + call * n) * world + rank * n));
       }
-      if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 5;  // before the memory is freed and reused
+      RANK_FAILS_IF(onebit_untag(buffer.data()) != ONEBIT_SUCCESS, 5);  // before the memory is freed and reused
       offset += n;
     }
     onebit_comm_destroy(comm);
@@ -104,8 +103,8 @@ TEST(CompressedAllreduce, SumIsWorldTimesAverage) {
     std::vector<float> avg = input(rank, 0, n, 5), sum = avg;
     onebit_tag("avg", avg.data(), n, ONEBIT_FLOAT32);
     onebit_tag("sum", sum.data(), n, ONEBIT_FLOAT32);
-    if (onebit_allreduce(comm, avg.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
-    if (onebit_allreduce(comm, sum.data(), n, ONEBIT_FLOAT32, ONEBIT_SUM) != ONEBIT_SUCCESS) return 3;
+    RANK_FAILS_IF(onebit_allreduce(comm, avg.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
+    RANK_FAILS_IF(onebit_allreduce(comm, sum.data(), n, ONEBIT_FLOAT32, ONEBIT_SUM) != ONEBIT_SUCCESS, 3);
     std::memcpy(outputs.as<float>() + rank * 2 * n, avg.data(), n * 4);
     std::memcpy(outputs.as<float>() + rank * 2 * n + n, sum.data(), n * 4);
     onebit_comm_destroy(comm);
@@ -127,18 +126,18 @@ TEST(CompressedAllreduce, UntagResetsTheErrorState) {
     onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer = input(rank, 0, n, 9);
     onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32);
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
     std::memcpy(outputs.as<float>() + rank * 2 * n, buffer.data(), n * 4);
     for (int call = 1; call < 3; ++call) {  // build up error state
       const auto x = input(rank, call, n, 9);
       std::copy(x.begin(), x.end(), buffer.begin());
-      if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 3;
+      RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 3);
     }
-    if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 4;
-    if (onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 5;
+    RANK_FAILS_IF(onebit_untag(buffer.data()) != ONEBIT_SUCCESS, 4);
+    RANK_FAILS_IF(onebit_tag("w", buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS, 5);
     const std::vector<float> first = input(rank, 0, n, 9);
     std::copy(first.begin(), first.end(), buffer.begin());
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 6;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 6);
     std::memcpy(outputs.as<float>() + rank * 2 * n + n, buffer.data(), n * 4);
     onebit_comm_destroy(comm);
     return 0;
@@ -209,7 +208,7 @@ TEST(CompressedAllreduce, ErrorFeedbackTracksTheTrueAverage) {
     for (int call = 0; call < calls; ++call) {
       const auto x = signal_input(rank, call);
       std::copy(x.begin(), x.end(), buffer.begin());
-      if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+      RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
       if (rank == 0) std::memcpy(outputs.as<float>() + call * n, buffer.data(), n * 4);
     }
     onebit_comm_destroy(comm);

@@ -26,6 +26,27 @@ namespace {
 
 // ---- errors ----
 
+// The test support itself: a failed child rank says why — the condition and where, the exception,
+// the signal — not just an exit code.
+TEST(RankOutcomes, AFailedRankSaysWhy) {
+  const std::vector<RankOutcome> outcomes = run_ranks(4, [](int rank) -> int {
+    const int answer = 41;
+    if (rank == 1) RANK_FAILS_IF(answer != 42, 7);
+    if (rank == 2) throw std::runtime_error("rank 2 gives up");
+    if (rank == 3) std::abort();
+    return 0;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0);
+  EXPECT_EQ(outcomes[0].reason, "");
+  EXPECT_EQ(outcomes[1].exit_code, 7);
+  EXPECT_NE(outcomes[1].reason.find("failures_test.cc:"), std::string::npos) << outcomes[1].reason;
+  EXPECT_NE(outcomes[1].reason.find(": answer != 42"), std::string::npos) << outcomes[1].reason;
+  EXPECT_EQ(outcomes[2].exit_code, 99);
+  EXPECT_EQ(outcomes[2].reason, "threw: rank 2 gives up");
+  EXPECT_EQ(outcomes[3].exit_code, 128 + SIGABRT);
+  EXPECT_EQ(outcomes[3].reason, "killed by signal " + std::to_string(SIGABRT));
+}
+
 TEST(Errors, TagStateCheckpointCallsCheckTheirArguments) {
   std::vector<float> buffer(64, 1.0f), worker(64), server(64);
   std::size_t workers = 0, servers = 0;
@@ -102,19 +123,19 @@ TEST(Errors, NaNInATaggedBufferFailsEveryRankAndChangesNothing) {
     onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer = input(rank, 0, n, 3);
     onebit_tag("p", buffer.data(), n, ONEBIT_FLOAT32);
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
     // Call 1 with a NaN on rank 1: everyone fails, nothing changes.
     std::vector<float> poisoned = input(rank, 1, n, 3);
     if (rank == 1) poisoned[1234] = NAN;
     std::copy(poisoned.begin(), poisoned.end(), buffer.begin());
     records[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
     for (std::size_t i = 0; i < n; ++i) {
-      if (std::memcmp(&buffer[i], &poisoned[i], 4) != 0) return 3;  // the buffer is untouched
+      RANK_FAILS_IF(std::memcmp(&buffer[i], &poisoned[i], 4) != 0, 3);  // the buffer is untouched
     }
     // The same call with clean data then gives what a run without the failed call gives.
     const auto clean = input(rank, 1, n, 3);
     std::copy(clean.begin(), clean.end(), buffer.begin());
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 4;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 4);
     std::memcpy(outputs + rank * 2 * n, buffer.data(), n * 4);
     onebit_comm_destroy(comm);
     return 0;
@@ -138,8 +159,7 @@ TEST(Errors, NaNInATaggedBufferFailsEveryRankAndChangesNothing) {
 
 TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
   const int world = 2;
-  SharedMemory shared(world * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(world);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_comm_t comm = join_loopback(rank, world, port);
@@ -148,7 +168,7 @@ TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
     onebit_tag("m", buffer.data(), n, ONEBIT_FLOAT32);
     records[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
     for (float v : buffer) {
-      if (v != 1.0f) return 2;
+      RANK_FAILS_IF(v != 1.0f, 2);
     }
     onebit_comm_destroy(comm);
     return 0;
@@ -171,8 +191,7 @@ TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
 
 TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
   const int world = 3;
-  SharedMemory shared(world * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(world);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_comm_t comm = join_loopback(rank, world, port);
@@ -205,7 +224,7 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
-    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
     std::vector<float> buffer(1000, 1.0f);
     if (rank == 1) {  // never calls: waits until rank 0 has given up
       char byte;
@@ -233,8 +252,7 @@ TEST(Errors, RankKilledAtRandomPointsOfCollectives) {
   std::mt19937 rng(2026);
   for (int trial = 0; trial < 5; ++trial) {
     const std::uint64_t threshold = rng() % (30 * 50000);
-    SharedMemory shared(world * sizeof(Record));
-    auto* records = shared.as<Record>();
+    RankRecords records(world);
     const int port = free_port();
     auto outcomes = run_ranks(world, [&](int rank) {
       onebit_comm_t comm = join_loopback(rank, world, port);
@@ -257,7 +275,7 @@ TEST(Errors, RankKilledAtRandomPointsOfCollectives) {
         const onebit_result_t result = onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG);
         if (result != ONEBIT_SUCCESS) {
           records[rank].set(result);
-          if (std::memcmp(buffer.data(), x.data(), n * sizeof(float)) != 0) return 3;  // must be untouched
+          RANK_FAILS_IF(std::memcmp(buffer.data(), x.data(), n * sizeof(float)) != 0, 3);  // must be untouched
           break;
         }
       }
@@ -286,7 +304,7 @@ TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
-    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
     std::vector<float> buffer(100000, 1.0f);
     onebit_tag("s", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     if (rank == 2) {
@@ -296,7 +314,7 @@ TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
     }
     records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
     for (float v : buffer) {
-      if (v != 1.0f) return 3;  // untouched
+      RANK_FAILS_IF(v != 1.0f, 3);  // untouched
     }
     const bool destroyed = onebit_comm_destroy(comm) == ONEBIT_SUCCESS;
     if (rank == 0) ::kill(*stopped_pid, SIGKILL);  // the stopped rank has served its purpose
@@ -317,22 +335,21 @@ TEST(Errors, ConnectionCutMidCallFailsBothSides) {
   // inside an allreduce. Both sides fail at once, naming each other; nothing hangs.
   if (std::system("ss -V >/dev/null 2>&1") != 0) GTEST_SKIP() << "ss (iproute2) is not installed";
   const int world = 2;
-  SharedMemory shared(world * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(world);
   int entering[2];
   ASSERT_EQ(::pipe(entering), 0);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_config_t config{20000, 0, nullptr, nullptr, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
-    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
     std::vector<float> buffer(1 << 20, 1.0f);
     onebit_tag("c", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     if (rank == 0) {
       [[maybe_unused]] ssize_t w = ::write(entering[1], "x", 1);
     } else {
       char byte;
-      if (::read(entering[0], &byte, 1) != 1) return 6;
+      RANK_FAILS_IF(::read(entering[0], &byte, 1) != 1, 6);
       // Abort every TCP socket this process holds, by its local port.
       for (int fd = 3; fd < 1024; ++fd) {
         sockaddr_in local{};
@@ -343,7 +360,7 @@ TEST(Errors, ConnectionCutMidCallFailsBothSides) {
         if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) continue;
         const std::string command = "ss -K -t state established sport = :" + std::to_string(ntohs(local.sin_port)) +
                                     " >/dev/null 2>&1";
-        if (std::system(command.c_str()) != 0) return 7;
+        RANK_FAILS_IF(std::system(command.c_str()) != 0, 7);
       }
     }
     records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
@@ -373,7 +390,7 @@ void expect_destroy_fails_the_call_in_flight(bool tagged) {
   auto outcomes = run_ranks(world, [&](int rank) {
     onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
-    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
     if (rank == 1) {  // never calls
       char byte;
       const bool released = ::read(release[0], &byte, 1) == 1;
@@ -390,7 +407,7 @@ void expect_destroy_fails_the_call_in_flight(bool tagged) {
     const onebit_result_t destroyed = onebit_comm_destroy(comm);
     call.join();
     [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
-    if (destroyed != ONEBIT_SUCCESS) return 5;
+    RANK_FAILS_IF(destroyed != ONEBIT_SUCCESS, 5);
     return std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; }) ? 0 : 7;
   }, std::chrono::seconds(60));
   ::close(release[0]);
@@ -410,8 +427,7 @@ TEST(Errors, AFlatRankAmongHierarchicalOnesIsNamedAtTheFirstTaggedCall) {
   // tagged call at once with ONEBIT_MISMATCH naming both settings, instead of each waiting for
   // messages of the other algorithm until the timeout (60 s here).
   const int world = 4;
-  SharedMemory shared(world * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(world);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     ::setenv("ONEBIT_LOCAL_SIZE", rank == 0 ? "1" : "2", 1);
@@ -419,7 +435,7 @@ TEST(Errors, AFlatRankAmongHierarchicalOnesIsNamedAtTheFirstTaggedCall) {
     ::unsetenv("LOCAL_RANK");
     onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
     onebit_comm_t comm = nullptr;
-    if (onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS) return 9;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
     std::vector<float> buffer(4096, 1.0f);
     onebit_tag("topology", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));

@@ -68,22 +68,21 @@ void run_against_oracle(const Topology& t, const std::vector<std::size_t>& sizes
     environment(t.local_size, t.shm >= 0 ? t.shm : 1 - rank % 2);
     onebit_comm_t comm = join_loopback(rank, world, port);
     int local_size = 0;
-    if (onebit_comm_local_size(comm, &local_size) != ONEBIT_SUCCESS || local_size != t.local_size) return 3;
+    RANK_FAILS_IF(onebit_comm_local_size(comm, &local_size) != ONEBIT_SUCCESS || local_size != t.local_size, 3);
     std::size_t offset = 0;
     for (std::size_t n : sizes) {
       std::vector<float> buffer(n);
       const std::string name = "h" + std::to_string(n);
-      if (onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 2;
+      RANK_FAILS_IF(onebit_tag(name.c_str(), buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS, 2);
       for (int call = 0; call < calls; ++call) {
         const std::vector<float> x = input(rank, call, n);
         std::copy(x.begin(), x.end(), buffer.begin());
         if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) {
-          std::fprintf(stderr, "rank %d n=%zu call %d: %s\n", rank, n, call, onebit_last_error());
-          return 4;
+          return RANK_FAILED(4, "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
         }
         std::copy(buffer.begin(), buffer.end(), outputs.as<float>() + ((offset * calls + call * n) * world + rank * n));
       }
-      if (onebit_untag(buffer.data()) != ONEBIT_SUCCESS) return 5;
+      RANK_FAILS_IF(onebit_untag(buffer.data()) != ONEBIT_SUCCESS, 5);
       offset += n;
     }
     onebit_comm_destroy(comm);
@@ -157,16 +156,16 @@ TEST(Hierarchical, NaNOnOneHostFailsEveryRankAndChangesNothing) {
     onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer = input(rank, 0, n);
     onebit_tag("p", buffer.data(), n, ONEBIT_FLOAT32);
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
     // Call 1 with a NaN in rank 3's shard 0 (host 1): only rail 0 sees it; every rank must fail.
     std::vector<float> poisoned = input(rank, 1, n);
     if (rank == 3) poisoned[17] = NAN;
     std::copy(poisoned.begin(), poisoned.end(), buffer.begin());
     records[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
-    if (std::memcmp(buffer.data(), poisoned.data(), n * 4) != 0) return 3;  // untouched
+    RANK_FAILS_IF(std::memcmp(buffer.data(), poisoned.data(), n * 4) != 0, 3);  // untouched
     const auto clean = input(rank, 1, n);
     std::copy(clean.begin(), clean.end(), buffer.begin());
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 4;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 4);
     std::memcpy(outputs + rank * n, buffer.data(), n * 4);
     onebit_comm_destroy(comm);
     return 0;
@@ -207,21 +206,21 @@ TEST(Hierarchical, CheckpointResumesBitForBit) {
       for (int call = 0; call < 2; ++call) {
         const auto x = input(rank, call, n);
         std::copy(x.begin(), x.end(), buffer.begin());
-        if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+        RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
       }
-      if (onebit_tag_state_size("c", &worker_count, &server_count) != ONEBIT_SUCCESS || worker_count != n) return 3;
+      RANK_FAILS_IF(onebit_tag_state_size("c", &worker_count, &server_count) != ONEBIT_SUCCESS || worker_count != n, 3);
       server.resize(server_count);
-      if (onebit_tag_state_save("c", worker.data(), server.data()) != ONEBIT_SUCCESS) return 4;
+      RANK_FAILS_IF(onebit_tag_state_save("c", worker.data(), server.data()) != ONEBIT_SUCCESS, 4);
       onebit_untag(buffer.data());
       onebit_comm_destroy(comm);
     }
     // A new job: restore, then the third call.
     onebit_comm_t comm = join_loopback(rank, world, port2);
     onebit_tag("c", buffer.data(), n, ONEBIT_FLOAT32);
-    if (onebit_tag_state_load("c", worker.data(), worker_count, server.data(), server_count) != ONEBIT_SUCCESS) return 5;
+    RANK_FAILS_IF(onebit_tag_state_load("c", worker.data(), worker_count, server.data(), server_count) != ONEBIT_SUCCESS, 5);
     const auto x = input(rank, 2, n);
     std::copy(x.begin(), x.end(), buffer.begin());
-    if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 6;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 6);
     std::memcpy(outputs + rank * n, buffer.data(), n * 4);
     onebit_comm_destroy(comm);
     return 0;
@@ -239,8 +238,7 @@ TEST(Hierarchical, CheckpointResumesBitForBit) {
 
 TEST(Hierarchical, RanksDisagreeingOnRanksPerHostFailNamingBoth) {
   const int world = 6;
-  SharedMemory shared(world * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(world);
   const int port = free_port();
   auto outcomes = run_ranks(world, [&](int rank) {
     environment(rank < 3 ? 2 : 3, 1);
@@ -249,7 +247,7 @@ TEST(Hierarchical, RanksDisagreeingOnRanksPerHostFailNamingBoth) {
     onebit_tag("t", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
     for (float v : buffer) {
-      if (v != 1.0f) return 2;
+      RANK_FAILS_IF(v != 1.0f, 2);
     }
     onebit_comm_destroy(comm);
     return 0;
@@ -276,7 +274,7 @@ TEST(Hierarchical, LocalSizeThatDoesNotDivideTheWorldIsRefused) {
     onebit_comm_t comm = nullptr;
     const std::string root = "127.0.0.1:" + std::to_string(port);
     records[rank].set(onebit_comm_init(&comm, rank, world, root.c_str()));
-    if (comm != nullptr) return 2;
+    RANK_FAILS_IF(comm != nullptr, 2);
     return 0;
   });
   for (int r = 0; r < world; ++r) {
@@ -291,7 +289,7 @@ TEST(Hierarchical, LocalSizeThatDoesNotDivideTheWorldIsRefused) {
     ::unsetenv("ONEBIT_LOCAL_SIZE");
     ::setenv("LOCAL_WORLD_SIZE", "3", 1);
     onebit_comm_t comm = join_loopback(rank, world, port2);
-    if (onebit_comm_local_size(comm, &inherited[rank]) != ONEBIT_SUCCESS) return 2;
+    RANK_FAILS_IF(onebit_comm_local_size(comm, &inherited[rank]) != ONEBIT_SUCCESS, 2);
     onebit_comm_destroy(comm);
     return 0;
   });
@@ -314,7 +312,7 @@ TEST(Hierarchical, KilledLocalPeerFailsTheSurvivorsNamingIt) {
     std::vector<float> buffer(200000, 1.0f);
     onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
     // One good call sets up the host's segment; then rank 1 dies as a crashed trainer does.
-    if (onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS) return 2;
+    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
     // Once every rank has finished that call (else a slower one fails it instead of the next).
     finished_first->fetch_add(1);
     if (rank == 1) {

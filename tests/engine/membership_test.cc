@@ -82,7 +82,7 @@ void expect_other_communicator_refused(const LaunchEnv& job, const LaunchEnv& ot
   auto outcomes = run_ranks(3, [&](int process) {
     const bool stranger = process == 2;
     const int rank = stranger ? 1 : process;
-    if (process == 1 && !other_done.wait()) return 6;  // the job's own rank 1 comes after the other has left
+    RANK_FAILS_IF(process == 1 && !other_done.wait(), 6);  // the job's own rank 1 comes after the other has left
     (stranger ? other : job).apply(rank, 2, port, stranger ? 2500 : 20000);
     onebit_comm_t comm = nullptr;
     records[process].set(onebit_comm_init_env(&comm));
@@ -158,7 +158,7 @@ void expect_keyed_job_survives(const std::function<int(int port)>& before_rank_1
       stranger_done.raise();
       return code;
     }
-    if (process == 1 && !stranger_done.wait()) return 6;
+    RANK_FAILS_IF(process == 1 && !stranger_done.wait(), 6);
     onebit_comm_t comm = nullptr;
     records[process].set(join_keyed(process, port, 20000, &comm));
     if (comm == nullptr) return 0;
@@ -224,7 +224,7 @@ TEST(Membership, AStrangerWithoutTheSecretCannotTakeARank) {
     StrangerConnection root(port);
     const tcp::Credentials guess(tcp::Membership{kIdentity, "", "a guessed secret"});
     const auto [status, text] = root.send(tcp::signed_bootstrap_hello(claim_rank_1(guess), root.challenge, guess));
-    if (status != ONEBIT_REMOTE_ERROR) return 2;
+    RANK_FAILS_IF(status != ONEBIT_REMOTE_ERROR, 2);
     return text.find("fails the bootstrap MAC") != std::string::npos ? 0 : 3;
   });
 }
@@ -237,7 +237,7 @@ TEST(Membership, AReplayedHelloIsRefused) {
     const tcp::Credentials member(tcp::Membership{kIdentity, "", kSecret});
     const auto recorded = tcp::signed_bootstrap_hello(claim_rank_1(member), first.challenge, member);
     const auto [status, text] = second.send(recorded);
-    if (status != ONEBIT_REMOTE_ERROR) return 2;
+    RANK_FAILS_IF(status != ONEBIT_REMOTE_ERROR, 2);
     return text.find("a replayed hello") != std::string::npos ? 0 : 3;
   });
 }
@@ -260,7 +260,7 @@ TEST(Membership, IdleConnectionsAtTheRootDoNotStallTheBootstrap) {
       idle_open.raise();
       return job_done.wait() ? 0 : 6;  // the connections stay open until the job is through
     }
-    if (process == 1 && !idle_open.wait()) return 6;
+    RANK_FAILS_IF(process == 1 && !idle_open.wait(), 6);
     onebit_comm_t comm = nullptr;
     records[process].set(join_keyed(process, port, 4000, &comm));
     if (comm != nullptr) {
@@ -290,7 +290,7 @@ TEST(Membership, AProcessPosingAsTheRootIsNotTaken) {
     if (process == 0) {  // the squatter
       const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
       tcp::Fd fd = tcp::accept_until(squatter.get(), deadline);
-      if (!fd) return 2;
+      RANK_FAILS_IF(!fd, 2);
       const tcp::Credentials guess(tcp::Membership{kIdentity, "", "a guessed secret"});
       wire::BootstrapChallenge challenge;
       challenge.identity = guess.identity;
@@ -347,8 +347,7 @@ TEST(Membership, RanksOnDifferentTransportsAreNamed) {
   // Rank 1 was given ONEBIT_TRANSPORT=ibverbs, rank 0 tcp: both bootstraps of the mesh fail at once
   // naming both, rather than later on messages of another protocol.
   const int port = free_port();
-  SharedMemory shared(2 * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(2);
   auto outcomes = run_ranks(2, [&](int rank) {
     tcp::TransportOptions options = job_options();
     options.transport = rank == 0 ? wire::kTransportTcp : wire::kTransportIbverbs;

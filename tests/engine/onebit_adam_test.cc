@@ -116,20 +116,19 @@ std::vector<std::vector<float>> train(int steps, int restart_at, const onebit_ad
         }
         const std::vector<float> gw = gradient(rank, t, kWeights, 0), gb = gradient(rank, t, kBiases, 1);
         adam->step({gw.data(), gb.data()});
-        if (adam->compressing() != (t + 1 >= kFreeze)) return 3;
+        RANK_FAILS_IF(adam->compressing() != (t + 1 >= kFreeze), 3);
       }
-      if (adam->freeze_step() != kFreeze) return 5;
+      RANK_FAILS_IF(adam->freeze_step() != kFreeze, 5);
       // Automatic: measured after steps 1 and 3 (window 2); the first against zeros, so 1.
       if (automatic != nullptr && restart_at < 0) {
         const auto& changes = adam->variance_changes();
         if (changes.size() != 2 || changes[0].first != 1 || changes[0].second != 1.0 || changes[1].first != 3 ||
             !(changes[1].second < automatic->threshold)) {
-          return 6;
+          return RANK_FAILED(6, "the variance changes are not the replay's");
         }
       }
     } catch (const CallError& error) {
-      std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-      return 4;
+      return RANK_FAILED(4, error.what());
     }
     std::memcpy(out.as<float>() + rank * total, p.data(), kWeights * 4);
     std::memcpy(out.as<float>() + rank * total + kWeights, b.data(), kBiases * 4);
@@ -216,19 +215,18 @@ TEST(OnebitAdamShim, NaNGradientFailsTheStepOnEveryRankAndChangesNothing) {
     if (rank == 2) gb[5] = NAN;
     try {
       adam.step({gw.data(), gb.data()});
-      return 10;  // must not succeed
+      return RANK_FAILED(10, "a step with NaN in rank 2's gradient succeeded");
     } catch (const CallError& error) {
-      if (error.code() != ONEBIT_NUMERIC_ERROR) return 11;
+      RANK_FAILS_IF(error.code() != ONEBIT_NUMERIC_ERROR, 11);
       const std::string what = error.what();
-      if (what.find("rank 2") == std::string::npos) return 12;
+      RANK_FAILS_IF(what.find("rank 2") == std::string::npos, 12);
       // The step, its stage and the likely causes (include/onebit/optimizer_report.hpp).
       if (what.find("onebit::OnebitAdam step 1 (compression stage since step 0)") == std::string::npos ||
           what.find("learning rate too high") == std::string::npos) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, what.c_str());
-        return 15;
+        return RANK_FAILED(15, "the failed step's message does not name the step and the cause: " + what);
       }
     }
-    if (p != p_before || adam.momentum() != m_before || adam.steps() != 1) return 13;
+    RANK_FAILS_IF(p != p_before || adam.momentum() != m_before || adam.steps() != 1, 13);
     gb[5] = 0.0f;
     adam.step({gw.data(), gb.data()});  // the communicator is still usable
     onebit_comm_destroy(comm);

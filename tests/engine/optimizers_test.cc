@@ -245,11 +245,11 @@ std::vector<std::vector<float>> zero_one_train(int steps, int restart_at) {
         adam = std::make_unique<ZeroOneAdam>(comm, groups());
         adam->load(saved);
       }
-      if (static_cast<int>(adam->next_step()) != static_cast<int>(kinds[t])) return 3;
+      RANK_FAILS_IF(static_cast<int>(adam->next_step()) != static_cast<int>(kinds[t]), 3);
       const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
       adam->step({g.data(), g.data() + kSizes[0]});
     }
-    if (adam->steps() != steps) return 5;
+    RANK_FAILS_IF(adam->steps() != steps, 5);
     std::memcpy(out, p.data(), kTotal * sizeof(float));
     return 0;
   });
@@ -307,26 +307,25 @@ TEST(ZeroOneAdamShim, NaNAtASyncStepFailsEveryRankAndChangesNothing) {
       const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
       adam.step({g.data(), g.data() + kSizes[0]});
     }
-    if (adam.next_step() != ONEBIT_ZERO_ONE_ADAM_SYNC_STEP) return 9;
+    RANK_FAILS_IF(adam.next_step() != ONEBIT_ZERO_ONE_ADAM_SYNC_STEP, 9);
     const ZeroOneAdam::Checkpoint before = adam.save();
     const std::vector<float> p_before = p;
     std::vector<float> g = zero_one_gradient(rank, 11, kSync);
     if (rank == 1) g[kSizes[0] + 3] = NAN;
     try {
       adam.step({g.data(), g.data() + kSizes[0]});
-      return 10;
+      return RANK_FAILED(10, "a sync step with NaN in rank 1's gradient succeeded");
     } catch (const CallError& error) {
-      if (error.code() != ONEBIT_NUMERIC_ERROR) return 11;
+      RANK_FAILS_IF(error.code() != ONEBIT_NUMERIC_ERROR, 11);
       if (std::string(error.what()).find("onebit::ZeroOneAdam step 11 (a sync step of the local-step stage)") ==
           std::string::npos) {
-        std::fprintf(stderr, "rank %d: %s\n", rank, error.what());
-        return 14;
+        return RANK_FAILED(14, std::string("the failed step's message does not name it: ") + error.what());
       }
     }
     const ZeroOneAdam::Checkpoint after = adam.save();
     if (p != p_before || after.m != before.m || after.u != before.u || after.lrs != before.lrs ||
         after.worker_error != before.worker_error || after.schedule.step != 11) {
-      return 12;
+      return RANK_FAILED(12, "the failed sync step changed the parameters or the state");
     }
     g[kSizes[0] + 3] = 0.0f;
     adam.step({g.data(), g.data() + kSizes[0]});  // the communicator is still usable
@@ -483,13 +482,13 @@ std::vector<std::vector<float>> lamb_train(int steps, int restart_at) {
       }
       const std::vector<float> g = lamb_gradient(rank, t);
       lamb->step({g.data(), g.data() + kSizes[0]});
-      if (lamb->compressing() != (t + 1 >= kLambFreeze)) return 3;
+      RANK_FAILS_IF(lamb->compressing() != (t + 1 >= kLambFreeze), 3);
     }
     // The coefficients moved (a constant 1 would hide a bug), and the clamps above held the factors.
     for (double coeff : lamb->lamb_coeffs()) {
-      if (!(coeff > 0) || coeff == 1.0) return 6;
+      RANK_FAILS_IF(!(coeff > 0) || coeff == 1.0, 6);
     }
-    if (restart_at < 0 && (lamb->layers()[0].last_factor == 1.0 || lamb->layers()[1].last_factor != 1.2)) return 7;
+    RANK_FAILS_IF(restart_at < 0 && (lamb->layers()[0].last_factor == 1.0 || lamb->layers()[1].last_factor != 1.2), 7);
     std::memcpy(out, p.data(), kTotal * sizeof(float));
     return 0;
   });
@@ -548,8 +547,7 @@ TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
 // Construction fails on both ranks with ONEBIT_MISMATCH naming the field and both values, instead of
 // the ranks parting at the first step that depends on it and waiting until the timeout.
 void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& make, const std::string& says) {
-  SharedMemory shared(2 * sizeof(Record));
-  auto* records = shared.as<Record>();
+  RankRecords records(2);
   const int port = free_port();
   auto outcomes = run_ranks(2, [&](int rank) {
     onebit_comm_t comm = join_loopback(rank, 2, port);

@@ -34,14 +34,15 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
         for (onebit_op_t op : {ONEBIT_SUM, ONEBIT_AVG}) {
           std::vector<float> buffer(n);
           for (std::size_t i = 0; i < n; ++i) buffer[i] = static_cast<float>((i * 31 + rank * 17) % 1000) - 500.0f;
-          if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) return 2;
+          RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS, 2);
           for (std::size_t i = 0; i < n; ++i) {
             float sum = 0;
             for (int r = 0; r < world; ++r) sum += static_cast<float>((i * 31 + r * 17) % 1000) - 500.0f;
             const float expected = op == ONEBIT_SUM ? sum : sum / static_cast<float>(world);
             if (buffer[i] != expected) {
-              std::fprintf(stderr, "rank %d W=%d n=%zu op=%d i=%zu: %g != %g\n", rank, world, n, int(op), i, buffer[i], expected);
-              return 3;
+              return RANK_FAILED(3, "W=" + std::to_string(world) + " n=" + std::to_string(n) + " op=" +
+                                        std::to_string(int(op)) + " i=" + std::to_string(i) + ": " +
+                                        std::to_string(buffer[i]) + " != " + std::to_string(expected));
             }
           }
           std::vector<std::uint16_t> half(n);  // fp16: small integers are exact
@@ -49,15 +50,15 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
             const std::uint16_t values[] = {0x3C00, 0x4000, 0x4200, 0xC000};  // 1, 2, 3, -2
             half[i] = values[(i + rank) % 4];
           }
-          if (onebit_allreduce(comm, half.data(), n, ONEBIT_FLOAT16, ONEBIT_SUM) != ONEBIT_SUCCESS) return 4;
+          RANK_FAILS_IF(onebit_allreduce(comm, half.data(), n, ONEBIT_FLOAT16, ONEBIT_SUM) != ONEBIT_SUCCESS, 4);
           const std::uint16_t values[] = {0x3C00, 0x4000, 0x4200, 0xC000};
           for (std::size_t i = 0; i < n; ++i) {
             float sum = 0;
             for (int r = 0; r < world; ++r) sum += kernels::half_to_float(values[(i + r) % 4]);
             if (kernels::half_to_float(half[i]) != sum) {
-              std::fprintf(stderr, "rank %d W=%d n=%zu fp16 i=%zu: %g != %g\n", rank, world, n, i,
-                           kernels::half_to_float(half[i]), sum);
-              return 5;
+              return RANK_FAILED(5, "W=" + std::to_string(world) + " n=" + std::to_string(n) + " fp16 i=" +
+                                        std::to_string(i) + ": " + std::to_string(kernels::half_to_float(half[i])) +
+                                        " != " + std::to_string(sum));
             }
           }
         }

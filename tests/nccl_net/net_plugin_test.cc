@@ -104,7 +104,7 @@ void run_pair(const Side& receiver, const Side& sender, int sender_exit = 0,
   auto outcomes = run_ranks(2, [&](int rank) -> int {
     const auto* net = table<ncclNet_v11_t>("ncclNetPlugin_v11");
     void* ctx = nullptr;
-    if (net == nullptr || net->init(&ctx, 7, nullptr, quiet_logger, nullptr) != ncclSuccess) return 2;
+    RANK_FAILS_IF(net == nullptr || net->init(&ctx, 7, nullptr, quiet_logger, nullptr) != ncclSuccess, 2);
     return rank == 0 ? receiver(net, ctx, pipe) : sender(net, ctx, pipe);
   }, deadline);
   EXPECT_EQ(outcomes[0].exit_code, 0) << "receiver";
@@ -200,18 +200,18 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
       void* mh = nullptr;
       void* listen_comm = nullptr;
       void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
-      if (recv_comm == nullptr) return 4;
+      RANK_FAILS_IF(recv_comm == nullptr, 4);
       std::vector<std::uint8_t> buffer(1u << 30);
-      if (net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess) return 5;
+      RANK_FAILS_IF(net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess, 5);
       for (std::size_t k = 0; k < sizes.size(); ++k) {
         void* data = buffer.data();
         std::size_t capacity = buffer.size();
         int tag = 1;
         void* request = nullptr;
-        if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &request) != ncclSuccess || !request) return 6;
+        RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &request) != ncclSuccess || !request, 6);
         int got = -1;
-        if (wait(net, request, &got) != ncclSuccess) return 7;
-        if (got != static_cast<int>(sizes[k]) || !intact(buffer, k, sizes[k])) return 8;
+        RANK_FAILS_IF(wait(net, request, &got) != ncclSuccess, 7);
+        RANK_FAILS_IF(got != static_cast<int>(sizes[k]) || !intact(buffer, k, sizes[k]), 8);
       }
       // 32 receives outstanding at once, then completed in any order.
       std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
@@ -225,8 +225,8 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
       }
       for (int i = kOutstanding - 1; i >= 0; --i) {
         int got = -1;
-        if (wait(net, requests[i], &got) != ncclSuccess || got != static_cast<int>(kOutstandingBytes)) return 10;
-        if (!intact(many[i], 1000 + i, kOutstandingBytes)) return 11;
+        RANK_FAILS_IF(wait(net, requests[i], &got) != ncclSuccess || got != static_cast<int>(kOutstandingBytes), 10);
+        RANK_FAILS_IF(!intact(many[i], 1000 + i, kOutstandingBytes), 11);
       }
       // One grouped receive of 4 tagged messages.
       std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
@@ -236,33 +236,33 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
       void* handles[4] = {mh, mh, mh, mh};
       for (int i = 0; i < 4; ++i) datas[i] = parts[i].data(), capacities[i] = 300000, group_tags[i] = tags[i];
       void* request = nullptr;
-      if (net->irecv(recv_comm, 4, datas, capacities, group_tags, handles, nullptr, &request) != ncclSuccess) return 12;
+      RANK_FAILS_IF(net->irecv(recv_comm, 4, datas, capacities, group_tags, handles, nullptr, &request) != ncclSuccess, 12);
       int got[4] = {-1, -1, -1, -1};
-      if (wait(net, request, got) != ncclSuccess) return 13;
+      RANK_FAILS_IF(wait(net, request, got) != ncclSuccess, 13);
       for (int i = 0; i < 4; ++i) {
-        if (got[i] != static_cast<int>(multi_sizes[i]) || !intact(parts[i], 2000 + i, multi_sizes[i])) return 14;
+        RANK_FAILS_IF(got[i] != static_cast<int>(multi_sizes[i]) || !intact(parts[i], 2000 + i, multi_sizes[i]), 14);
       }
       void* flush = &flush;
-      if (net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr) return 15;
-      if (net->deregMr(recv_comm, mh) != ncclSuccess) return 16;
-      if (!close_receiver(net, recv_comm, listen_comm)) return 17;
+      RANK_FAILS_IF(net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr, 15);
+      RANK_FAILS_IF(net->deregMr(recv_comm, mh) != ncclSuccess, 16);
+      RANK_FAILS_IF(!close_receiver(net, recv_comm, listen_comm), 17);
       return net->finalize(ctx) == ncclSuccess ? 0 : 18;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     void* mh = nullptr;
-    if (!pipe.receive(handle)) return 20;
+    RANK_FAILS_IF(!pipe.receive(handle), 20);
     void* send_comm = connect_to(net, ctx, handle);
-    if (send_comm == nullptr) return 21;
+    RANK_FAILS_IF(send_comm == nullptr, 21);
     std::vector<std::uint8_t> buffer(1u << 30);
-    if (net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess) return 22;
-    if (net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_CUDA, &mh) != ncclInvalidArgument) return 23;
+    RANK_FAILS_IF(net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess, 22);
+    RANK_FAILS_IF(net->regMr(send_comm, buffer.data(), buffer.size(), NCCL_PTR_CUDA, &mh) != ncclInvalidArgument, 23);
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       fill(buffer, k, sizes[k]);
       void* request = nullptr;
-      if (net->isend(send_comm, buffer.data(), sizes[k], 1, mh, nullptr, &request) != ncclSuccess || !request) return 24;
+      RANK_FAILS_IF(net->isend(send_comm, buffer.data(), sizes[k], 1, mh, nullptr, &request) != ncclSuccess || !request, 24);
       int sent = -1;
-      if (wait(net, request, &sent) != ncclSuccess || sent != static_cast<int>(sizes[k])) return 25;
+      RANK_FAILS_IF(wait(net, request, &sent) != ncclSuccess || sent != static_cast<int>(sizes[k]), 25);
     }
     std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
     std::vector<void*> requests(kOutstanding);
@@ -273,9 +273,9 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
         return 26;
     }
     void* extra = &extra;  // a 33rd request: no slot, so NULL (NCCL retries later)
-    if (net->isend(send_comm, many[0].data(), 1, 5, mh, nullptr, &extra) != ncclSuccess || extra != nullptr) return 27;
+    RANK_FAILS_IF(net->isend(send_comm, many[0].data(), 1, 5, mh, nullptr, &extra) != ncclSuccess || extra != nullptr, 27);
     for (int i = 0; i < kOutstanding; ++i) {
-      if (wait(net, requests[i], nullptr) != ncclSuccess) return 28;
+      RANK_FAILS_IF(wait(net, requests[i], nullptr) != ncclSuccess, 28);
     }
     std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
     std::vector<void*> part_requests(4);
@@ -285,9 +285,9 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
         return 29;
     }
     for (void* r : part_requests) {
-      if (wait(net, r, nullptr) != ncclSuccess) return 30;
+      RANK_FAILS_IF(wait(net, r, nullptr) != ncclSuccess, 30);
     }
-    if (net->closeSend(send_comm) != ncclSuccess) return 31;
+    RANK_FAILS_IF(net->closeSend(send_comm) != ncclSuccess, 31);
     return net->finalize(ctx) == ncclSuccess ? 0 : 32;
   };
   run_pair(receiver, sender, 0, std::chrono::seconds(300));
@@ -297,45 +297,45 @@ TEST(NcclNetPlugin, Version8AdaptersCarryIntSizes) {
   HandlePipe pipe;
   auto outcomes = run_ranks(2, [&](int rank) -> int {
     const auto* net = table<ncclNet_v8_t>("ncclNetPlugin_v8");
-    if (net == nullptr || net->init(quiet_logger) != ncclSuccess) return 2;
+    RANK_FAILS_IF(net == nullptr || net->init(quiet_logger) != ncclSuccess, 2);
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
     std::vector<std::uint8_t> buffer(1 << 20);
     void* mh = nullptr;
     if (rank == 0) {
       void *listen_comm = nullptr, *recv_comm = nullptr;
-      if (net->listen(0, handle, &listen_comm) != ncclSuccess) return 3;
+      RANK_FAILS_IF(net->listen(0, handle, &listen_comm) != ncclSuccess, 3);
       pipe.send(handle);
       while (recv_comm == nullptr) {
-        if (net->accept(listen_comm, &recv_comm, nullptr) != ncclSuccess) return 4;
+        RANK_FAILS_IF(net->accept(listen_comm, &recv_comm, nullptr) != ncclSuccess, 4);
       }
       net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh);
       void* data = buffer.data();
       int capacity = 1 << 20, tag = 3, done = 0, got = -1;
       void* request = nullptr;
       // Nine buffers, one more than maxRecvs: the message must say so, not "NULL".
-      if (net->irecv(recv_comm, 9, &data, &capacity, &tag, &mh, &request) != ncclInvalidArgument) return 8;
-      if (!warned("irecv of 9 buffers; this plugin groups 1 to 8")) return 9;
-      if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, &request) != ncclSuccess) return 5;
+      RANK_FAILS_IF(net->irecv(recv_comm, 9, &data, &capacity, &tag, &mh, &request) != ncclInvalidArgument, 8);
+      RANK_FAILS_IF(!warned("irecv of 9 buffers; this plugin groups 1 to 8"), 9);
+      RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, &request) != ncclSuccess, 5);
       while (!done) {
-        if (net->test(request, &done, &got) != ncclSuccess) return 6;
+        RANK_FAILS_IF(net->test(request, &done, &got) != ncclSuccess, 6);
       }
-      if (got != 777777 || !intact(buffer, 9, 777777)) return 7;
+      RANK_FAILS_IF(got != 777777 || !intact(buffer, 9, 777777), 7);
       net->closeRecv(recv_comm);
       net->closeListen(listen_comm);
       return 0;
     }
-    if (!pipe.receive(handle)) return 10;
+    RANK_FAILS_IF(!pipe.receive(handle), 10);
     void* send_comm = nullptr;
     while (send_comm == nullptr) {
-      if (net->connect(0, handle, &send_comm, nullptr) != ncclSuccess) return 11;
+      RANK_FAILS_IF(net->connect(0, handle, &send_comm, nullptr) != ncclSuccess, 11);
     }
     fill(buffer, 9, 777777);
     void* request = nullptr;
     int done = 0;
-    if (net->isend(send_comm, buffer.data(), -1, 3, mh, &request) != ncclInvalidArgument) return 12;
-    if (net->isend(send_comm, buffer.data(), 777777, 3, mh, &request) != ncclSuccess) return 13;
+    RANK_FAILS_IF(net->isend(send_comm, buffer.data(), -1, 3, mh, &request) != ncclInvalidArgument, 12);
+    RANK_FAILS_IF(net->isend(send_comm, buffer.data(), 777777, 3, mh, &request) != ncclSuccess, 13);
     while (!done) {
-      if (net->test(request, &done, nullptr) != ncclSuccess) return 14;
+      RANK_FAILS_IF(net->test(request, &done, nullptr) != ncclSuccess, 14);
     }
     return net->closeSend(send_comm) == ncclSuccess ? 0 : 15;
   });
@@ -352,29 +352,29 @@ TEST(NcclNetPlugin, AKilledPeerFailsTheReceiveInsteadOfHanging) {
   auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     void* listen_comm = nullptr;
     void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
-    if (recv_comm == nullptr) return 4;
+    RANK_FAILS_IF(recv_comm == nullptr, 4);
     char note[NCCL_NET_HANDLE_MAXSIZE];
-    if (!part_sent.receive(note)) return 8;
+    RANK_FAILS_IF(!part_sent.receive(note), 8);
     void* data = buffer.data();
     std::size_t capacity = buffer.size();
     int tag = 0;
     void* request = nullptr;
-    if (net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess) return 5;
-    if (wait(net, request, nullptr) != ncclRemoteError) return 6;  // the peer is gone: not success, not a hang
+    RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess, 5);
+    RANK_FAILS_IF(wait(net, request, nullptr) != ncclRemoteError, 6);  // the peer is gone: not success, not a hang
     int done = 0;
-    if (net->test(request, &done, nullptr) != ncclRemoteError) return 7;  // and it stays failed
+    RANK_FAILS_IF(net->test(request, &done, nullptr) != ncclRemoteError, 7);  // and it stays failed
     return close_receiver(net, recv_comm, listen_comm) ? 0 : 19;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    if (!pipe.receive(handle)) return 10;
+    RANK_FAILS_IF(!pipe.receive(handle), 10);
     void* send_comm = connect_to(net, ctx, handle);
-    if (send_comm == nullptr) return 11;
+    RANK_FAILS_IF(send_comm == nullptr, 11);
     void* request = nullptr;
-    if (net->isend(send_comm, buffer.data(), buffer.size(), 0, nullptr, nullptr, &request) != ncclSuccess) return 12;
+    RANK_FAILS_IF(net->isend(send_comm, buffer.data(), buffer.size(), 0, nullptr, nullptr, &request) != ncclSuccess, 12);
     int done = 0;
     for (int i = 0; i < 100 && !done; ++i) net->test(request, &done, nullptr);  // until the buffers are full
-    if (done) return 14;  // 64 MiB cannot fit in socket buffers nobody reads
+    RANK_FAILS_IF(done, 14);  // 64 MiB cannot fit in socket buffers nobody reads
     char note[NCCL_NET_HANDLE_MAXSIZE] = "part sent";
     part_sent.send(note);
     ::kill(::getpid(), SIGKILL);
@@ -387,33 +387,33 @@ TEST(NcclNetPlugin, AForgedHandleIsRefusedAndTheRealOneStillConnects) {
   auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     void* listen_comm = nullptr;
     void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);  // the forged connection never completes
-    if (recv_comm == nullptr) return 4;
+    RANK_FAILS_IF(recv_comm == nullptr, 4);
     std::vector<std::uint8_t> buffer(16);
     void* data = buffer.data();
     std::size_t capacity = buffer.size();
     int tag = 0, got = -1;
     void* request = nullptr;
-    if (net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess) return 5;
-    if (wait(net, request, &got) != ncclSuccess || got != 5 || std::memcmp(buffer.data(), "real", 5) != 0) return 6;
+    RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess, 5);
+    RANK_FAILS_IF(wait(net, request, &got) != ncclSuccess || got != 5 || std::memcmp(buffer.data(), "real", 5) != 0, 6);
     return close_receiver(net, recv_comm, listen_comm) ? 0 : 19;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
-    if (!pipe.receive(handle)) return 10;
+    RANK_FAILS_IF(!pipe.receive(handle), 10);
     char garbage[NCCL_NET_HANDLE_MAXSIZE];
     std::memcpy(garbage, handle, sizeof(garbage));
     garbage[0] ^= 0x55;  // not a onebit handle at all
     void* send_comm = nullptr;
-    if (net->connect(ctx, 0, garbage, &send_comm, nullptr) != ncclInvalidArgument) return 11;
+    RANK_FAILS_IF(net->connect(ctx, 0, garbage, &send_comm, nullptr) != ncclInvalidArgument, 11);
     char forged[NCCL_NET_HANDLE_MAXSIZE];
     std::memcpy(forged, handle, sizeof(forged));
     forged[28] ^= 0x01;  // the address is right, the secret is not: the listener must refuse it
     void* forged_comm = connect_to(net, ctx, forged);  // completes on this side: it only sends hellos
     send_comm = connect_to(net, ctx, handle);
-    if (forged_comm == nullptr || send_comm == nullptr) return 13;
+    RANK_FAILS_IF(forged_comm == nullptr || send_comm == nullptr, 13);
     void* request = nullptr;
-    if (net->isend(send_comm, const_cast<char*>("real"), 5, 0, nullptr, nullptr, &request) != ncclSuccess) return 14;
-    if (wait(net, request, nullptr) != ncclSuccess) return 15;
+    RANK_FAILS_IF(net->isend(send_comm, const_cast<char*>("real"), 5, 0, nullptr, nullptr, &request) != ncclSuccess, 14);
+    RANK_FAILS_IF(wait(net, request, nullptr) != ncclSuccess, 15);
     net->closeSend(forged_comm);
     return net->closeSend(send_comm) == ncclSuccess ? 0 : 16;
   };

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -55,21 +56,73 @@ class SharedMemory {
 
 struct RankOutcome {
   int exit_code = -1;  // the body's return value, or 128 + signal
+  std::string reason;  // why it failed, when it did: what RANK_FAILED recorded, the exception, the signal
 };
 
-// Runs body(rank) in `world` child processes; returns each one's outcome. Children still running at
-// the deadline are killed and reported as 128 + SIGKILL.
+// Where a child rank writes why it failed, in memory its parent reads after it exits; null outside
+// run_ranks' children.
+constexpr std::size_t kReasonBytes = 1024;
+inline char*& rank_reason_slot() {
+  static char* slot = nullptr;
+  return slot;
+}
+
+// Records why this rank fails — `file:line: what`, or `what` alone without a file — and returns
+// `code`, the rank's exit code:
+//   if (got != want) return RANK_FAILED(3, "got != want");
+inline int rank_failed(int code, const std::string& what, const char* file = nullptr, int line = 0) {
+  const char* base = file != nullptr ? std::strrchr(file, '/') : nullptr;
+  const std::string reason = file == nullptr ? what
+                                             : std::string(base != nullptr ? base + 1 : file) + ":" +
+                                                   std::to_string(line) + ": " + what;
+  std::fprintf(stderr, "rank failure (exit %d): %s\n", code, reason.c_str());
+  if (char* slot = rank_reason_slot()) std::snprintf(slot, kReasonBytes, "%s", reason.c_str());
+  return code;
+}
+#define RANK_FAILED(code, what) ::onebit::testing::rank_failed((code), (what), __FILE__, __LINE__)
+// In a rank's body: when `bad` holds, returns `code` from the body, recording `bad` as the reason.
+#define RANK_FAILS_IF(bad, code)                      \
+  do {                                                \
+    if (bad) return RANK_FAILED((code), #bad);        \
+  } while (0)
+
+namespace detail {
+// A child's exit status as an outcome, with the reason it left in its slot (or what the status says).
+inline RankOutcome outcome_of(int status, const char* slot, bool killed_at_deadline) {
+  RankOutcome outcome;
+  outcome.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  if (outcome.exit_code == 0) return outcome;
+  if (slot[0] != '\0') {
+    outcome.reason = slot;
+  } else if (WIFSIGNALED(status)) {
+    outcome.reason = killed_at_deadline && WTERMSIG(status) == SIGKILL ? "still running at the test's deadline: killed"
+                                                                       : std::string("killed by signal ") +
+                                                                             std::to_string(WTERMSIG(status));
+  } else {
+    outcome.reason = "exit code " + std::to_string(outcome.exit_code) + " with no reason recorded";
+  }
+  return outcome;
+}
+}  // namespace detail
+
+// Runs body(rank) in `world` child processes; returns each one's outcome, and prints each failed
+// rank's reason. Children still running at the deadline are killed and reported as 128 + SIGKILL.
 inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int)>& body,
                                           std::chrono::seconds deadline = std::chrono::seconds(120)) {
+  SharedMemory reasons(static_cast<std::size_t>(world) * kReasonBytes);
+  std::memset(reasons.as<char>(), 0, static_cast<std::size_t>(world) * kReasonBytes);
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; ++rank) {
     const pid_t pid = ::fork();
     if (pid == 0) {
+      rank_reason_slot() = reasons.as<char>() + rank * kReasonBytes;
       int code = 1;
       try {
         code = body(rank);
+      } catch (const std::exception& error) {
+        code = rank_failed(99, std::string("threw: ") + error.what());
       } catch (...) {
-        code = 99;
+        code = rank_failed(99, "threw something that is not a std::exception");
       }
       std::fflush(stdout);
       std::fflush(stderr);
@@ -110,10 +163,16 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int
       if (fds[r].fd < 0 || !(fds[r].revents & POLLIN)) continue;
       int status = 0;
       ::waitpid(pids[r], &status, 0);
-      outcomes[r].exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      outcomes[r] = detail::outcome_of(status, reasons.as<char>() + r * kReasonBytes, killed);
       ::close(fds[r].fd);
       fds[r].fd = -1;  // poll ignores negative descriptors
       --remaining;
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    if (outcomes[r].exit_code != 0) {
+      std::fprintf(stderr, "rank %d of %d failed (exit %d): %s\n", r, world, outcomes[r].exit_code,
+                   outcomes[r].reason.c_str());
     }
   }
   return outcomes;
