@@ -1,7 +1,8 @@
 // The verbs transport's own parts, shared by ibverbs_transport.cc (requests, failure, the progress
-// thread) and device_setup.cc (opening the device, connecting the queue pairs); not an interface.
-// The sizes of a queue pair's work and control slots, the device (which is also the registration
-// cache's Registrar) and a peer: its queue pair, rendezvous and control buffers.
+// thread's handlers in progress_thread.cc) and device_setup.cc (opening the device, connecting the
+// queue pairs); not an interface. The sizes of a queue pair's work and control slots, work-request
+// ids, the device (which is also the registration cache's Registrar) and a peer: its queue pair,
+// rendezvous and control buffers.
 #pragma once
 
 #include <cstddef>
@@ -26,6 +27,18 @@ constexpr int kOfferSlots = 128;      // control-message send buffers per peer
 constexpr std::size_t kSlotBytes = wire::ClearToSend::kSize;
 
 std::string errno_text(int err);
+
+// A work request's id: what it is, the peer, and a slot (control buffer) or write id.
+enum class Work : std::uint64_t { kWrite = 1, kOffer = 2, kReceive = 3 };
+inline std::uint64_t work_id(Work kind, int peer, std::uint32_t slot) {
+  return static_cast<std::uint64_t>(kind) << 56 | static_cast<std::uint64_t>(peer) << 32 | slot;
+}
+inline Work work_kind(std::uint64_t id) { return static_cast<Work>(id >> 56); }
+inline int work_peer(std::uint64_t id) { return static_cast<int>((id >> 32) & 0xffffff); }
+inline std::uint32_t work_slot(std::uint64_t id) { return static_cast<std::uint32_t>(id); }
+
+// An abort on the set-up socket: u32 length, then the error text.
+constexpr std::size_t kMaxAbortText = 4000;
 
 struct IbverbsTransport::Device final : Registrar {
   std::string name;
