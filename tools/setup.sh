@@ -7,6 +7,7 @@ packages=(
   cmake ninja-build g++ make python3 binutils      # build, and the test scripts
   libgtest-dev libbenchmark-dev                    # tests and benchmarks
   clang libclang-rt-14-dev                         # libFuzzer targets (the fuzz preset)
+  clang-format-14                                  # the format check (.clang-format)
   libgloo-dev                                      # Gloo: the benchmark's external anchor, the Gloo front door
   libibverbs-dev                                   # the verbs transport's header (libibverbs.so.1 is loaded at run time)
   iproute2                                         # network namespaces and tc for the Ethernet emulation

@@ -1,3 +1,7 @@
+// The verbs transport (ibverbs_transport.h) once connected: its constructor and destructor, posting
+// receives, writes and offers, requests and failure. Opening the device and connecting the queue
+// pairs is device_setup.cc, the progress thread progress_thread.cc; what they share is
+// ibverbs_internal.h.
 #include "transport/ibverbs/ibverbs_transport.h"
 
 #include <arpa/inet.h>
@@ -9,115 +13,24 @@
 
 #include <cerrno>
 #include <cstring>
-#include <deque>
-#include <random>
 #include <utility>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/progress.h"
 #include "transport/wait_all.h"
-#include "common/aligned_buffer.h"
-#include "transport/ibverbs/rendezvous.h"
-#include "transport/ibverbs/setup.h"
+#include "transport/ibverbs/ibverbs_internal.h"
 #include "transport/ibverbs/verbs_api.h"
 
 namespace onebit::ibverbs {
-namespace {
-
-constexpr int kSendDepth = 256;       // send work requests (writes and offers) per queue pair
-constexpr int kReceiveSlots = 128;    // control-message receives kept posted per queue pair
-constexpr int kOfferSlots = 128;      // control-message send buffers per peer
-constexpr std::size_t kSlotBytes = wire::ClearToSend::kSize;
-constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;  // one RDMA write; the engine's are a few MiB
-
-// A work request's id: what it is, the peer, and a slot (control buffer) or write id.
-enum class Work : std::uint64_t { kWrite = 1, kOffer = 2, kReceive = 3 };
-std::uint64_t work_id(Work kind, int peer, std::uint32_t slot) {
-  return static_cast<std::uint64_t>(kind) << 56 | static_cast<std::uint64_t>(peer) << 32 | slot;
-}
-Work work_kind(std::uint64_t id) { return static_cast<Work>(id >> 56); }
-int work_peer(std::uint64_t id) { return static_cast<int>((id >> 32) & 0xffffff); }
-std::uint32_t work_slot(std::uint64_t id) { return static_cast<std::uint32_t>(id); }
 
 std::string errno_text(int err) { return std::strerror(err); }
 
-// An abort on the set-up socket: u32 length, then the error text.
-constexpr std::size_t kMaxAbortText = 4000;
+namespace {
+
+constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;  // one RDMA write; the engine's are a few MiB
 
 }  // namespace
-
-struct IbverbsTransport::Device final : Registrar {
-  std::string name;
-  ibv_context* context = nullptr;
-  ibv_pd* pd = nullptr;
-  ibv_comp_channel* channel = nullptr;
-  ibv_cq* cq = nullptr;
-  LocalPort local;
-  ibv_port_attr port_attr{};
-  ibv_gid gid{};
-
-  Registration register_memory(void* begin, std::size_t bytes) override {
-    ibv_mr* mr = verbs().reg_mr(pd, begin, bytes, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-    if (mr == nullptr) {
-      const int err = errno;
-      fail(ONEBIT_SYSTEM_ERROR, "ibv_reg_mr of ", bytes, " bytes at ", begin, " on ", name, ": ", errno_text(err),
-           err == ENOMEM || err == EPERM ? " (is the locked-memory limit, ulimit -l, too low?)" : "");
-    }
-    return Registration{mr->lkey, mr->rkey, mr};
-  }
-  void deregister(const Registration& registration) noexcept override {
-    if (registration.handle != nullptr) verbs().dereg_mr(static_cast<ibv_mr*>(registration.handle));
-  }
-  ~Device() override {
-    const VerbsApi& api = verbs();
-    if (cq) api.destroy_cq(cq);
-    if (channel) api.destroy_comp_channel(channel);
-    if (pd) api.dealloc_pd(pd);
-    if (context) api.close_device(context);
-  }
-};
-
-struct IbverbsTransport::Peer {
-  Peer(int me, int rank) : rank(rank), rendezvous(me, rank) {}
-  // Before the completion queue (the transport's device_ outlives its peers), and before the
-  // control buffer's registration goes (members are destroyed after this body).
-  ~Peer() {
-    if (qp != nullptr) verbs().destroy_qp(qp);
-  }
-  const int rank;
-  tcp::Fd side;              // the set-up socket; aborts and the peer's end arrive here
-  ibv_qp* qp = nullptr;
-  Rendezvous rendezvous;
-  bool closed = false;       // its side socket ended with nothing outstanding: it left the job
-  std::string side_input;    // an abort being read
-
-  // Control slots: [0, kReceiveSlots) posted receives, then kOfferSlots send buffers. An engine
-  // buffer, so the registration cache registers it once.
-  AlignedBuffer<std::uint8_t> control;
-  RegistrationCache::Lease control_lease;
-  std::vector<std::uint32_t> free_offer_slots;
-  std::deque<wire::ClearToSend> offers_waiting;  // no slot or no send queue room yet
-
-  int sends_posted = 0;  // send work requests on the queue pair, not yet completed
-  struct PendingWrite {
-    Request* send;
-    wire::ClearToSend offer;
-  };
-  std::deque<PendingWrite> writes_waiting;    // no send queue room yet
-  std::map<std::uint32_t, Request*> writes;   // posted, by write id
-  std::uint32_t next_write_id = 0;
-
-  std::uint8_t* slot(std::uint32_t index) { return control.data() + index * kSlotBytes; }
-  // A work request's one scatter/gather entry: the whole control slot.
-  ibv_sge slot_entry(std::uint32_t index) {
-    ibv_sge sge{};
-    sge.addr = reinterpret_cast<std::uint64_t>(slot(index));
-    sge.length = kSlotBytes;
-    sge.lkey = control_lease.registration.lkey;
-    return sge;
-  }
-};
 
 IbverbsTransport::IbverbsTransport(int rank, int size, const tcp::Address& root, const VerbsOptions& options)
     : rank_(rank), size_(size), options_(options) {
@@ -170,161 +83,6 @@ IbverbsTransport::~IbverbsTransport() {
   peers_.clear();  // queue pairs destroyed; control buffers retire, so the cache drops their registrations
   cache_.reset();
   device_.reset();
-}
-
-// ---- set-up ----
-
-void IbverbsTransport::open_device() {
-  const VerbsApi& api = verbs();
-  const HcaSpec spec = parse_hca(options_.hca);
-  int count = 0;
-  ibv_device** list = api.get_device_list(&count);
-  ONEBIT_CHECK(list != nullptr && count > 0, ONEBIT_SYSTEM_ERROR,
-               "ONEBIT_TRANSPORT=ibverbs: no RDMA device: libibverbs lists none (no InfiniBand or RoCE adapter, "
-               "or its kernel driver or rdma-core provider is missing; for soft-RoCE: rdma link add rxe0 type rxe "
-               "netdev eth0)");
-  struct FreeList {
-    ibv_device** list;
-    ~FreeList() { verbs().free_device_list(list); }
-  } free_list{list};
-  std::string seen;
-  auto device = std::make_unique<Device>();
-  for (int d = 0; d < count && !device->context; ++d) {
-    const std::string name = api.get_device_name(list[d]);
-    if (!spec.device.empty() && name != spec.device) {
-      seen += (seen.empty() ? "" : ", ") + name;
-      continue;
-    }
-    ibv_context* context = api.open_device(list[d]);
-    if (context == nullptr) {
-      seen += (seen.empty() ? "" : ", ") + name + " (cannot open: " + errno_text(errno) + ")";
-      continue;
-    }
-    ibv_device_attr attr{};
-    const int ports = api.query_device(context, &attr) == 0 ? attr.phys_port_cnt : 0;
-    for (int port = spec.port ? spec.port : 1; port <= (spec.port ? spec.port : ports); ++port) {
-      ibv_port_attr port_attr{};
-      if (api.query_port(context, static_cast<std::uint8_t>(port), &port_attr) != 0) continue;
-      if (port_attr.state != IBV_PORT_ACTIVE) {
-        seen += (seen.empty() ? "" : ", ") + name + ":" + std::to_string(port) + " (not active)";
-        continue;
-      }
-      device->name = name + ":" + std::to_string(port);
-      device->context = context;
-      device->port_attr = port_attr;
-      device->local.port = static_cast<std::uint8_t>(port);
-      device->local.active_mtu = port_attr.active_mtu;
-      break;
-    }
-    if (!device->context) api.close_device(context);
-  }
-  ONEBIT_CHECK(device->context != nullptr, ONEBIT_SYSTEM_ERROR, "ONEBIT_TRANSPORT=ibverbs: no active port",
-               spec.device.empty() ? std::string() : " on ONEBIT_IB_HCA=" + options_.hca, "; devices seen: ",
-               seen.empty() ? "none" : seen);
-
-  const bool roce = device->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
-  int gid_index = options_.gid_index;
-  if (roce && gid_index < 0) {
-    const std::string dir = "/sys/class/infiniband/" + device->name.substr(0, device->name.find(':')) + "/ports/" +
-                            std::to_string(device->local.port);
-    gid_index = choose_gid_index(read_gid_table(dir));
-    ONEBIT_CHECK(gid_index >= 0, ONEBIT_SYSTEM_ERROR, "ONEBIT_TRANSPORT=ibverbs: ", device->name,
-                 " is RoCE but has no GID (no IP address on its network interface?); set ONEBIT_IB_GID_INDEX");
-  }
-  device->local.gid_index = gid_index;
-  if (gid_index >= 0) {
-    ONEBIT_CHECK(api.query_gid(device->context, device->local.port, gid_index, &device->gid) == 0, ONEBIT_SYSTEM_ERROR,
-                 "ONEBIT_TRANSPORT=ibverbs: ", device->name, " has no GID at index ", gid_index, " (ONEBIT_IB_GID_INDEX)");
-  }
-  device->pd = api.alloc_pd(device->context);
-  device->channel = device->pd ? api.create_comp_channel(device->context) : nullptr;
-  const int entries = (size_ - 1) * (kSendDepth + kReceiveSlots);
-  device->cq = device->channel ? api.create_cq(device->context, entries, nullptr, device->channel, 0) : nullptr;
-  ONEBIT_CHECK(device->cq != nullptr, ONEBIT_SYSTEM_ERROR, "ONEBIT_TRANSPORT=ibverbs: cannot allocate a protection "
-               "domain, completion channel or a completion queue of ", entries, " entries on ", device->name, ": ",
-               errno_text(errno));
-  std::array<std::uint8_t, 16> gid{};
-  std::copy(device->gid.raw, device->gid.raw + 16, gid.begin());
-  description_ = device->name + (roce ? " (RoCE, GID index " + std::to_string(gid_index) + " " + gid_text(gid) + ")"
-                                      : " (InfiniBand, LID " + std::to_string(device->port_attr.lid) + ")");
-  device_ = std::move(device);
-}
-
-void IbverbsTransport::connect_queue_pairs(const tcp::Address& root) {
-  const VerbsApi& api = verbs();
-  const Deadline deadline = Clock::now() + options_.tcp.timeout;
-  tcp::Mesh mesh = tcp::connect_mesh(rank_, size_, root, options_.tcp, 1);
-  std::mt19937 random(std::random_device{}());
-  for (int r = 0; r < size_; ++r) {
-    if (r == rank_) continue;
-    auto peer = std::make_unique<Peer>(rank_, r);
-    peer->side = std::move(mesh.sockets[r][0]);
-    const std::string who = "rank " + std::to_string(r);
-
-    ibv_qp_init_attr init{};
-    init.send_cq = device_->cq;
-    init.recv_cq = device_->cq;
-    init.qp_type = IBV_QPT_RC;
-    init.sq_sig_all = 1;
-    init.cap.max_send_wr = kSendDepth;
-    init.cap.max_recv_wr = kReceiveSlots;
-    init.cap.max_send_sge = 1;
-    init.cap.max_recv_sge = 1;
-    peer->qp = api.create_qp(device_->pd, &init);
-    ONEBIT_CHECK(peer->qp != nullptr, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": ibv_create_qp for ", who, " on ",
-                 device_->name, ": ", errno_text(errno));
-    ibv_qp_attr attr{};
-    attr.qp_state = IBV_QPS_INIT;
-    attr.pkey_index = 0;
-    attr.port_num = device_->local.port;
-    attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-                 ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who, " to INIT: ", errno_text(errno));
-
-    // Swap endpoints over the authenticated set-up socket: both write, then both read (48 bytes
-    // fit any socket buffer, so neither waits for the other).
-    wire::VerbsEndpoint mine;
-    mine.link_layer = device_->port_attr.link_layer;
-    mine.mtu = static_cast<std::uint8_t>(device_->local.active_mtu);
-    mine.qp_num = peer->qp->qp_num;
-    mine.psn = random() & 0xffffff;
-    mine.lid = device_->port_attr.lid;
-    std::copy(device_->gid.raw, device_->gid.raw + 16, mine.gid.begin());
-    mine.job_id = mesh.job_id;
-    mine.from_rank = static_cast<std::uint32_t>(rank_);
-    const auto bytes = mine.encode();
-    tcp::write_all(peer->side.get(), bytes.data(), bytes.size(), deadline, who);
-    std::array<std::uint8_t, wire::VerbsEndpoint::kSize> in{};
-    tcp::read_all(peer->side.get(), in.data(), in.size(), deadline, who);
-    const wire::VerbsEndpoint theirs = wire::VerbsEndpoint::decode(in.data(), who);
-    ONEBIT_CHECK(theirs.job_id == mesh.job_id && theirs.from_rank == static_cast<std::uint32_t>(r), ONEBIT_REMOTE_ERROR,
-                 who, " sent the verbs endpoint of rank ", theirs.from_rank, " of job ", std::hex, theirs.job_id);
-    ONEBIT_CHECK(theirs.link_layer == mine.link_layer, ONEBIT_REMOTE_ERROR, who, "'s port is ",
-                 theirs.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", " and rank ", rank_, "'s is not: ",
-                 "they cannot connect (ONEBIT_IB_HCA)");
-
-    int mask = 0;
-    ibv_qp_attr rtr = ready_to_receive(device_->local, theirs, &mask);
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &rtr, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who,
-                 " to RTR (", device_->name, " -> qp ", theirs.qp_num, "): ", errno_text(errno));
-    ibv_qp_attr rts = ready_to_send(mine.psn, options_.ack_timeout, &mask);
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &rts, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who,
-                 " to RTS: ", errno_text(errno));
-
-    peer->control.resize((kReceiveSlots + kOfferSlots) * kSlotBytes);
-    peer->control_lease = cache_->acquire(peer->control.data(), (kReceiveSlots + kOfferSlots) * kSlotBytes);
-    for (std::uint32_t s = 0; s < kReceiveSlots; ++s) post_receive_slot(*peer, s);
-    for (std::uint32_t s = 0; s < kOfferSlots; ++s) peer->free_offer_slots.push_back(kReceiveSlots + s);
-    // Both queue pairs are ready, with receives posted, before either side may send: a packet
-    // for a queue pair still short of RTR is dropped and only saved by the adapter's retries.
-    const std::uint8_t ready = 1;
-    std::uint8_t peer_ready = 0;
-    tcp::write_all(peer->side.get(), &ready, 1, deadline, who);
-    tcp::read_all(peer->side.get(), &peer_ready, 1, deadline, who);
-    ONEBIT_CHECK(peer_ready == 1, ONEBIT_REMOTE_ERROR, who, " sent ", int(peer_ready), " where its ready byte belongs");
-    peers_[r] = std::move(peer);
-  }
-  ONEBIT_LOG(INFO, "rank ", rank_, "/", size_, ": verbs transport on ", description_, ", ", size_ - 1, " queue pairs");
 }
 
 void IbverbsTransport::post_receive_slot(Peer& peer, std::uint32_t slot) {
@@ -527,145 +285,6 @@ void IbverbsTransport::fail_locked(onebit_result_t code, const std::string& mess
     }
   }
   completed_.notify_all();
-}
-
-// ---- the progress thread ----
-
-void IbverbsTransport::progress_loop() {
-  epoll_event events[16];
-  {
-    // Completions that came before the queue was armed (a peer's first offer may) raise no event:
-    // drain them once now, as after every event.
-    std::lock_guard<std::mutex> lock(mutex_);
-    try {
-      handle_completions();
-    } catch (const Error& error) {
-      fail_locked(error.code(), "rank " + std::to_string(rank_) + ": " + error.what());
-    }
-  }
-  for (;;) {
-    const int n = ::epoll_wait(epoll_.get(), events, 16, -1);
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      fail_locked(ONEBIT_SYSTEM_ERROR, "epoll_wait: " + errno_text(errno));
-      continue;
-    }
-    try {
-      for (int i = 0; i < n; ++i) {
-        const std::uint64_t what = events[i].data.u64;
-        if (what == 1) {
-          handle_completions();
-        } else if (what >= 2 && !failed_) {
-          handle_side_socket(*peers_[static_cast<int>(what - 2)]);
-        }
-      }
-    } catch (const Error& error) {
-      fail_locked(error.code(), "rank " + std::to_string(rank_) + ": " + error.what());
-    } catch (const std::exception& error) {
-      // Nothing may escape the progress thread: that would terminate the training process.
-      fail_locked(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(rank_) + ": internal error: " + error.what());
-    }
-  }
-}
-
-void IbverbsTransport::handle_completions() {
-  const VerbsApi& api = verbs();
-  ibv_cq* cq = nullptr;
-  void* context = nullptr;
-  while (api.get_cq_event(device_->channel, &cq, &context) == 0) api.ack_cq_events(cq, 1);
-  // Re-arm first, then drain: a completion that lands in between raises a new event.
-  ibv_req_notify_cq(device_->cq, 0);
-  ibv_wc wc[32];
-  for (;;) {
-    const int n = ibv_poll_cq(device_->cq, 32, wc);
-    ONEBIT_CHECK(n >= 0, ONEBIT_SYSTEM_ERROR, "ibv_poll_cq on ", device_->name, " failed");
-    if (n == 0) return;
-    for (int i = 0; i < n; ++i) on_completion(wc[i]);
-  }
-}
-
-void IbverbsTransport::on_completion(const ibv_wc& wc) {
-  const Work kind = work_kind(wc.wr_id);
-  const int rank = work_peer(wc.wr_id);
-  const std::uint32_t slot = work_slot(wc.wr_id);
-  if (failed_) return;  // flushed work of a broken transport: nothing to do but let it drain
-  ONEBIT_CHECK(rank >= 0 && rank < size_ && peers_[rank], ONEBIT_INTERNAL_ERROR, "a completion for unknown rank ", rank);
-  Peer& peer = *peers_[rank];
-  if (wc.status != IBV_WC_SUCCESS) {
-    const char* what = kind == Work::kWrite ? "an RDMA write to" : kind == Work::kOffer ? "an offer to" : "a receive from";
-    fail(ONEBIT_REMOTE_ERROR, what, " rank ", rank, " failed: ", verbs().wc_status_str(wc.status), " (vendor error ",
-         wc.vendor_err, ")",
-         wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR
-             ? "; rank " + std::to_string(rank) + " is unreachable or gone (ONEBIT_IB_TIMEOUT, ONEBIT_IB_HCA)"
-             : std::string());
-  }
-  switch (kind) {
-    case Work::kWrite: {
-      auto found = peer.writes.find(slot);
-      ONEBIT_CHECK(found != peer.writes.end(), ONEBIT_INTERNAL_ERROR, "completion of unknown write ", slot);
-      Request& send = *found->second;
-      peer.writes.erase(found);
-      --peer.sends_posted;
-      stats_.bytes_sent += send.bytes;
-      complete(send);
-      break;
-    }
-    case Work::kOffer:
-      --peer.sends_posted;
-      peer.free_offer_slots.push_back(slot);
-      break;
-    case Work::kReceive: {
-      if (wc.opcode == IBV_WC_RECV) {
-        ONEBIT_CHECK(wc.byte_len == kSlotBytes, ONEBIT_REMOTE_ERROR, "rank ", rank, " sent a control message of ",
-                     wc.byte_len, " bytes (expected ", kSlotBytes, ")");
-        stats_.bytes_received += kSlotBytes;
-        const wire::ClearToSend offer = wire::ClearToSend::decode(peer.slot(slot), "rank " + std::to_string(rank));
-        post_receive_slot(peer, slot);
-        if (auto write = peer.rendezvous.offer_arrived(offer)) start_write(peer, *write->send, write->offer);
-      } else if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        post_receive_slot(peer, slot);
-        Request& receive = peer.rendezvous.write_arrived(ntohl(wc.imm_data), wc.byte_len);
-        stats_.bytes_received += wc.byte_len;
-        complete(receive);
-      } else {
-        fail(ONEBIT_REMOTE_ERROR, "rank ", rank, " sent an unexpected verbs operation (opcode ", int(wc.opcode), ")");
-      }
-      break;
-    }
-    default:
-      fail(ONEBIT_INTERNAL_ERROR, "a completion of unknown kind ", static_cast<int>(kind));
-  }
-  flush_waiting(peer);
-}
-
-void IbverbsTransport::handle_side_socket(Peer& peer) {
-  char buffer[4096];
-  for (;;) {
-    const ssize_t n = ::recv(peer.side.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-    if (n > 0) {
-      peer.side_input.append(buffer, static_cast<std::size_t>(n));
-      if (peer.side_input.size() >= 4) {
-        const std::uint32_t length = wire::Reader(reinterpret_cast<const std::uint8_t*>(peer.side_input.data())).get<std::uint32_t>();
-        ONEBIT_CHECK(length <= kMaxAbortText, ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " aborted the job");
-        if (peer.side_input.size() >= 4 + length) {
-          fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " failed and left the job: ", peer.side_input.substr(4, length));
-        }
-      }
-      continue;
-    }
-    // The end (or a reset). Completions the peer caused before it closed are drained first, so that
-    // a peer that finished its last call and left is not taken for one that died in it.
-    handle_completions();
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, peer.side.get(), nullptr);
-    if (peer.rendezvous.expecting() || peer.rendezvous.owing() || !peer.writes.empty() || !peer.writes_waiting.empty()) {
-      fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " closed the connection (it exited, crashed or aborted)");
-    }
-    peer.closed = true;
-    return;
-  }
 }
 
 }  // namespace onebit::ibverbs

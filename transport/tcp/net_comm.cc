@@ -1,8 +1,10 @@
+// The connections behind onebit's NCCL_NET plugin (net_comm.h): the interfaces it may use, the
+// listen handle's encoding and a connection's data path. The listening side is net_listener.cc,
+// the connecting side net_connect.cc.
 #include "transport/tcp/net_comm.h"
 
 #include <ifaddrs.h>
 #include <net/if.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -18,37 +20,17 @@
 #include "common/launcher.h"
 #include "common/params.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/net_internal.h"
 
 namespace onebit::tcp {
-namespace {
-
-constexpr std::uint32_t kHandleMagic = 0x4F424E31;  // "OBN1"
-constexpr std::uint16_t kHandleVersion = 1;
-// A connection from a stranger gets this long (at most ONEBIT_TIMEOUT_MS) to send its hello.
-constexpr std::chrono::milliseconds kHelloGrace{5000};
 
 std::string errno_string(int error) { return std::strerror(error); }
-
-void default_sink(bool warning, const std::string& text) {
-  if (warning) {
-    ONEBIT_LOG(WARN, text);
-  } else {
-    ONEBIT_LOG(INFO, text);
-  }
-}
-LogSink log_sink = default_sink;
 
 std::uint64_t random64() {
   static std::mutex mutex;
   static std::random_device entropy;
   std::lock_guard<std::mutex> lock(mutex);
   return (static_cast<std::uint64_t>(entropy()) << 32) ^ entropy();
-}
-
-SipKey key_of(const NetHandle& handle) {
-  SipKey key;
-  std::memcpy(key.data(), handle.secret, sizeof(handle.secret));
-  return key;
 }
 
 Address address_of(const NetHandle& handle) {
@@ -58,6 +40,8 @@ Address address_of(const NetHandle& handle) {
   address.length = length;
   return address;
 }
+
+namespace {
 
 int interface_speed(const std::string& name) {
   std::ifstream in("/sys/class/net/" + name + "/speed");
@@ -137,8 +121,6 @@ NetHandle decode_handle(const std::uint8_t* in) {
   std::memcpy(&handle.pending, in + kPendingOffset, sizeof(handle.pending));
   return handle;
 }
-
-void set_log_sink(LogSink sink) { log_sink = sink != nullptr ? sink : default_sink; }
 
 // ---------------------------------------------------------------- data path
 
@@ -334,189 +316,6 @@ bool NetComm::test(NetRequest* r, int* sizes) {
   }
   r->kind = NetRequest::Kind::kFree;
   return true;
-}
-
-// ---------------------------------------------------------------- set-up
-
-NetListener::NetListener(const NetDevice& device, int sockets) {
-  ONEBIT_CHECK(sockets >= 1 && sockets <= kMaxSockets, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
-               " must be 1..", kMaxSockets);
-  fd_ = listen_on(device.address, 16384);
-  set_nonblocking(fd_.get());
-  handle_.magic = kHandleMagic;
-  handle_.version = kHandleVersion;
-  handle_.sockets = static_cast<std::uint16_t>(sockets);
-  handle_.address = wire::to_wire(local_address(fd_.get()).storage);
-  key_ = {random64(), random64()};
-  std::memcpy(handle_.secret, key_.data(), sizeof(handle_.secret));
-  handle_.pending = nullptr;
-}
-
-NetListener::~NetListener() = default;
-
-std::unique_ptr<NetComm> NetListener::accept() {
-  for (;;) {  // everything waiting in the backlog
-    const int fd = ::accept4(fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
-      ::onebit::fail(ONEBIT_SYSTEM_ERROR, "accept on ", describe(handle_), ": ", errno_string(errno));
-    }
-    incoming_.push_back(Incoming{Fd(fd), {}, 0, Clock::now() + std::min(kHelloGrace, std::chrono::milliseconds(param::TimeoutMs()))});
-  }
-  const auto now = Clock::now();
-  for (auto it = incoming_.begin(); it != incoming_.end();) {
-    const ssize_t got = ::recv(it->fd.get(), it->hello.data() + it->read, it->hello.size() - it->read, MSG_DONTWAIT);
-    const std::string from = peer_address(it->fd.get()).to_string();
-    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-      log_sink(true, "a connection from " + from + " to " + describe(handle_) + " closed before its hello");
-      it = incoming_.erase(it);
-      continue;
-    }
-    if (got > 0) it->read += static_cast<std::size_t>(got);
-    if (it->read < it->hello.size()) {
-      if (now >= it->deadline) {
-        log_sink(true, "dropped a connection from " + from + " to " + describe(handle_) + ": no hello within " +
-                           std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
-        it = incoming_.erase(it);
-      } else {
-        ++it;
-      }
-      continue;
-    }
-    try {
-      const wire::Hello hello = verify_hello(it->hello.data(), key_, "connection from " + from);
-      ONEBIT_CHECK(hello.sockets_per_peer == handle_.sockets && hello.socket_index < handle_.sockets,
-                   ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " of ", hello.sockets_per_peer, ", expected ",
-                   handle_.sockets);
-      PendingGroup& group = groups_[hello.job_id];
-      if (group.sockets.empty()) {
-        group.sockets.resize(handle_.sockets);
-        group.from = from;
-        group.deadline = now + std::chrono::milliseconds(param::TimeoutMs());
-      }
-      ONEBIT_CHECK(!group.sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " came twice");
-      group.sockets[hello.socket_index] = std::move(it->fd);
-    } catch (const Error& error) {
-      log_sink(true, "refused a connection from " + from + " to " + describe(handle_) + ": " + error.what());
-    }
-    it = incoming_.erase(it);
-  }
-  for (auto it = groups_.begin(); it != groups_.end();) {
-    const auto arrived = std::count_if(it->second.sockets.begin(), it->second.sockets.end(), [](const Fd& fd) { return bool(fd); });
-    if (arrived == static_cast<long>(it->second.sockets.size())) {
-      const std::string peer = peer_address(it->second.sockets[0].get()).to_string();
-      auto comm = std::make_unique<NetComm>(false, std::move(it->second.sockets), peer);
-      groups_.erase(it);
-      return comm;
-    }
-    if (now >= it->second.deadline) {
-      // A peer that died mid-connect: its sockets would otherwise stay open as long as the listener.
-      log_sink(true, "dropped an incomplete connection from " + it->second.from + " to " + describe(handle_) + ": " +
-                         std::to_string(arrived) + " of " + std::to_string(it->second.sockets.size()) + " sockets within " +
-                         std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
-      it = groups_.erase(it);
-      continue;
-    }
-    ++it;
-  }
-  return nullptr;
-}
-
-class PendingNetConnect {
- public:
-  explicit PendingNetConnect(const NetHandle& handle)
-      : address_(address_of(handle)), deadline_(Clock::now() + std::chrono::milliseconds(param::TimeoutMs())) {
-    ONEBIT_CHECK(handle.magic == kHandleMagic && handle.version == kHandleVersion, ONEBIT_INVALID_ARGUMENT,
-                 "not a onebit NCCL net handle (magic ", handle.magic, ", version ", handle.version,
-                 "): are both sides using NCCL_NET_PLUGIN=onebit?");
-    ONEBIT_CHECK(handle.sockets >= 1 && handle.sockets <= kMaxSockets, ONEBIT_INVALID_ARGUMENT, "handle asks for ",
-                 handle.sockets, " sockets");
-    const SipKey key = key_of(handle);
-    const std::uint64_t connection = random64();
-    for (int i = 0; i < handle.sockets; ++i) {
-      Outgoing out;
-      out.fd = Fd(::socket(address_.storage.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-      ONEBIT_CHECK(out.fd, ONEBIT_SYSTEM_ERROR, "socket: ", errno_string(errno));
-      const int rc = ::connect(out.fd.get(), reinterpret_cast<const sockaddr*>(&address_.storage), address_.length);
-      ONEBIT_CHECK(rc == 0 || errno == EINPROGRESS, ONEBIT_SYSTEM_ERROR, "connect to ", address_.to_string(), ": ",
-                   errno_string(errno));
-      wire::Hello hello;
-      hello.socket_index = static_cast<std::uint16_t>(i);
-      hello.sockets_per_peer = handle.sockets;
-      hello.job_id = connection;
-      out.hello = signed_hello(hello, key);
-      out_.push_back(std::move(out));
-    }
-  }
-
-  std::unique_ptr<NetComm> step() {
-    bool all = true;
-    for (Outgoing& out : out_) {
-      if (out.sent == out.hello.size()) continue;
-      if (!out.connected) {
-        pollfd p{out.fd.get(), POLLOUT, 0};
-        if (::poll(&p, 1, 0) <= 0) {
-          all = false;
-          continue;
-        }
-        int error = 0;
-        socklen_t length = sizeof(error);
-        ::getsockopt(out.fd.get(), SOL_SOCKET, SO_ERROR, &error, &length);
-        ONEBIT_CHECK(error == 0, error == ECONNREFUSED ? ONEBIT_REMOTE_ERROR : ONEBIT_SYSTEM_ERROR, "connect to ",
-                     address_.to_string(), ": ", errno_string(error));
-        out.connected = true;
-      }
-      const ssize_t sent = ::send(out.fd.get(), out.hello.data() + out.sent, out.hello.size() - out.sent,
-                                  MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent > 0) out.sent += static_cast<std::size_t>(sent);
-      if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        ::onebit::fail(ONEBIT_REMOTE_ERROR, "hello to ", address_.to_string(), ": ", errno_string(errno));
-      }
-      if (out.sent < out.hello.size()) all = false;
-    }
-    if (!all) {
-      ONEBIT_CHECK(Clock::now() < deadline_, ONEBIT_TIMEOUT, "connecting to ", address_.to_string(), " took more than ",
-                   param::TimeoutMs(), " ms (ONEBIT_TIMEOUT_MS)");
-      return nullptr;
-    }
-    std::vector<Fd> fds;
-    for (Outgoing& out : out_) fds.push_back(std::move(out.fd));
-    return std::make_unique<NetComm>(true, std::move(fds), address_.to_string());
-  }
-
- private:
-  struct Outgoing {
-    Fd fd;
-    bool connected = false;
-    std::array<std::uint8_t, wire::Hello::kSize> hello{};
-    std::size_t sent = 0;
-  };
-  Address address_;
-  Deadline deadline_;
-  std::vector<Outgoing> out_;
-};
-
-std::unique_ptr<NetComm> connect_step(NetHandle& handle) {
-  if (handle.pending == nullptr) handle.pending = new PendingNetConnect(handle);
-  auto* pending = static_cast<PendingNetConnect*>(handle.pending);
-  std::unique_ptr<NetComm> comm;
-  try {
-    comm = pending->step();
-  } catch (...) {
-    delete pending;
-    handle.pending = nullptr;
-    throw;
-  }
-  if (comm) {
-    delete pending;
-    handle.pending = nullptr;
-  }
-  return comm;
-}
-
-void abandon_connect(NetHandle& handle) {
-  delete static_cast<PendingNetConnect*>(handle.pending);
-  handle.pending = nullptr;
 }
 
 }  // namespace onebit::tcp
