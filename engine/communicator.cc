@@ -94,8 +94,8 @@ CommSetup CommSetup::from_environment() {
 }
 
 namespace {
-tcp::TransportOptions transport_options(const CommSetup& setup) {
-  tcp::TransportOptions options;
+transport::tcp::TransportOptions transport_options(const CommSetup& setup) {
+  transport::tcp::TransportOptions options;
   options.sockets_per_peer =
       setup.sockets_per_peer > 0 ? setup.sockets_per_peer : static_cast<int>(param::SocketsPerPeer());
   const std::int64_t timeout = setup.timeout_ms > 0 ? setup.timeout_ms : param::TimeoutMs();

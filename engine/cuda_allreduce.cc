@@ -205,7 +205,7 @@ class CudaRound {
   }
 
  private:
-  using DeviceBytes = nccl::DeviceBytes;
+  using DeviceBytes = transport::nccl::DeviceBytes;
 
   void copy_on_stream(void* to, const void* from, std::size_t bytes) {
     check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, call_.stream), "cudaMemcpyAsync");
@@ -234,7 +234,7 @@ class CudaRound {
 
   // 2. Chunk p's bits and the scale to rank p; this rank's chunk bits and scales from everyone.
   std::uint64_t exchange_worker_bits() {
-    return nccl::exchange_with_every_peer(
+    return transport::nccl::exchange_with_every_peer(
         call_.comm, call_.stream, me_, w_,
         [&](int p) { return DeviceBytes{st_.packed + g_.begin(p) / 8, kernels::packed_bytes(g_.length(p))}; },
         [&](int p) { return DeviceBytes{st_.received + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(me_))}; },
@@ -252,7 +252,7 @@ class CudaRound {
 
   // 4. Every server's result and scale to every rank.
   std::uint64_t exchange_results() {
-    return nccl::exchange_with_every_peer(
+    return transport::nccl::exchange_with_every_peer(
         call_.comm, call_.stream, me_, w_,
         [&](int) { return DeviceBytes{mine_, kernels::packed_bytes(g_.length(me_))}; },
         [&](int p) { return DeviceBytes{st_.results + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(p))}; },
@@ -292,10 +292,10 @@ class CudaRound {
 
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call) {
   const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, "");
-  const nccl::NcclApi& api = nccl::nccl_api();
+  const transport::nccl::NcclApi& api = transport::nccl::nccl_api();
   int w = 0, me = 0;
-  nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");
-  nccl::check_nccl(api.comm_user_rank(call.comm, &me), "pncclCommUserRank");
+  transport::nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");
+  transport::nccl::check_nccl(api.comm_user_rank(call.comm, &me), "pncclCommUserRank");
   ++tag.calls;
   if (w == 1) {  // the average over one rank is the buffer itself; no state
     if (call.send != call.recv) {

@@ -102,7 +102,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
     std::string why;
     if (param::Shm() != 0) {
       try {
-        host.segment = shm::HostSegment::create(c.local_size, region);
+        host.segment = transport::shm::HostSegment::create(c.local_size, region);
         for (int w = 0; w < c.local_size; ++w) {
           for (int q = 0; q < c.local_size; ++q) {
             if (q != w) host.segment.reserve(w, c.shards.begin(q) * c.element, c.shards.length(q) * c.element);
@@ -110,7 +110,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
         }
         std::snprintf(name, sizeof(name), "%s", host.segment.name().c_str());
       } catch (const Error& error) {
-        host.segment = shm::HostSegment();
+        host.segment = transport::shm::HostSegment();
         why = error.what();
       }
     } else {
@@ -128,7 +128,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
     wait("go");
     host.segment.unlink();
     if (!go) {
-      host.segment = shm::HostSegment();
+      host.segment = transport::shm::HostSegment();
       ONEBIT_LOG(WARN, c.where, ": the host's ranks exchange fp32 inputs over the transport, not shared memory: ", why);
     }
   } else {
@@ -137,7 +137,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
     std::int32_t ack = 0;
     if (name[kNameBytes - 1] == '\0' && name[0] != '\0' && param::Shm() != 0) {
       try {
-        host.segment = shm::HostSegment::open(name, c.local_size, region);
+        host.segment = transport::shm::HostSegment::open(name, c.local_size, region);
         ack = 1;
       } catch (const Error& error) {
         ONEBIT_LOG(WARN, c.where, ": cannot map local rank 0's segment: ", error.what());
@@ -146,7 +146,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
     exchange(true, 0, 1, &ack, sizeof(std::int32_t));
     exchange(false, 0, 2, &go, sizeof(std::int32_t));
     wait("go");
-    if (!go) host.segment = shm::HostSegment();
+    if (!go) host.segment = transport::shm::HostSegment();
   }
   if (host.segment.mapped()) host.segment.set_pid(c.local, ::getpid());
   host.segment_tried = true;
@@ -447,7 +447,7 @@ class Communicator::HostCall {
   TagState& st_;
   HostScratch& exchange_;
   const std::uint64_t seq_;
-  shm::HostSegment& segment_;
+  transport::shm::HostSegment& segment_;
   std::vector<ChunkGeometry> rails_;                      // the rail geometry of each shard
   std::vector<std::size_t> results_at_;                   // where local peer q's rail results sit in host_results
   std::size_t results_bytes_ = 0;

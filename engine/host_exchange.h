@@ -23,7 +23,7 @@ struct HostScratch {
   // The host reduce through shared memory (when the host's ranks could set it up): every local
   // rank's region, and the calls it has carried (its ready counters count blocks since then).
   bool segment_tried = false;
-  shm::HostSegment segment;
+  transport::shm::HostSegment segment;
   std::uint32_t segment_calls = 0;
 };
 

@@ -14,6 +14,6 @@ namespace onebit {
 
 // ONEBIT_INVALID_ARGUMENT for a name that is no transport, or `ibverbs` in a build without it.
 std::unique_ptr<Transport> open_transport(int rank, int size, const std::string& root,
-                                          const tcp::TransportOptions& options);
+                                          const transport::tcp::TransportOptions& options);
 
 }  // namespace onebit

@@ -20,10 +20,10 @@
 #include "plugin/nccl_net/nccl_net_abi.h"
 #include "transport/tcp/net_comm.h"
 
-namespace onebit::nccl_net {
+namespace onebit::front::nccl_net {
 namespace {
 
-using namespace ::onebit::tcp;  // the connections: transport/tcp/net_comm.h
+using namespace ::onebit::transport::tcp;  // the connections: transport/tcp/net_comm.h
 
 struct Plugin {
   std::mutex mutex;
@@ -316,9 +316,9 @@ ncclResult_t connect_v10(int dev, ncclNetCommConfig_t*, void* handle, void** sen
 }
 
 }  // namespace
-}  // namespace onebit::nccl_net
+}  // namespace onebit::front::nccl_net
 
-using namespace onebit::nccl_net;
+using namespace onebit::front::nccl_net;
 
 extern "C" {
 

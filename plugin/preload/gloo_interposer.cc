@@ -40,10 +40,10 @@
 #include "transport/gloo/libgloo.h"
 #include "transport/tcp/socket.h"
 
-namespace onebit::preload {
+namespace onebit::front::gloo {
 namespace {
 
-using AllreduceFunction = void (*)(const gloo::AllreduceOptions&);
+using AllreduceFunction = void (*)(const ::gloo::AllreduceOptions&);
 constexpr const char* kAllreduceSymbol = "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE";
 
 // The gloo::allreduce the framework would have called without this library, and whose it is.
@@ -79,13 +79,13 @@ const RealAllreduce& real_allreduce() {
       dlclose(torch);  // NOLOAD took a reference; torch stays loaded
     }
     if (r.function == nullptr) {
-      const gloo_transport::Libgloo& gloo = gloo_transport::libgloo();
+      const transport::gloo::Libgloo& gloo = transport::gloo::libgloo();
       r.function = gloo.allreduce;
       r.library = gloo.path;
       if (r.function == nullptr) r.library = gloo.error;
     }
     if (r.function == nullptr) {
-      ONEBIT_LOG(WARN, "preload: libgloo's gloo::allreduce not found (", r.library,
+      ONEBIT_LOG(WARN, "preload: libgloo's ::gloo::allreduce not found (", r.library,
                  "): nothing of this process calls gloo, or its gloo is not libgloo.so.0");
     } else if (r.bundled) {
       ONEBIT_LOG(WARN, "preload: this PyTorch bundles its own gloo (", r.library,
@@ -94,7 +94,7 @@ const RealAllreduce& real_allreduce() {
                  "torch.distributed backend: onebit.register_backend(); dist.init_process_group(\"onebit\", ...) "
                  "(docs/usage.md)");
     } else {
-      ONEBIT_LOG(INFO, "preload: forwarding to gloo::allreduce in ", r.library);
+      ONEBIT_LOG(INFO, "preload: forwarding to ::gloo::allreduce in ", r.library);
     }
     return r;
   }();
@@ -127,10 +127,10 @@ bool is_half_sum(const ReduceFunction& reduce) {
 struct GlooDoor {
   std::mutex mutex;
   struct Entry {
-    std::weak_ptr<gloo::Context> context;  // expired: the framework destroyed it (and maybe reused the address)
+    std::weak_ptr<::gloo::Context> context;  // expired: the framework destroyed it (and maybe reused the address)
     std::unique_ptr<Communicator> communicator;
   };
-  std::map<const gloo::Context*, Entry> communicators;
+  std::map<const ::gloo::Context*, Entry> communicators;
   std::atomic<std::uint64_t> forwarded_calls{0};
   std::atomic<std::uint64_t> forwarded_bytes{0};
 };
@@ -161,17 +161,17 @@ Invitation invitation_from_rank_0() {
     const std::string master = launcher_master_addr();
     const std::string master_host = !master.empty() ? master : "127.0.0.1";
     const bool ipv6 = master_host.find(':') != std::string::npos;
-    tcp::Address any = param::Root().empty()
-                           ? tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
-                           : tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
+    transport::tcp::Address any = param::Root().empty()
+                           ? transport::tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
+                           : transport::tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
     // A later context's rank 0 need not run on that host: it listens on its own address on the
     // route there, which every rank of the job reaches.
-    if (root_taken_before) any = tcp::address_toward(any);
+    if (root_taken_before) any = transport::tcp::address_toward(any);
     any.set_port(0);
     // A free port on rank 0's host, for the bootstrap root.
-    const tcp::Address root = [&] {
-      tcp::Fd probe = tcp::listen_on(any, 1);
-      return tcp::local_address(probe.get());
+    const transport::tcp::Address root = [&] {
+      transport::tcp::Fd probe = transport::tcp::listen_on(any, 1);
+      return transport::tcp::local_address(probe.get());
     }();
     std::snprintf(invitation.root, sizeof(invitation.root), "%s", root.to_string().c_str());
   }
@@ -183,14 +183,14 @@ Invitation invitation_from_rank_0() {
   return invitation;
 }
 
-std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
+std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
                                             std::chrono::milliseconds timeout) {
   Invitation invitation;
   if (context->rank == 0) invitation = invitation_from_rank_0();
   // Rank 0 sends it to every rank over the context's own pairs, under onebit's slot prefix and the
   // intercepted call's tag (whose own gloo traffic never happens).
   try {
-    gloo_transport::GlooTransport pairs(context.get());
+    transport::gloo::GlooTransport pairs(context.get());
     const wire::MessageKey key{0, 0, wire::Kind::kTopology, 1};
     const wire::CallShape shape{sizeof(Invitation), 0, 0};
     std::vector<Request> requests(context->rank == 0 ? context->size - 1 : 1);
@@ -221,7 +221,7 @@ std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<gloo::Context>
 
 // This context's communicator, made on first use. Every rank makes the same tagged calls in the
 // same order, so every rank gets here on the same call (the tcp bootstrap relies on it).
-Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, std::uint32_t tag,
+Communicator& communicator_for(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
                                std::chrono::milliseconds timeout) {
   GlooDoor& f = door();
   std::lock_guard<std::mutex> lock(f.mutex);
@@ -236,7 +236,7 @@ Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, st
   if (transport == "gloo") {
     ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", context->rank, " of ", context->size,
                "): compressed calls run over its own pairs");
-    made = std::make_unique<Communicator>(std::make_unique<gloo_transport::GlooTransport>(context.get()));
+    made = std::make_unique<Communicator>(std::make_unique<transport::gloo::GlooTransport>(context.get()));
   } else if (transport == "tcp" || transport == "ibverbs") {
     made = join_over_tcp(context, tag, timeout);  // the communicator picks its transport from ONEBIT_TRANSPORT
   } else {
@@ -247,14 +247,14 @@ Communicator& communicator_for(const std::shared_ptr<gloo::Context>& context, st
   return comm;
 }
 
-void count_forwarded(const gloo::detail::AllreduceOptionsImpl& call) {
+void count_forwarded(const ::gloo::detail::AllreduceOptionsImpl& call) {
   door().forwarded_calls += 1;
   door().forwarded_bytes += call.elements * call.elementSize;
 }
 
 // Compresses the call if it is on a tagged buffer and onebit can stand in for it (in place, the
 // tag's dtype and count, a float or half sum), and says so. False: the caller forwards to libgloo.
-bool compress_if_tagged(const gloo::detail::AllreduceOptionsImpl& call) {
+bool compress_if_tagged(const ::gloo::detail::AllreduceOptionsImpl& call) {
   if (param::Enable() == 0 || call.out.size() != 1) return false;
   void* buffer = call.out[0]->ptr;
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
@@ -295,24 +295,24 @@ bool compress_if_tagged(const gloo::detail::AllreduceOptionsImpl& call) {
 }
 
 }  // namespace
-}  // namespace onebit::preload
+}  // namespace onebit::front::gloo
 
 namespace gloo {
 
 // Declared a friend by gloo::AllreduceOptions, which is how it reads the call's options.
 void allreduce(const AllreduceOptions& opts) {
-  const auto& real = onebit::preload::real_allreduce();
+  const auto& real = onebit::front::gloo::real_allreduce();
   if (real.bundled) return real.function(opts);  // another gloo's options: not ours to read
   bool compressed = false;
   try {
-    compressed = onebit::preload::compress_if_tagged(opts.impl_);
+    compressed = onebit::front::gloo::compress_if_tagged(opts.impl_);
   } catch (const onebit::Error& error) {
     // Gloo reports failures by throwing; PyTorch turns them into a Python RuntimeError.
     throw ::gloo::IoException(std::string("onebit: ") + error.what());
   }
   if (compressed) return;
-  onebit::preload::count_forwarded(opts.impl_);
-  if (real.function == nullptr) throw ::gloo::Exception("onebit: libgloo's gloo::allreduce is not available to forward to");
+  onebit::front::gloo::count_forwarded(opts.impl_);
+  if (real.function == nullptr) throw ::gloo::Exception("onebit: libgloo's ::gloo::allreduce is not available to forward to");
   real.function(opts);
 }
 
@@ -322,7 +322,7 @@ extern "C" onebit_result_t onebit_preload_stats(onebit_preload_stats_t* stats) {
   return onebit::abi_guard("onebit_preload_stats", [&] {
     ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");
     *stats = onebit_preload_stats_t{};
-    auto& f = onebit::preload::door();
+    auto& f = onebit::front::gloo::door();
     std::lock_guard<std::mutex> lock(f.mutex);
     for (const auto& [context, entry] : f.communicators) {
       const onebit_stats_t s = entry.communicator->stats();

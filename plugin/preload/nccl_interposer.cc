@@ -44,7 +44,7 @@
 #include "engine/tag_registry.h"
 #include "transport/nccl/nccl_api.h"
 
-namespace onebit::nccl_front {
+namespace onebit::front::nccl {
 
 // The shared code table (plugin/capi/nccl_guard.h) is written against NCCL's values, checked here
 // where nccl.h and the table meet.
@@ -56,7 +56,7 @@ static_assert(static_cast<int>(NcclCode::kRemoteError) == ncclRemoteError);
 
 namespace {
 
-using nccl::nccl_api;
+using transport::nccl::nccl_api;
 
 // An ncclAllReduce call, as the door holds it while a group defers it.
 struct AllReduceCall {
@@ -232,7 +232,7 @@ void run_compressed(const AllReduceCall& call) {
 // and for an abort without waiting on a tag whose call is running: the watchdog aborts a stuck
 // communicator, and the call holding that tag may be the stuck one.
 ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
-                              ncclResult_t (*nccl::NcclApi::*entry)(ncclComm_t), TagRegistry::InFlight in_flight) {
+                              ncclResult_t (*transport::nccl::NcclApi::*entry)(ncclComm_t), TagRegistry::InFlight in_flight) {
   ncclResult_t result = ncclSuccess;
   const ncclResult_t guarded = guard(entry_point, [&] {
     const std::uint64_t id = communicators().release(comm);
@@ -289,9 +289,9 @@ ncclResult_t run_deferred(std::vector<AllReduceCall> calls, ncclResult_t group_r
 }
 
 }  // namespace
-}  // namespace onebit::nccl_front
+}  // namespace onebit::front::nccl
 
-using namespace onebit::nccl_front;
+using namespace onebit::front::nccl;
 
 extern "C" {
 
@@ -362,12 +362,12 @@ __attribute__((visibility("default"))) ncclResult_t ncclGroupSimulateEnd(ncclSim
 
 // A communicator that goes takes the tags' device state on it with it.
 __attribute__((visibility("default"))) ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  return end_communicator("ncclCommDestroy", comm, &onebit::nccl::NcclApi::comm_destroy,
+  return end_communicator("ncclCommDestroy", comm, &onebit::transport::nccl::NcclApi::comm_destroy,
                           onebit::TagRegistry::InFlight::kWait);
 }
 
 __attribute__((visibility("default"))) ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  return end_communicator("ncclCommAbort", comm, &onebit::nccl::NcclApi::comm_abort,
+  return end_communicator("ncclCommAbort", comm, &onebit::transport::nccl::NcclApi::comm_abort,
                           onebit::TagRegistry::InFlight::kKeep);
 }
 

@@ -132,10 +132,10 @@ constexpr const char* kIdentity = "store id 5f0c";
 constexpr const char* kSecret = "0123456789abcdef0123456789abcdef";
 
 // A transport's options as these tests' jobs share them: 20 s, the test identity and secret.
-tcp::TransportOptions job_options() {
-  tcp::TransportOptions options;
+transport::tcp::TransportOptions job_options() {
+  transport::tcp::TransportOptions options;
   options.timeout = std::chrono::milliseconds(20000);
-  options.membership = tcp::Membership{kIdentity, "", kSecret};
+  options.membership = transport::tcp::Membership{kIdentity, "", kSecret};
   return options;
 }
 
@@ -178,34 +178,34 @@ void expect_keyed_job_survives(const std::function<int(int port)>& before_rank_1
 
 // The stranger's connection to the root, with the challenge the root sent it.
 struct StrangerConnection {
-  tcp::Fd fd;
+  transport::tcp::Fd fd;
   wire::BootstrapChallenge challenge;
   explicit StrangerConnection(int port) {
-    const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
-    fd = tcp::connect_to(tcp::parse_host_port(root_at(port), "root"), deadline, "the root");
+    const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
+    fd = transport::tcp::connect_to(transport::tcp::parse_host_port(root_at(port), "root"), deadline, "the root");
     std::uint8_t bytes[wire::BootstrapChallenge::kSize];
-    tcp::read_all(fd.get(), bytes, sizeof(bytes), deadline, "the root");
+    transport::tcp::read_all(fd.get(), bytes, sizeof(bytes), deadline, "the root");
     challenge = wire::BootstrapChallenge::decode(bytes, "the root");
   }
   // Sends `hello` and returns the root's answer: its status and error text (status 0: let in).
   std::pair<int, std::string> send(const wire::BootstrapHello& hello) {
-    const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
+    const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
     const auto bytes = hello.encode();
-    tcp::write_all(fd.get(), bytes.data(), bytes.size(), deadline, "the root");
+    transport::tcp::write_all(fd.get(), bytes.data(), bytes.size(), deadline, "the root");
     std::uint8_t head[wire::BootstrapReplyHead::kSize];
-    tcp::read_all(fd.get(), head, sizeof(head), deadline, "the root");
+    transport::tcp::read_all(fd.get(), head, sizeof(head), deadline, "the root");
     const auto reply = wire::BootstrapReplyHead::decode(head, "the root");
     if (reply.status == 0) return {0, ""};
     std::uint8_t length[2];
-    tcp::read_all(fd.get(), length, 2, deadline, "the root");
+    transport::tcp::read_all(fd.get(), length, 2, deadline, "the root");
     std::string text(length[0] | length[1] << 8, '\0');
-    tcp::read_all(fd.get(), text.data(), text.size(), deadline, "the root");
+    transport::tcp::read_all(fd.get(), text.data(), text.size(), deadline, "the root");
     return {reply.status, text};
   }
 };
 
 // A hello that claims rank 1 of the keyed job, with the key flags `as` holds.
-wire::BootstrapHello claim_rank_1(const tcp::Credentials& as) {
+wire::BootstrapHello claim_rank_1(const transport::tcp::Credentials& as) {
   wire::BootstrapHello hello;
   hello.flags = as.flags;
   hello.identity = as.identity;
@@ -222,8 +222,8 @@ TEST(Membership, AStrangerWithoutTheSecretCannotTakeARank) {
   // It knows the identity (it overheard it) and says it holds the secret; it cannot prove it.
   expect_keyed_job_survives([](int port) {
     StrangerConnection root(port);
-    const tcp::Credentials guess(tcp::Membership{kIdentity, "", "a guessed secret"});
-    const auto [status, text] = root.send(tcp::signed_bootstrap_hello(claim_rank_1(guess), root.challenge, guess));
+    const transport::tcp::Credentials guess(transport::tcp::Membership{kIdentity, "", "a guessed secret"});
+    const auto [status, text] = root.send(transport::tcp::signed_bootstrap_hello(claim_rank_1(guess), root.challenge, guess));
     RANK_FAILS_IF(status != ONEBIT_REMOTE_ERROR, 2);
     return text.find("fails the bootstrap MAC") != std::string::npos ? 0 : 3;
   });
@@ -234,8 +234,8 @@ TEST(Membership, AReplayedHelloIsRefused) {
   // does not open a second connection.
   expect_keyed_job_survives([](int port) {
     StrangerConnection first(port), second(port);
-    const tcp::Credentials member(tcp::Membership{kIdentity, "", kSecret});
-    const auto recorded = tcp::signed_bootstrap_hello(claim_rank_1(member), first.challenge, member);
+    const transport::tcp::Credentials member(transport::tcp::Membership{kIdentity, "", kSecret});
+    const auto recorded = transport::tcp::signed_bootstrap_hello(claim_rank_1(member), first.challenge, member);
     const auto [status, text] = second.send(recorded);
     RANK_FAILS_IF(status != ONEBIT_REMOTE_ERROR, 2);
     return text.find("a replayed hello") != std::string::npos ? 0 : 3;
@@ -252,10 +252,10 @@ TEST(Membership, IdleConnectionsAtTheRootDoNotStallTheBootstrap) {
   Signal idle_open, job_done;
   auto outcomes = run_ranks(3, [&](int process) {
     if (process == 2) {
-      std::vector<tcp::Fd> idle;
-      const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
+      std::vector<transport::tcp::Fd> idle;
+      const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
       for (int i = 0; i < 16; ++i) {
-        idle.push_back(tcp::connect_to(tcp::parse_host_port(root_at(port), "root"), deadline, "the root"));
+        idle.push_back(transport::tcp::connect_to(transport::tcp::parse_host_port(root_at(port), "root"), deadline, "the root"));
       }
       idle_open.raise();
       return job_done.wait() ? 0 : 6;  // the connections stay open until the job is through
@@ -285,20 +285,20 @@ TEST(Membership, AProcessPosingAsTheRootIsNotTaken) {
   const int port = free_port();
   SharedMemory shared(sizeof(Record));
   auto* record = shared.as<Record>();
-  tcp::Fd squatter = tcp::listen_on(tcp::parse_host_port(root_at(port), "root"), 16);
+  transport::tcp::Fd squatter = transport::tcp::listen_on(transport::tcp::parse_host_port(root_at(port), "root"), 16);
   auto outcomes = run_ranks(2, [&](int process) {
     if (process == 0) {  // the squatter
-      const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
-      tcp::Fd fd = tcp::accept_until(squatter.get(), deadline);
+      const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
+      transport::tcp::Fd fd = transport::tcp::accept_until(squatter.get(), deadline);
       RANK_FAILS_IF(!fd, 2);
-      const tcp::Credentials guess(tcp::Membership{kIdentity, "", "a guessed secret"});
+      const transport::tcp::Credentials guess(transport::tcp::Membership{kIdentity, "", "a guessed secret"});
       wire::BootstrapChallenge challenge;
       challenge.identity = guess.identity;
       challenge.flags = guess.flags;
       const auto c = challenge.encode();
-      tcp::write_all(fd.get(), c.data(), c.size(), deadline, "rank 1");
+      transport::tcp::write_all(fd.get(), c.data(), c.size(), deadline, "rank 1");
       std::uint8_t hello_bytes[wire::BootstrapHello::kSize];
-      tcp::read_all(fd.get(), hello_bytes, sizeof(hello_bytes), deadline, "rank 1");
+      transport::tcp::read_all(fd.get(), hello_bytes, sizeof(hello_bytes), deadline, "rank 1");
       const auto hello = wire::BootstrapHello::decode(hello_bytes, "rank 1");
       wire::BootstrapReplyHead head;
       head.size = 2;
@@ -312,7 +312,7 @@ TEST(Membership, AProcessPosingAsTheRootIsNotTaken) {
       const auto mac = crypto::hmac_sha256(guess.key, {std::string_view("reply"), hello.encode(),
                                                        crypto::Bytes(reply.data(), reply.size())});
       reply.insert(reply.end(), mac.begin(), mac.end());
-      tcp::write_all(fd.get(), reply.data(), reply.size(), deadline, "rank 1");
+      transport::tcp::write_all(fd.get(), reply.data(), reply.size(), deadline, "rank 1");
       char byte;
       return ::read(fd.get(), &byte, 1) >= 0 ? 0 : 3;  // until rank 1 leaves
     }
@@ -349,11 +349,11 @@ TEST(Membership, RanksOnDifferentTransportsAreNamed) {
   const int port = free_port();
   RankRecords records(2);
   auto outcomes = run_ranks(2, [&](int rank) {
-    tcp::TransportOptions options = job_options();
+    transport::tcp::TransportOptions options = job_options();
     options.transport = rank == 0 ? wire::kTransportTcp : wire::kTransportIbverbs;
     records[rank].code = ONEBIT_SUCCESS;
     try {
-      tcp::connect_mesh(rank, 2, tcp::parse_host_port(root_at(port), "root"), options, 1);
+      transport::tcp::connect_mesh(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"), options, 1);
     } catch (const Error& error) {
       records[rank].code = error.code();
       std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
@@ -373,12 +373,12 @@ TEST(Membership, APeerSendingMoreThanAnyCallAskedForIsNamed) {
   SharedMemory shared(sizeof(Record));
   auto* record = shared.as<Record>();
   auto outcomes = run_ranks(2, [&](int rank) {
-    tcp::TransportOptions options = job_options();
+    transport::tcp::TransportOptions options = job_options();
     options.max_unexpected_bytes = std::uint64_t{4} << 20;
-    tcp::TcpTransport transport(rank, 2, tcp::parse_host_port(root_at(port), "root"), options);
+    transport::tcp::TcpTransport transport(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"), options);
     const wire::CallShape shape{1 << 18, 0, 0};
     std::vector<float> payload(1 << 18, 1.0f);
-    const auto deadline = tcp::Clock::now() + std::chrono::seconds(20);
+    const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
     const auto describe = [](const Request&) { return std::string("a message"); };
     try {
       if (rank == 1) {

@@ -61,12 +61,12 @@ struct Backend {
 void PrintTo(const Backend& backend, std::ostream* out) { *out << backend.name; }
 
 std::string loopback_root() {
-  tcp::Fd fd = tcp::listen_on(tcp::parse_host_port("127.0.0.1:0", "test"), 1);
-  return "127.0.0.1:" + std::to_string(tcp::local_address(fd.get()).port());
+  transport::tcp::Fd fd = transport::tcp::listen_on(transport::tcp::parse_host_port("127.0.0.1:0", "test"), 1);
+  return "127.0.0.1:" + std::to_string(transport::tcp::local_address(fd.get()).port());
 }
 
-tcp::TransportOptions loopback_options() {
-  tcp::TransportOptions options;
+transport::tcp::TransportOptions loopback_options() {
+  transport::tcp::TransportOptions options;
   options.timeout = kTransportTimeout;
   options.ifname = "lo";
   return options;
@@ -74,9 +74,9 @@ tcp::TransportOptions loopback_options() {
 
 Backend tcp_backend() {
   return Backend{"tcp", true, true, [](int world) -> JoinRank {
-                   const tcp::Address root = tcp::parse_host_port(loopback_root(), "root");
+                   const transport::tcp::Address root = transport::tcp::parse_host_port(loopback_root(), "root");
                    return [=](int rank) {
-                     return std::make_shared<tcp::TcpTransport>(rank, world, root, loopback_options());
+                     return std::make_shared<transport::tcp::TcpTransport>(rank, world, root, loopback_options());
                    };
                  }};
 }
@@ -84,15 +84,15 @@ Backend tcp_backend() {
 #ifdef ONEBIT_HAVE_IBVERBS
 Backend verbs_stand_in_backend() {
   return Backend{"ibverbs_stand_in", true, true, [](int world) -> JoinRank {
-                   const tcp::Address root = tcp::parse_host_port(loopback_root(), "root");
+                   const transport::tcp::Address root = transport::tcp::parse_host_port(loopback_root(), "root");
                    // verbs() is the stand-in for as long as some rank's join function lives.
-                   auto stand_in = std::make_shared<ibverbs::testing::UseFakeVerbs>();
+                   auto stand_in = std::make_shared<transport::ibverbs::testing::UseFakeVerbs>();
                    return [=](int rank) {
-                     ibverbs::VerbsOptions options;
+                     transport::ibverbs::VerbsOptions options;
                      options.tcp = loopback_options();
                      options.tcp.transport = wire::kTransportIbverbs;
                      (void)stand_in;
-                     return std::make_shared<ibverbs::IbverbsTransport>(rank, world, root, options);
+                     return std::make_shared<transport::ibverbs::IbverbsTransport>(rank, world, root, options);
                    };
                  }};
 }
@@ -102,7 +102,7 @@ Backend verbs_stand_in_backend() {
 // A rank's gloo context and the transport over its pairs; the transport goes first.
 struct GlooRank {
   std::shared_ptr<gloo::rendezvous::Context> context;
-  std::unique_ptr<gloo_transport::GlooTransport> transport;
+  std::unique_ptr<transport::gloo::GlooTransport> transport;
 };
 
 Backend gloo_backend() {
@@ -116,7 +116,7 @@ Backend gloo_backend() {
                      joined->context->setTimeout(kTransportTimeout);
                      std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
                      joined->context->connectFullMesh(*store, device);
-                     joined->transport = std::make_unique<gloo_transport::GlooTransport>(joined->context.get());
+                     joined->transport = std::make_unique<transport::gloo::GlooTransport>(joined->context.get());
                      return std::shared_ptr<Transport>(joined, joined->transport.get());
                    };
                  }};

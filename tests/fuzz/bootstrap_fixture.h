@@ -6,8 +6,8 @@
 
 namespace onebit::fuzzing {
 
-inline tcp::Credentials reply_credentials(bool keyed) {
-  return tcp::Credentials(tcp::Membership{"fuzz job", "", keyed ? "fuzz secret" : ""});
+inline transport::tcp::Credentials reply_credentials(bool keyed) {
+  return transport::tcp::Credentials(transport::tcp::Membership{"fuzz job", "", keyed ? "fuzz secret" : ""});
 }
 
 inline wire::BootstrapHello reply_hello() {

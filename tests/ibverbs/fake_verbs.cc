@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-namespace onebit::ibverbs::testing {
+namespace onebit::transport::ibverbs::testing {
 namespace {
 
 struct FakeChannel {
@@ -361,4 +361,4 @@ const VerbsApi& fake_verbs() {
   return api;
 }
 
-}  // namespace onebit::ibverbs::testing
+}  // namespace onebit::transport::ibverbs::testing

@@ -13,7 +13,7 @@
 
 #include "transport/ibverbs/verbs_api.h"
 
-namespace onebit::ibverbs::testing {
+namespace onebit::transport::ibverbs::testing {
 
 const VerbsApi& fake_verbs();
 
@@ -24,4 +24,4 @@ class UseFakeVerbs {
   ~UseFakeVerbs() { use_verbs_for_testing(nullptr); }
 };
 
-}  // namespace onebit::ibverbs::testing
+}  // namespace onebit::transport::ibverbs::testing

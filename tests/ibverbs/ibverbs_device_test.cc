@@ -24,7 +24,7 @@
 #include "transport/ibverbs/verbs_api.h"
 #include "transport/tcp/socket.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 namespace {
 
 // Empty when this host can run the device tests; otherwise what it lacks.
@@ -56,8 +56,8 @@ class VerbsTransport : public ::testing::TestWithParam<const char*> {
 };
 
 std::string loopback_root() {
-  tcp::Fd fd = tcp::listen_on(tcp::parse_host_port("127.0.0.1:0", "test"), 1);
-  return "127.0.0.1:" + std::to_string(tcp::local_address(fd.get()).port());
+  transport::tcp::Fd fd = transport::tcp::listen_on(transport::tcp::parse_host_port("127.0.0.1:0", "test"), 1);
+  return "127.0.0.1:" + std::to_string(transport::tcp::local_address(fd.get()).port());
 }
 
 VerbsOptions options_with_timeout(int ms) {
@@ -75,7 +75,7 @@ void run_ranks(int world, const std::function<void(int, IbverbsTransport&)>& bod
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        IbverbsTransport transport(r, world, tcp::parse_host_port(root, "root"), options_with_timeout(timeout_ms));
+        IbverbsTransport transport(r, world, transport::tcp::parse_host_port(root, "root"), options_with_timeout(timeout_ms));
         body(r, transport);
       } catch (const Error& error) {
         ADD_FAILURE() << "rank " << r << ": " << error.what();
@@ -244,11 +244,11 @@ TEST_P(VerbsTransport, TheEngineGivesTheSameBitsOverVerbsAsOverTcp) {
     for (int r = 0; r < kWorld; ++r) {
       threads.emplace_back([&, r] {
         std::unique_ptr<Transport> transport;
-        const tcp::Address address = tcp::parse_host_port(root, "root");
+        const transport::tcp::Address address = transport::tcp::parse_host_port(root, "root");
         if (verbs) {
           transport = std::make_unique<IbverbsTransport>(r, kWorld, address, options_with_timeout(60000));
         } else {
-          transport = std::make_unique<tcp::TcpTransport>(r, kWorld, address, options_with_timeout(60000).tcp);
+          transport = std::make_unique<transport::tcp::TcpTransport>(r, kWorld, address, options_with_timeout(60000).tcp);
         }
         Communicator comm(std::move(transport));
         std::vector<float> x(kCount), ring(4096);
@@ -287,4 +287,4 @@ INSTANTIATE_TEST_SUITE_P(OnDeviceAndStandIn, VerbsTransport, ::testing::Values("
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 }  // namespace
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

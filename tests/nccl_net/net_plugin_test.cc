@@ -432,22 +432,22 @@ TEST(NcclNetPluginInChild, DISABLED_IncompleteConnectionIsDropped) {
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
   void* listen_comm = nullptr;
   ASSERT_EQ(net->listen(ctx, 0, handle, &listen_comm), ncclSuccess);
-  const tcp::NetHandle h = tcp::decode_handle(reinterpret_cast<const std::uint8_t*>(handle));
+  const transport::tcp::NetHandle h = transport::tcp::decode_handle(reinterpret_cast<const std::uint8_t*>(handle));
   ASSERT_EQ(h.sockets, 2) << "ONEBIT_SOCKETS_PER_PEER=2 for this test";
-  tcp::Address address;
+  transport::tcp::Address address;
   unsigned length = 0;
   wire::from_wire(h.address, &address.storage, &length);
   address.length = length;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  tcp::Fd half = tcp::connect_to(address, deadline, "the listener");
+  transport::tcp::Fd half = transport::tcp::connect_to(address, deadline, "the listener");
   SipKey key;
   std::memcpy(key.data(), h.secret, sizeof(h.secret));
   wire::Hello hello;
   hello.socket_index = 0;
   hello.sockets_per_peer = 2;
   hello.job_id = 77;
-  const auto bytes = tcp::signed_hello(hello, key);
-  tcp::write_all(half.get(), bytes.data(), bytes.size(), deadline, "the listener");
+  const auto bytes = transport::tcp::signed_hello(hello, key);
+  transport::tcp::write_all(half.get(), bytes.data(), bytes.size(), deadline, "the listener");
   bool closed = false;
   while (!closed && std::chrono::steady_clock::now() < deadline) {
     void* recv_comm = nullptr;

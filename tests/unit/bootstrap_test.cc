@@ -17,7 +17,7 @@
 #include "tests/support/child_output.h"
 #include "transport/tcp/bootstrap.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 TEST(Crypto, HmacSha256MatchesRfc4231) {
@@ -164,4 +164,4 @@ TEST(Launcher, JobIdentityNamesEachLaunchersJobAndAttempt) {
 }
 
 }  // namespace
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

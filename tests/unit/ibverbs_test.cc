@@ -17,7 +17,7 @@
 #include "transport/ibverbs/rendezvous.h"
 #include "transport/ibverbs/setup.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 namespace {
 
 template <typename F>
@@ -387,4 +387,4 @@ TEST(Rendezvous, WritesThatWereNeverOfferedOrOfTheWrongSizeAreErrors) {
 }
 
 }  // namespace
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -3,7 +3,7 @@
 
 #include "transport/tcp/socket.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 TEST(InterfaceMatches, PrefixesExactNamesListsAndExclusion) {
@@ -24,4 +24,4 @@ TEST(InterfaceMatches, PrefixesExactNamesListsAndExclusion) {
 }
 
 }  // namespace
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -44,7 +44,7 @@ void GlooAllreduce::sum(float* data, std::size_t count) {
 }
 
 std::unique_ptr<Transport> GlooAllreduce::pairs_transport() {
-  return std::make_unique<gloo_transport::GlooTransport>(impl_->context.get());
+  return std::make_unique<transport::gloo::GlooTransport>(impl_->context.get());
 }
 
 bool GlooAllreduce::available() { return true; }

@@ -52,9 +52,9 @@ int run_rank(const BenchOptions& options, CommSetup setup, const std::string& gl
 }
 
 int free_loopback_port() {
-  tcp::Address any = tcp::parse_host_port("127.0.0.1:0", "loopback");
-  tcp::Fd fd = tcp::listen_on(any, 1);
-  return tcp::local_address(fd.get()).port();
+  transport::tcp::Address any = transport::tcp::parse_host_port("127.0.0.1:0", "loopback");
+  transport::tcp::Fd fd = transport::tcp::listen_on(any, 1);
+  return transport::tcp::local_address(fd.get()).port();
 }
 
 // --ranks N: fork N ranks on loopback, each its own process, as a launcher would.

@@ -40,11 +40,11 @@ int main(int argc, char** argv) {
   }
 #ifdef ONEBIT_HAVE_IBVERBS
   std::string why;
-  if (!onebit::ibverbs::verbs_loadable(&why)) {
+  if (!onebit::transport::ibverbs::verbs_loadable(&why)) {
     std::printf("verbs transport: built; %s\n", why.c_str());
   } else {
     int count = 0;
-    const auto& verbs = onebit::ibverbs::verbs();
+    const auto& verbs = onebit::transport::ibverbs::verbs();
     ibv_device** list = verbs.get_device_list(&count);
     std::printf("verbs transport: built; RDMA devices:");
     for (int i = 0; i < count; ++i) std::printf(" %s", verbs.get_device_name(list[i]));

@@ -10,16 +10,16 @@
 #include "transport/gloo/libgloo.h"
 #include "transport/wait_all.h"
 
-namespace onebit::gloo_transport {
+namespace onebit::transport::gloo {
 
 std::uint64_t slot_of(std::uint32_t channel, const wire::MessageKey& key) {
   return std::uint64_t{kSlotPrefix} << 56 | std::uint64_t{channel} << 24 |
          std::uint64_t{static_cast<std::uint8_t>(key.kind)} << 16 | key.part;
 }
 
-GlooTransport::GlooTransport(gloo::Context* context) : context_(context), timeout_(timeout_of(context)) {}
+GlooTransport::GlooTransport(::gloo::Context* context) : context_(context), timeout_(timeout_of(context)) {}
 
-std::chrono::milliseconds GlooTransport::timeout_of(gloo::Context* context) {
+std::chrono::milliseconds GlooTransport::timeout_of(::gloo::Context* context) {
   const Libgloo& gloo = libgloo();
   ONEBIT_CHECK(gloo.allreduce != nullptr, ONEBIT_INTERNAL_ERROR, "the gloo transport needs the process's libgloo.so.0: ",
                gloo.error);
@@ -63,7 +63,7 @@ void GlooTransport::start(Request& request, bool is_send, int peer, std::uint32_
   request.channel = channel;
   if (!is_send) hold_receive_match(request);
   try {
-    std::shared_ptr<gloo::transport::UnboundBuffer> buffer = libgloo().create_unbound_buffer(context_, data, bytes);
+    std::shared_ptr<::gloo::transport::UnboundBuffer> buffer = libgloo().create_unbound_buffer(context_, data, bytes);
     const std::uint64_t slot = slot_of(channel, key);
     if (is_send) {
       buffer->send(peer, slot, 0, bytes);
@@ -123,7 +123,7 @@ void GlooTransport::wait_one(Request& request, Deadline deadline,
     request.state = Request::State::kFailed;
     fail(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(context_->rank) + ": wait on a request that was never started: " + what);
   }
-  auto* buffer = static_cast<gloo::transport::UnboundBuffer*>(request.handle.get());
+  auto* buffer = static_cast<::gloo::transport::UnboundBuffer*>(request.handle.get());
   // At least a millisecond: gloo treats its own timeout as the failure that breaks the context,
   // which is what a wait past the deadline must do here too.
   const auto left = std::max(std::chrono::milliseconds(1),
@@ -161,4 +161,4 @@ TransportStats GlooTransport::stats() const {
   return s;
 }
 
-}  // namespace onebit::gloo_transport
+}  // namespace onebit::transport::gloo

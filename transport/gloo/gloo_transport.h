@@ -30,7 +30,7 @@
 #include "common/error.h"
 #include "transport/transport.h"
 
-namespace onebit::gloo_transport {
+namespace onebit::transport::gloo {
 
 // onebit's slot prefix: above gloo's 0x01–0x08, and spelled like the name.
 constexpr std::uint8_t kSlotPrefix = 0xb1;
@@ -41,7 +41,7 @@ class GlooTransport final : public Transport {
  public:
   // Uses the context's rank, size and timeout. Not owning: the context must outlive every call
   // (the front door drops a context's communicator once the framework has destroyed the context).
-  explicit GlooTransport(gloo::Context* context);
+  explicit GlooTransport(::gloo::Context* context);
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
@@ -56,7 +56,7 @@ class GlooTransport final : public Transport {
   TransportStats stats() const override;
 
  private:
-  static std::chrono::milliseconds timeout_of(gloo::Context* context);  // libgloo's, checked found
+  static std::chrono::milliseconds timeout_of(::gloo::Context* context);  // libgloo's, checked found
   void start(Request& request, bool is_send, int peer, std::uint32_t channel, const wire::MessageKey& key,
              const wire::CallShape& shape, void* data, std::size_t bytes);
   // A receive's match is held from its posting until its wait ends: a second receive for it while
@@ -67,7 +67,7 @@ class GlooTransport final : public Transport {
   [[noreturn]] void fail(onebit_result_t code, const std::string& message);
   void throw_if_failed() const;
 
-  gloo::Context* const context_;
+  ::gloo::Context* const context_;
   const std::chrono::milliseconds timeout_;
   mutable std::mutex mutex_;
   bool failed_ = false;
@@ -78,4 +78,4 @@ class GlooTransport final : public Transport {
   std::atomic<std::uint64_t> bytes_received_{0};
 };
 
-}  // namespace onebit::gloo_transport
+}  // namespace onebit::transport::gloo

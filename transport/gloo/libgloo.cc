@@ -2,7 +2,7 @@
 
 #include <dlfcn.h>
 
-namespace onebit::gloo_transport {
+namespace onebit::transport::gloo {
 namespace {
 
 template <typename Function>
@@ -37,4 +37,4 @@ const Libgloo& libgloo() {
   return loaded;
 }
 
-}  // namespace onebit::gloo_transport
+}  // namespace onebit::transport::gloo

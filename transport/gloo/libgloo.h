@@ -17,13 +17,13 @@
 #include <memory>
 #include <string>
 
-namespace onebit::gloo_transport {
+namespace onebit::transport::gloo {
 
 struct Libgloo {
-  using Allreduce = void (*)(const gloo::AllreduceOptions&);
-  using GetTimeout = std::chrono::milliseconds (*)(const gloo::Context*);
-  using GetPair = std::unique_ptr<gloo::transport::Pair>& (*)(gloo::Context*, int);
-  using CreateUnboundBuffer = std::unique_ptr<gloo::transport::UnboundBuffer> (*)(gloo::Context*, void*, std::size_t);
+  using Allreduce = void (*)(const ::gloo::AllreduceOptions&);
+  using GetTimeout = std::chrono::milliseconds (*)(const ::gloo::Context*);
+  using GetPair = std::unique_ptr<::gloo::transport::Pair>& (*)(::gloo::Context*, int);
+  using CreateUnboundBuffer = std::unique_ptr<::gloo::transport::UnboundBuffer> (*)(::gloo::Context*, void*, std::size_t);
 
   Allreduce allreduce = nullptr;  // libgloo's own gloo::allreduce, which the door forwards to
   GetTimeout get_timeout = nullptr;
@@ -36,4 +36,4 @@ struct Libgloo {
 // libgloo.so.0 as this process has it (loaded by the framework), resolved once.
 const Libgloo& libgloo();
 
-}  // namespace onebit::gloo_transport
+}  // namespace onebit::transport::gloo

@@ -21,7 +21,7 @@
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 void IbverbsTransport::open_device() {
   const VerbsApi& api = verbs();
@@ -176,4 +176,4 @@ void IbverbsTransport::connect_queue_pairs(const tcp::Address& root) {
   ONEBIT_LOG(INFO, "rank ", rank_, "/", size_, ": verbs transport on ", description_, ", ", size_ - 1, " queue pairs");
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -19,7 +19,7 @@
 #include "transport/ibverbs/setup.h"
 #include "transport/ibverbs/verbs_api.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 constexpr int kSendDepth = 256;       // send work requests (writes and offers) per queue pair
 constexpr int kReceiveSlots = 128;    // control-message receives kept posted per queue pair
@@ -112,4 +112,4 @@ struct IbverbsTransport::Peer {
   }
 };
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

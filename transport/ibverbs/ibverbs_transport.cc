@@ -22,7 +22,7 @@
 #include "transport/ibverbs/ibverbs_internal.h"
 #include "transport/ibverbs/verbs_api.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -287,4 +287,4 @@ void IbverbsTransport::fail_locked(onebit_result_t code, const std::string& mess
   completed_.notify_all();
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

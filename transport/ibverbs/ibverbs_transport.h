@@ -35,7 +35,7 @@
 #include "transport/tcp/mesh.h"
 #include "transport/transport.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 struct VerbsOptions {
   tcp::TransportOptions tcp;  // bootstrap, timeout, interface, auth key (one set-up socket per peer)
@@ -112,4 +112,4 @@ class IbverbsTransport final : public Transport {
   TransportStats stats_;
 };
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

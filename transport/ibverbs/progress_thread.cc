@@ -16,7 +16,7 @@
 #include "transport/ibverbs/verbs_api.h"
 #include "transport/wire.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 void IbverbsTransport::progress_loop() {
   epoll_event events[16];
@@ -155,4 +155,4 @@ void IbverbsTransport::handle_side_socket(Peer& peer) {
   }
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -1,6 +1,6 @@
 #include "transport/ibverbs/registration_cache.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 RegistrationCache::RegistrationCache(Registrar& registrar) : registrar_(registrar) {
   subscription_ = buffers::subscribe([this](const buffers::Span& span) { on_retire(span); });
@@ -56,4 +56,4 @@ RegistrationCache::Stats RegistrationCache::stats() const {
   return stats_;
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -17,7 +17,7 @@
 
 #include "common/buffer_registry.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 struct Registration {
   std::uint32_t lkey = 0;
@@ -67,4 +67,4 @@ class RegistrationCache {
   int subscription_ = 0;
 };
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -3,7 +3,7 @@
 #include "common/error.h"
 #include "transport/wait_all.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 wire::ClearToSend Rendezvous::post_receive(Request& request, std::uint64_t address, std::uint32_t rkey) {
   if (!receive_keys_.insert(request.key).second) fail(ONEBIT_INTERNAL_ERROR, second_receive_text(me_, peer_, request.key));
@@ -84,4 +84,4 @@ void Rendezvous::drain(const std::function<void(Request&)>& each) {
   waiting_offers_ = 0;
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

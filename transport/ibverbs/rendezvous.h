@@ -19,7 +19,7 @@
 #include "transport/transport.h"
 #include "transport/wire.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 class Rendezvous {
  public:
@@ -69,4 +69,4 @@ class Rendezvous {
   std::uint32_t next_recv_id_ = 1;
 };
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 HcaSpec parse_hca(const std::string& text) {
   HcaSpec spec;
@@ -114,4 +114,4 @@ ibv_qp_attr ready_to_send(std::uint32_t psn, int ack_timeout, int* mask) {
   return attr;
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -12,7 +12,7 @@
 
 #include "transport/wire.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 // ONEBIT_IB_HCA, in NCCL_IB_HCA's single-device form: "" (the first device with an active port),
 // "mlx5_0" (that device, its first active port) or "mlx5_0:1". Throws Error(ONEBIT_INVALID_ARGUMENT)
@@ -58,4 +58,4 @@ ibv_qp_attr ready_to_receive(const LocalPort& local, const wire::VerbsEndpoint& 
 // receives posted; a peer behind is a slow peer, not a failure).
 ibv_qp_attr ready_to_send(std::uint32_t psn, int ack_timeout, int* mask);
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 namespace {
 
 struct Loaded {
@@ -79,4 +79,4 @@ bool verbs_loadable(std::string* why_not) {
   return l.error.empty();
 }
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

@@ -9,7 +9,7 @@
 
 #include <string>
 
-namespace onebit::ibverbs {
+namespace onebit::transport::ibverbs {
 
 struct VerbsApi {
   ibv_device** (*get_device_list)(int* count);
@@ -47,4 +47,4 @@ bool verbs_loadable(std::string* why_not);
 // then returns; null goes back to libibverbs. Not for production use: nothing else calls it.
 void use_verbs_for_testing(const VerbsApi* api);
 
-}  // namespace onebit::ibverbs
+}  // namespace onebit::transport::ibverbs

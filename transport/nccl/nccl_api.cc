@@ -8,7 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace onebit::nccl {
+namespace onebit::transport::nccl {
 
 const NcclApi& nccl_api() {
   static std::mutex mutex;
@@ -62,4 +62,4 @@ void check_nccl(ncclResult_t result, const char* what) {
   fail(code, what, " returned ncclResult ", static_cast<int>(result));
 }
 
-}  // namespace onebit::nccl
+}  // namespace onebit::transport::nccl

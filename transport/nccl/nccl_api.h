@@ -6,7 +6,7 @@
 
 #include <nccl.h>
 
-namespace onebit::nccl {
+namespace onebit::transport::nccl {
 
 struct NcclApi {
   decltype(&pncclAllReduce) all_reduce = nullptr;
@@ -39,4 +39,4 @@ const NcclApi& nccl_api();
 // Throws onebit::Error naming `what` and NCCL's code when `result` is not ncclSuccess.
 void check_nccl(ncclResult_t result, const char* what);
 
-}  // namespace onebit::nccl
+}  // namespace onebit::transport::nccl

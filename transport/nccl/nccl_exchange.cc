@@ -3,7 +3,7 @@
 #include "common/error.h"
 #include "transport/nccl/nccl_api.h"
 
-namespace onebit::nccl {
+namespace onebit::transport::nccl {
 
 std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int rank, int size,
                                        const std::function<DeviceBytes(int)>& out,
@@ -29,4 +29,4 @@ std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int
   return sent;
 }
 
-}  // namespace onebit::nccl
+}  // namespace onebit::transport::nccl

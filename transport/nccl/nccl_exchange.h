@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <functional>
 
-namespace onebit::nccl {
+namespace onebit::transport::nccl {
 
 struct DeviceBytes {
   void* data;
@@ -24,4 +24,4 @@ std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int
                                        const std::function<DeviceBytes(int)>& out,
                                        const std::function<DeviceBytes(int)>& in, float* scales);
 
-}  // namespace onebit::nccl
+}  // namespace onebit::transport::nccl

@@ -19,7 +19,7 @@
 
 #include "common/error.h"
 
-namespace onebit::shm {
+namespace onebit::transport::shm {
 namespace {
 
 constexpr std::uint32_t kMagic = 0x4F425331;  // "OBS1"
@@ -202,4 +202,4 @@ void HostSegment::wait(int writer, int reader, std::uint32_t count, Deadline dea
   }
 }
 
-}  // namespace onebit::shm
+}  // namespace onebit::transport::shm

@@ -22,7 +22,7 @@
 
 #include "common/clock.h"
 
-namespace onebit::shm {
+namespace onebit::transport::shm {
 
 class HostSegment {
  public:
@@ -77,4 +77,4 @@ class HostSegment {
   bool linked_ = false;
 };
 
-}  // namespace onebit::shm
+}  // namespace onebit::transport::shm

@@ -11,7 +11,7 @@
 #include "common/log.h"
 #include "transport/tcp/gate.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 // How much longer than the root a rank waits for the root's answer.
@@ -393,4 +393,4 @@ BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire:
   return result;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

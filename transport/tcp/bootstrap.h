@@ -31,7 +31,7 @@
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 // What a rank knows about the communicator it joins.
 struct Membership {
@@ -82,4 +82,4 @@ wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wi
 BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire::BootstrapHello& hello,
                                 const Credentials& credentials);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

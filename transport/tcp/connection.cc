@@ -4,7 +4,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 // A stranger on a listener gets this long to send its hello.
 constexpr auto kHelloGrace = std::chrono::seconds(5);
@@ -51,4 +51,4 @@ Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline
   return fd;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -18,7 +18,7 @@
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 class Listener {
  public:
@@ -52,4 +52,4 @@ wire::Hello verify_hello(const std::uint8_t* bytes, const SipKey& key, const std
 // Opens a data connection to `handle` and sends `hello` with its MAC under `key`.
 Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

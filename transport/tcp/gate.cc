@@ -11,7 +11,7 @@
 #include "common/error.h"
 #include "common/log.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
 }  // namespace
@@ -121,4 +121,4 @@ std::optional<Gate::Arrival> Gate::next(Deadline deadline) {
   }
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

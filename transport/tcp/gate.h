@@ -17,7 +17,7 @@
 
 #include "transport/tcp/socket.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 class Gate {
  public:
@@ -65,4 +65,4 @@ class Gate {
   Deadline accept_paused_until_{};  // after an accept error (no descriptors, a network error)
 };
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -7,7 +7,7 @@
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets) {
   ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
@@ -91,4 +91,4 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   return mesh;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -14,7 +14,7 @@
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/socket.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 struct TransportOptions {
   int sockets_per_peer = 2;
@@ -37,4 +37,4 @@ struct Mesh {
 // ranks still missing, bind and resolve errors, a root's rejection.
 Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -22,7 +22,7 @@
 #include "transport/tcp/connection.h"
 #include "transport/tcp/net_internal.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 std::string errno_string(int error) { return std::strerror(error); }
 
@@ -318,4 +318,4 @@ bool NetComm::test(NetRequest* r, int* sizes) {
   return true;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

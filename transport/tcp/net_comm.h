@@ -36,7 +36,7 @@
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 constexpr int kMaxRequests = 32;        // NCCL_NET_MAX_REQUESTS
 constexpr int kMaxRecvs = 8;            // grouped receives per irecv
@@ -181,4 +181,4 @@ std::string describe(const NetHandle& handle);
 using LogSink = void (*)(bool warning, const std::string& text);
 void set_log_sink(LogSink sink);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

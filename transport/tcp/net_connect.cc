@@ -13,7 +13,7 @@
 #include "transport/tcp/connection.h"
 #include "transport/tcp/net_internal.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 SipKey key_of(const NetHandle& handle) {
@@ -121,4 +121,4 @@ void abandon_connect(NetHandle& handle) {
   handle.pending = nullptr;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

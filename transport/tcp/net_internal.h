@@ -8,7 +8,7 @@
 
 #include "transport/tcp/net_comm.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 constexpr std::uint32_t kHandleMagic = 0x4F424E31;  // "OBN1"
 constexpr std::uint16_t kHandleVersion = 1;
@@ -18,4 +18,4 @@ std::uint64_t random64();
 // The address a handle names.
 Address address_of(const NetHandle& handle);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -14,7 +14,7 @@
 #include "transport/tcp/connection.h"
 #include "transport/tcp/net_internal.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 // A connection from a stranger gets this long (at most ONEBIT_TIMEOUT_MS) to send its hello.
@@ -117,4 +117,4 @@ std::unique_ptr<NetComm> NetListener::accept() {
   return nullptr;
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

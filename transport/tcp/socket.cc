@@ -15,7 +15,7 @@
 
 #include "common/error.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 Fd& Fd::operator=(Fd&& other) noexcept {
   if (this != &other) {
@@ -274,4 +274,4 @@ void tune_data_socket(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

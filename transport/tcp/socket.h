@@ -12,7 +12,7 @@
 
 #include "common/clock.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 using Clock = ::onebit::Clock;
 using Deadline = ::onebit::Deadline;
@@ -86,4 +86,4 @@ void set_nonblocking(int fd);
 // TCP_NODELAY and large buffers, for data sockets.
 void tune_data_socket(int fd);
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -14,7 +14,7 @@
 #include "transport/progress.h"
 #include "transport/wait_all.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 namespace {
 
 // Messages smaller than this go whole on one socket; larger ones are striped over all of a peer's
@@ -519,4 +519,4 @@ void TcpTransport::handle_writable(Socket& socket) {
   update_interest(socket);
 }
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp

@@ -32,7 +32,7 @@
 #include "transport/transport.h"
 #include "transport/wire.h"
 
-namespace onebit::tcp {
+namespace onebit::transport::tcp {
 
 class TcpTransport final : public Transport {
  public:
@@ -100,4 +100,4 @@ class TcpTransport final : public Transport {
   TransportStats stats_;
 };
 
-}  // namespace onebit::tcp
+}  // namespace onebit::transport::tcp
