@@ -8,8 +8,8 @@ namespace onebit::buffers {
 namespace {
 
 struct Registry {
-  std::mutex mutex;                          // guards `live`
-  std::map<const char*, std::size_t> live;   // begin -> bytes
+  std::mutex mutex;                         // guards `live`
+  std::map<const char*, std::size_t> live;  // begin -> bytes
   // Guards `listeners` and is held while they run, so that unsubscribe() returns only once no
   // retire() is still inside the listener it removes (its owner is about to be destroyed).
   std::mutex calling;

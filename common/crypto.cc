@@ -54,7 +54,8 @@ Digest hmac_sha256(Bytes key, std::initializer_list<Bytes> parts) {
   const Libcrypto& l = libcrypto();
   ONEBIT_CHECK(l.hmac != nullptr, ONEBIT_SYSTEM_ERROR,
                "onebit's bootstrap needs OpenSSL's libcrypto (libcrypto.so.3 or .so.1.1) for its handshake MAC, "
-               "and none could be loaded: ", l.error);
+               "and none could be loaded: ",
+               l.error);
   std::vector<unsigned char> message;
   for (const Bytes& part : parts) {
     const auto* p = static_cast<const unsigned char*>(part.data);
@@ -65,8 +66,8 @@ Digest hmac_sha256(Bytes key, std::initializer_list<Bytes> parts) {
   // A zero-length key is valid HMAC; OpenSSL wants a non-NULL pointer for it.
   static const unsigned char kEmpty = 0;
   const void* key_data = key.size == 0 ? &kEmpty : key.data;
-  const unsigned char* result = l.hmac(l.sha256(), key_data, static_cast<int>(key.size), message.data(),
-                                       message.size(), out.data(), &length);
+  const unsigned char* result =
+      l.hmac(l.sha256(), key_data, static_cast<int>(key.size), message.data(), message.size(), out.data(), &length);
   ONEBIT_CHECK(result != nullptr && length == out.size(), ONEBIT_SYSTEM_ERROR, "libcrypto's HMAC-SHA256 failed");
   return out;
 }

@@ -14,8 +14,7 @@ namespace onebit {
 
 class Error : public std::runtime_error {
  public:
-  Error(onebit_result_t code, std::string message)
-      : std::runtime_error(std::move(message)), code_(code) {}
+  Error(onebit_result_t code, std::string message) : std::runtime_error(std::move(message)), code_(code) {}
   onebit_result_t code() const noexcept { return code_; }
 
  private:
@@ -41,7 +40,7 @@ template <typename... Args>
 
 // Throws Error(code, message parts) unless `cond` holds. The message names what the check is
 // about (rank, tag, sizes), as every message in onebit does.
-#define ONEBIT_CHECK(cond, code, ...)                                         \
-  do {                                                                        \
-    if (!(cond)) ::onebit::fail((code), __VA_ARGS__);                         \
+#define ONEBIT_CHECK(cond, code, ...)                 \
+  do {                                                \
+    if (!(cond)) ::onebit::fail((code), __VA_ARGS__); \
   } while (0)

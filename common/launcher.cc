@@ -48,8 +48,9 @@ const std::vector<LauncherVariable>& launcher_variables() {
       {"LOCAL_RANK", "torchrun", "checks that the ranks are numbered host by host before compressing hierarchically"},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "Open MPI", "as LOCAL_RANK"},
       {"SLURM_LOCALID", "Slurm", "as LOCAL_RANK"},
-      {"MASTER_ADDR", "torchrun", "the bootstrap host (with ONEBIT_ROOT_PORT) when ONEBIT_ROOT is unset; part of the "
-                                  "job identity"},
+      {"MASTER_ADDR", "torchrun",
+       "the bootstrap host (with ONEBIT_ROOT_PORT) when ONEBIT_ROOT is unset; part of the "
+       "job identity"},
       {"MASTER_PORT", "torchrun", "part of the job identity (never the bootstrap port)"},
       {"TORCHELASTIC_RUN_ID", "torchrun", "the job identity: the run"},
       {"TORCHELASTIC_RESTART_COUNT", "torchrun", "the job identity: the attempt"},
@@ -58,8 +59,9 @@ const std::vector<LauncherVariable>& launcher_variables() {
       {"PMIX_NAMESPACE", "Open MPI", "the job identity"},
       {"OMPI_MCA_ess_base_jobid", "Open MPI", "the job identity, when PMIX_NAMESPACE is unset"},
       {"NCCL_SOCKET_IFNAME", "NCCL", "the NCCL_NET plugin's interfaces when ONEBIT_SOCKET_IFNAME is unset"},
-      {"NCCL_COMM_BLOCKING", "NCCL", "0: every NCCL communicator is non-blocking, and the ncclAllReduce door forwards "
-                                     "its calls uncompressed; 1: none is (NCCL's override of each config)"},
+      {"NCCL_COMM_BLOCKING", "NCCL",
+       "0: every NCCL communicator is non-blocking, and the ncclAllReduce door forwards "
+       "its calls uncompressed; 1: none is (NCCL's override of each config)"},
   };
   return variables;
 }
@@ -68,7 +70,8 @@ std::string launcher_markdown_table() {
   std::ostringstream out;
   out << "| variable | whose | what onebit takes from it |\n";
   out << "| --- | --- | --- |\n";
-  for (const LauncherVariable& v : launcher_variables()) out << "| `" << v.name << "` | " << v.owner << " | " << v.use << " |\n";
+  for (const LauncherVariable& v : launcher_variables())
+    out << "| `" << v.name << "` | " << v.owner << " | " << v.use << " |\n";
   return out.str();
 }
 

@@ -19,8 +19,8 @@ void log_write(LogLevel level, const std::string& message);
 
 }  // namespace onebit
 
-#define ONEBIT_LOG(level, ...)                                                     \
-  do {                                                                             \
-    if (::onebit::log_level() >= ::onebit::LogLevel::level)                        \
+#define ONEBIT_LOG(level, ...)                                                               \
+  do {                                                                                       \
+    if (::onebit::log_level() >= ::onebit::LogLevel::level)                                  \
       ::onebit::log_write(::onebit::LogLevel::level, ::onebit::detail::concat(__VA_ARGS__)); \
   } while (0)

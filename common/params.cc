@@ -19,8 +19,8 @@ Int parse(const char* env, const char* text, Int) {
   errno = 0;
   char* end = nullptr;
   long long value = std::strtoll(text, &end, 0);
-  ONEBIT_CHECK(errno == 0 && end != text && *end == '\0', ONEBIT_INVALID_ARGUMENT, env, "='",
-               text, "' is not an integer");
+  ONEBIT_CHECK(errno == 0 && end != text && *end == '\0', ONEBIT_INVALID_ARGUMENT, env, "='", text,
+               "' is not an integer");
   return value;
 }
 Str parse(const char*, const char* text, const Str&) { return text; }
@@ -53,23 +53,26 @@ T read(const char* env, const char* default_text) {
 template <typename T>
 const char* type_name();
 template <>
-const char* type_name<Int>() { return "int"; }
+const char* type_name<Int>() {
+  return "int";
+}
 template <>
-const char* type_name<Str>() { return "string"; }
+const char* type_name<Str>() {
+  return "string";
+}
 
 }  // namespace
 
-#define ONEBIT_DEFINE_PARAM(name, type, suffix, def, doc)             \
-  const type& name() {                                                \
-    static const type value = read<type>("ONEBIT_" suffix, def);      \
-    return value;                                                     \
+#define ONEBIT_DEFINE_PARAM(name, type, suffix, def, doc)        \
+  const type& name() {                                           \
+    static const type value = read<type>("ONEBIT_" suffix, def); \
+    return value;                                                \
   }
 ONEBIT_PARAMS(ONEBIT_DEFINE_PARAM)
 #undef ONEBIT_DEFINE_PARAM
 
 const std::vector<Description>& descriptions() {
-#define ONEBIT_DESCRIBE_PARAM(name, type, suffix, def, doc) \
-  Description{"ONEBIT_" suffix, type_name<type>(), def, doc},
+#define ONEBIT_DESCRIBE_PARAM(name, type, suffix, def, doc) Description{"ONEBIT_" suffix, type_name<type>(), def, doc},
   static const std::vector<Description> list = {ONEBIT_PARAMS(ONEBIT_DESCRIBE_PARAM)};
 #undef ONEBIT_DESCRIBE_PARAM
   return list;
@@ -81,8 +84,8 @@ std::string markdown_table() {
   out << "| --- | --- | --- | --- |\n";
   for (const Description& d : descriptions()) {
     std::string def = d.default_text;
-    out << "| `" << d.env << "` | " << d.type << " | " << (def.empty() ? "(empty)" : "`" + def + "`")
-        << " | " << d.doc << " |\n";
+    out << "| `" << d.env << "` | " << d.type << " | " << (def.empty() ? "(empty)" : "`" + def + "`") << " | " << d.doc
+        << " |\n";
   }
   return out.str();
 }

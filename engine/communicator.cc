@@ -24,9 +24,7 @@ int resolve_local_size(int requested, int rank, int size) {
   bool explicit_value = true;
   if (requested <= 0) {
     std::string unused;
-    const std::int64_t env_world = param::WorldSize() >= 0
-                                       ? param::WorldSize()
-                                       : launcher_world_size(&unused);
+    const std::int64_t env_world = param::WorldSize() >= 0 ? param::WorldSize() : launcher_world_size(&unused);
     if (param::LocalSize() >= 0) {
       local = param::LocalSize();
       from = "ONEBIT_LOCAL_SIZE";
@@ -88,8 +86,8 @@ CommSetup CommSetup::from_environment() {
     const std::string port = std::to_string(param::RootPort());
     setup.root = host.find(':') != std::string::npos ? "[" + host + "]:" + port : host + ":" + port;
   }
-  ONEBIT_LOG(INFO, "communicator from the environment: rank ", setup.rank, " (", rank_from, ") of ", setup.size,
-             " (", size_from, "), root ", setup.root);
+  ONEBIT_LOG(INFO, "communicator from the environment: rank ", setup.rank, " (", rank_from, ") of ", setup.size, " (",
+             size_from, "), root ", setup.root);
   return setup;
 }
 
@@ -105,8 +103,11 @@ transport::tcp::TransportOptions transport_options(const CommSetup& setup) {
   options.membership.auth_key = setup.auth_key.empty() ? param::AuthKey() : setup.auth_key;
   options.membership.identity = setup.identity.empty() ? launcher_job_identity() : setup.identity;
   if (options.membership.identity.empty()) {
-    ONEBIT_LOG(INFO, "rank ", setup.rank, "/", setup.size, ": this communicator has no identity (no job_id, "
-               "ONEBIT_JOB_ID or launcher variables): another job of ", setup.size, " ranks on the same root "
+    ONEBIT_LOG(INFO, "rank ", setup.rank, "/", setup.size,
+               ": this communicator has no identity (no job_id, "
+               "ONEBIT_JOB_ID or launcher variables): another job of ",
+               setup.size,
+               " ranks on the same root "
                "address could join it");
   }
   options.membership.secret = setup.secret;
@@ -160,21 +161,21 @@ void Communicator::close() {
   if (calls_in_flight_ == 0) return;
   // Only a call still running is failed: after a clean last call the peers must not hear an abort.
   lock.unlock();
-  transport_->abort(ONEBIT_INVALID_ARGUMENT, where() + ": the communicator was destroyed while this call ran "
-                                                       "(onebit_comm_destroy on another thread)");
+  transport_->abort(ONEBIT_INVALID_ARGUMENT, where() +
+                                                 ": the communicator was destroyed while this call ran "
+                                                 "(onebit_comm_destroy on another thread)");
   lock.lock();
   calls_left_.wait(lock, [&] { return calls_in_flight_ == 0; });
 }
 
-std::string Communicator::where() const {
-  return "rank " + std::to_string(rank()) + "/" + std::to_string(size());
-}
+std::string Communicator::where() const { return "rank " + std::to_string(rank()) + "/" + std::to_string(size()); }
 
 Deadline Communicator::call_deadline() const { return Clock::now() + transport_->timeout(); }
 
 void Communicator::allreduce(void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op) {
   CallScope scope(*this);
-  ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ", count);
+  ONEBIT_CHECK(buffer != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, where(), ": buffer is NULL with count ",
+               count);
   std::shared_ptr<Tag> tag = TagRegistry::instance().find(buffer);
   if (tag) {
     ONEBIT_CHECK(tag->count == count && tag->dtype == dtype, ONEBIT_INVALID_ARGUMENT, where(), ": buffer ", buffer,
@@ -211,18 +212,21 @@ void Communicator::check_topology(const Tag& tag) {
   }
   try {
     transport_->wait_all(all, call_deadline(), [](const Request&) {
-      return std::string("the ranks-per-host exchange of the first tagged call (does every rank set the same "
-                         "ONEBIT_LOCAL_SIZE or LOCAL_WORLD_SIZE?)");
+      return std::string(
+          "the ranks-per-host exchange of the first tagged call (does every rank set the same "
+          "ONEBIT_LOCAL_SIZE or LOCAL_WORLD_SIZE?)");
     });
   } catch (const Error& error) {
-    fail(error.code(), where(), ": allreduce of tag '", tag.name, "': the ranks-per-host exchange before the first "
-         "tagged call failed (", mine, " rank(s) per host here); buffer and error state unchanged: ", error.what());
+    fail(error.code(), where(), ": allreduce of tag '", tag.name,
+         "': the ranks-per-host exchange before the first "
+         "tagged call failed (",
+         mine, " rank(s) per host here); buffer and error state unchanged: ", error.what());
   }
   for (int p = 0; p < world; ++p) {
     ONEBIT_CHECK(p == me || theirs[p] == mine, ONEBIT_MISMATCH, where(), ": allreduce of tag '", tag.name,
-                 "': this rank runs ", mine,
-                 " rank(s) per host", mine == 1 ? " (flat)" : "", " but rank ", p, " runs ", theirs[p],
-                 theirs[p] == 1 ? " (flat)" : "", "; every rank must set the same ONEBIT_LOCAL_SIZE (or LOCAL_WORLD_SIZE)");
+                 "': this rank runs ", mine, " rank(s) per host", mine == 1 ? " (flat)" : "", " but rank ", p, " runs ",
+                 theirs[p], theirs[p] == 1 ? " (flat)" : "",
+                 "; every rank must set the same ONEBIT_LOCAL_SIZE (or LOCAL_WORLD_SIZE)");
   }
   topology_checked_ = true;
 }

@@ -16,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
-#include "onebit/onebit.h"
 #include "common/aligned_buffer.h"
 #include "engine/tag_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "onebit/onebit.h"
 #include "transport/transport.h"
 
 namespace onebit {

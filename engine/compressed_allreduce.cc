@@ -85,8 +85,18 @@ class Communicator::Round {
  public:
   Round(Communicator& comm, Tag& tag, TagState& st, const RankGroup& group, std::size_t n, std::size_t offset,
         const wire::CallShape& shape, std::uint32_t channel)
-      : comm_(comm), tag_(tag), st_(st), scratch_(round_scratch(st)), group_(group), n_(n), offset_(offset),
-        shape_(shape), channel_(channel), world_(group.size()), me_(group.me), geometry_(n, world_),
+      : comm_(comm),
+        tag_(tag),
+        st_(st),
+        scratch_(round_scratch(st)),
+        group_(group),
+        n_(n),
+        offset_(offset),
+        shape_(shape),
+        channel_(channel),
+        world_(group.size()),
+        me_(group.me),
+        geometry_(n, world_),
         result_stride_(round_layout::result_stride(geometry_)),
         seq_(st.seq) {}
 
@@ -231,8 +241,8 @@ class Communicator::Round {
     double sum_squares = 0.0;
     for (std::size_t i = 0; i < order.size(); ++i) {
       const round_layout::Block& block = order[i];
-      sum_squares += worker(i, block.first, block.length, e_prev + block.first, st_.worker_scale,
-                            e_next + block.first, scratch_.packed.data() + block.first / 8);
+      sum_squares += worker(i, block.first, block.length, e_prev + block.first, st_.worker_scale, e_next + block.first,
+                            scratch_.packed.data() + block.first / 8);
       if (block.chunk != me_) {
         post_send(block.chunk, wire::Kind::kWorkerBits, block.index, scratch_.packed.data() + block.first / 8,
                   kernels::packed_bytes(block.length));
@@ -276,9 +286,9 @@ class Communicator::Round {
       // posted for them) and the head below carries the verdict.
       if (first_bad_ < 0) {
         for (int p = 0; p < world_; ++p) scratch_.block_bits[p] = scratch_.chunk_bits[p] + within / 8;
-        server_squares += comm_.kernels_.server_pass(scratch_.block_bits.data(), scratch_.scales.data(), world_, s_prev + within,
-                                                     st_.server_scale, s_next + within, out_bits,
-                                                     block_length(me_, b));
+        server_squares +=
+            comm_.kernels_.server_pass(scratch_.block_bits.data(), scratch_.scales.data(), world_, s_prev + within,
+                                       st_.server_scale, s_next + within, out_bits, block_length(me_, b));
       }
       for (int p = 0; p < world_; ++p) {
         if (p != me_) post_send(p, wire::Kind::kServerResult, b, out_bits, kernels::packed_bytes(block_length(me_, b)));
@@ -336,12 +346,12 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   auto* x = static_cast<std::uint8_t*>(buffer);
   const wire::CallShape shape{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)};
   const std::uint64_t seq = st.seq;
-  const RoundResult round = compressed_round(
-      tag, st, everyone, n, 0, shape, channel,
-      [&](std::size_t, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
-          std::uint8_t* bits) {
-        return kernels_.worker_pass(x + first * element, dtype, e_prev, a_prev, e_next, bits, length);
-      });
+  const RoundResult round =
+      compressed_round(tag, st, everyone, n, 0, shape, channel,
+                       [&](std::size_t, std::size_t first, std::size_t length, const float* e_prev, float a_prev,
+                           float* e_next, std::uint8_t* bits) {
+                         return kernels_.worker_pass(x + first * element, dtype, e_prev, a_prev, e_next, bits, length);
+                       });
   compressed_bytes_ += round.bytes_sent;
   tag.bytes_sent += round.bytes_sent;
 
@@ -352,8 +362,8 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   const float factor = op == ReduceOp::kSum ? static_cast<float>(world) : 1.0f;
   for (int j = 0; j < world; ++j) {
     const ResultHead head = result_head(*st.round, geometry, j);
-    kernels_.unpack(st.round->results.data() + j * round_layout::result_stride(geometry) + kResultHead, head.scale * factor,
-                    x + geometry.begin(j) * element, dtype, geometry.length(j));
+    kernels_.unpack(st.round->results.data() + j * round_layout::result_stride(geometry) + kResultHead,
+                    head.scale * factor, x + geometry.begin(j) * element, dtype, geometry.length(j));
   }
   commit_round(st, round, 0.0, unpack_start);
 }

@@ -8,8 +8,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/chunk_geometry.h"
 #include "common/aligned_buffer.h"
+#include "engine/chunk_geometry.h"
 #include "engine/communicator.h"
 #include "engine/tag_registry.h"
 #include "transport/transport.h"

@@ -6,8 +6,8 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "kernels/cuda/cuda_kernels.h"
 #include "engine/chunk_geometry.h"
+#include "kernels/cuda/cuda_kernels.h"
 #include "transport/nccl/nccl_api.h"
 #include "transport/nccl/nccl_exchange.h"
 
@@ -58,8 +58,8 @@ class CudaTagState final : public DeviceState {
       // The true errors of a checkpoint, stored with scale 0 (zeroed above): exact, as on the CPU.
       ONEBIT_CHECK(tag.restored_worker.size() == n && tag.restored_server.size() == mine, ONEBIT_INVALID_ARGUMENT,
                    "tag '", tag.name, "': the restored state has ", tag.restored_worker.size(), " + ",
-                   tag.restored_server.size(), " floats; rank ", rank, " of ", geometry.world, " needs ", n, " + ", mine,
-                   " (was it saved with another world size or rank?)");
+                   tag.restored_server.size(), " floats; rank ", rank, " of ", geometry.world, " needs ", n, " + ",
+                   mine, " (was it saved with another world size or rank?)");
       check_cuda(cudaMemcpy(worker[0], tag.restored_worker.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
       check_cuda(cudaMemcpy(server[0], tag.restored_server.data(), mine * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
     }
@@ -107,14 +107,14 @@ class CudaTagState final : public DeviceState {
   float* worker[2] = {nullptr, nullptr};
   float* server[2] = {nullptr, nullptr};
   int current = 0;
-  std::uint8_t* packed = nullptr;           // this rank's bits of the whole buffer
-  std::uint8_t* received = nullptr;         // W × chunk bits for this rank's chunk
-  const std::uint8_t** inputs = nullptr;    // W device pointers into received (own: into packed)
-  float* worker_scales = nullptr;           // W; [rank] is also the next call's a_prev
-  std::uint8_t* results = nullptr;          // W × chunk bits: every server's result
-  float* server_scales = nullptr;           // W; [rank] is also the next call's b_prev
-  float* saved_scales = nullptr;            // 2: [rank]'s scales before the call, for a revert
-  double* sums = nullptr;                   // 2: worker, server
+  std::uint8_t* packed = nullptr;         // this rank's bits of the whole buffer
+  std::uint8_t* received = nullptr;       // W × chunk bits for this rank's chunk
+  const std::uint8_t** inputs = nullptr;  // W device pointers into received (own: into packed)
+  float* worker_scales = nullptr;         // W; [rank] is also the next call's a_prev
+  std::uint8_t* results = nullptr;        // W × chunk bits: every server's result
+  float* server_scales = nullptr;         // W; [rank] is also the next call's b_prev
+  float* saved_scales = nullptr;          // 2: [rank]'s scales before the call, for a revert
+  double* sums = nullptr;                 // 2: worker, server
   int* verdict = nullptr;
   std::uint8_t* workspace = nullptr;
   unsigned* failures_host = nullptr;
@@ -171,22 +171,29 @@ CudaTagState& device_state_for(Tag& tag, const CudaAllreduceCall& call, int w, i
   }
   auto& st = static_cast<CudaTagState&>(*slot);
   ONEBIT_CHECK(st.geometry.n == call.count && st.geometry.world == w && st.rank == me, ONEBIT_INTERNAL_ERROR, "tag '",
-               tag.name, "': device state for ", st.geometry.n, " elements at rank ", st.rank, " of ", st.geometry.world,
-               ", call of ", call.count, " at rank ", me, " of ", w);
+               tag.name, "': device state for ", st.geometry.n, " elements at rank ", st.rank, " of ",
+               st.geometry.world, ", call of ", call.count, " at rank ", me, " of ", w);
   if (const unsigned failed = st.new_failures()) {
-    ONEBIT_LOG(WARN, "nccl preload: tag '", tag.name, "': ", failed, " earlier call(s) had NaN or Inf in some rank's "
+    ONEBIT_LOG(WARN, "nccl preload: tag '", tag.name, "': ", failed,
+               " earlier call(s) had NaN or Inf in some rank's "
                "input: their results are non-finite on every rank and the error state was kept as before them");
   }
   return st;
 }
 
 // One call's steps, every one enqueued on the caller's stream (nothing waits on the host): a wait
-// for the tag's last call when it came from another stream, the scales saved for a revert, the worker pass, the bits to their servers, the server pass, the
-// results to everyone, the unpack, and the revert of a call whose scales are not finite.
+// for the tag's last call when it came from another stream, the scales saved for a revert, the worker pass, the bits to
+// their servers, the server pass, the results to everyone, the unpack, and the revert of a call whose scales are not
+// finite.
 class CudaRound {
  public:
   CudaRound(CudaTagState& st, const CudaAllreduceCall& call, int w, int me)
-      : st_(st), call_(call), g_(st.geometry), w_(w), me_(me), cur_(st.current),
+      : st_(st),
+        call_(call),
+        g_(st.geometry),
+        w_(w),
+        me_(me),
+        cur_(st.current),
         mine_(st.results + me * g_.chunk_bytes()) {}
 
   std::uint64_t run() {
@@ -236,26 +243,34 @@ class CudaRound {
   std::uint64_t exchange_worker_bits() {
     return transport::nccl::exchange_with_every_peer(
         call_.comm, call_.stream, me_, w_,
-        [&](int p) { return DeviceBytes{st_.packed + g_.begin(p) / 8, kernels::packed_bytes(g_.length(p))}; },
-        [&](int p) { return DeviceBytes{st_.received + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(me_))}; },
+        [&](int p) {
+          return DeviceBytes{st_.packed + g_.begin(p) / 8, kernels::packed_bytes(g_.length(p))};
+        },
+        [&](int p) {
+          return DeviceBytes{st_.received + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(me_))};
+        },
         st_.worker_scales);
   }
 
   // 3. Server pass over this rank's chunk; its scale lands in server_scales[me].
   void server_pass() {
-    check_cuda(kernels::cuda::server_pass(st_.inputs, st_.worker_scales, w_, 1.0f / static_cast<float>(w_),
-                                          st_.server[cur_], st_.server_scales + me_, st_.server[1 - cur_], mine_,
-                                          g_.length(me_), {st_.sums + 1, st_.server_scales + me_}, st_.workspace,
-                                          call_.stream),
-               "server_pass");
+    check_cuda(
+        kernels::cuda::server_pass(st_.inputs, st_.worker_scales, w_, 1.0f / static_cast<float>(w_), st_.server[cur_],
+                                   st_.server_scales + me_, st_.server[1 - cur_], mine_, g_.length(me_),
+                                   {st_.sums + 1, st_.server_scales + me_}, st_.workspace, call_.stream),
+        "server_pass");
   }
 
   // 4. Every server's result and scale to every rank.
   std::uint64_t exchange_results() {
     return transport::nccl::exchange_with_every_peer(
         call_.comm, call_.stream, me_, w_,
-        [&](int) { return DeviceBytes{mine_, kernels::packed_bytes(g_.length(me_))}; },
-        [&](int p) { return DeviceBytes{st_.results + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(p))}; },
+        [&](int) {
+          return DeviceBytes{mine_, kernels::packed_bytes(g_.length(me_))};
+        },
+        [&](int p) {
+          return DeviceBytes{st_.results + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(p))};
+        },
         st_.server_scales);
   }
 
@@ -273,10 +288,10 @@ class CudaRound {
 
   // 6. A non-finite scale anywhere: the call changes no state (every rank sees the same scales).
   void revert_unless_finite() {
-    const kernels::cuda::Revert revert{st_.worker[cur_],       st_.worker[1 - cur_], g_.n,
-                                       st_.server[cur_],       st_.server[1 - cur_], g_.length(me_),
-                                       st_.saved_scales,       st_.worker_scales + me_,
-                                       st_.server_scales + me_, st_.verdict,         st_.failures_device};
+    const kernels::cuda::Revert revert{st_.worker[cur_], st_.worker[1 - cur_],    g_.n,
+                                       st_.server[cur_], st_.server[1 - cur_],    g_.length(me_),
+                                       st_.saved_scales, st_.worker_scales + me_, st_.server_scales + me_,
+                                       st_.verdict,      st_.failures_device};
     check_cuda(kernels::cuda::revert_unless_finite(st_.worker_scales, st_.server_scales, w_, revert, call_.stream),
                "revert_unless_finite");
   }

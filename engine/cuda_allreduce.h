@@ -20,8 +20,8 @@
 
 #include <cstdint>
 
-#include "kernels/cpu/cpu_kernels.h"
 #include "engine/tag_registry.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace onebit {
 
@@ -40,6 +40,5 @@ struct CudaAllreduceCall {
 // before the first kernel). Holds tag.busy while enqueueing: a concurrent call on the same tag
 // from another thread is an error, as on the CPU path. Returns the bytes this rank sends.
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call);
-
 
 }  // namespace onebit

@@ -32,10 +32,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/params.h"
-#include "kernels/cpu/half.h"
 #include "engine/communicator.h"
 #include "engine/compressed_round.h"
 #include "engine/host_exchange.h"
+#include "kernels/cpu/half.h"
 
 namespace onebit {
 namespace {
@@ -163,12 +163,26 @@ class Communicator::HostCall {
  public:
   HostCall(Communicator& comm, Tag& tag, void* buffer, std::size_t n, kernels::Dtype dtype, ReduceOp op,
            std::uint32_t channel)
-      : comm_(comm), tag_(tag), x_(static_cast<std::uint8_t*>(buffer)), n_(n), dtype_(dtype), op_(op),
-        channel_(channel), world_(comm.size()), local_size_(comm.local_size_), hosts_(world_ / local_size_),
-        host_(comm.rank() / local_size_), local_(comm.rank() % local_size_), shards_(n, local_size_),
-        shard_(shards_.length(local_)), element_(kernels::dtype_size(dtype)),
+      : comm_(comm),
+        tag_(tag),
+        x_(static_cast<std::uint8_t*>(buffer)),
+        n_(n),
+        dtype_(dtype),
+        op_(op),
+        channel_(channel),
+        world_(comm.size()),
+        local_size_(comm.local_size_),
+        hosts_(world_ / local_size_),
+        host_(comm.rank() / local_size_),
+        local_(comm.rank() % local_size_),
+        shards_(n, local_size_),
+        shard_(shards_.length(local_)),
+        element_(kernels::dtype_size(dtype)),
         shape_{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)},
-        st_(state_on(tag, comm.id_)), exchange_(host_scratch(st_)), seq_(st_.seq), segment_(exchange_.segment) {
+        st_(state_on(tag, comm.id_)),
+        exchange_(host_scratch(st_)),
+        seq_(st_.seq),
+        segment_(exchange_.segment) {
     for (int q = 0; q < local_size_; ++q) rails_.emplace_back(shards_.length(q), hosts_);
     results_at_.assign(local_size_, 0);
     for (int q = 0; q < local_size_; ++q) {
@@ -231,7 +245,8 @@ class Communicator::HostCall {
     }
     // Checked before any message leaves, so a misuse fails this rank's call alone, cleanly.
     ONEBIT_CHECK(st_.round_ranks == 0 || (st_.round_elements == shard_ && st_.round_ranks == hosts_),
-                 ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name, "' ran flat on this communicator; a "
+                 ONEBIT_INVALID_ARGUMENT, comm_.where(), ": tag '", tag_.name,
+                 "' ran flat on this communicator; a "
                  "tag must not mix the flat and hierarchical algorithms");
   }
 
@@ -321,8 +336,9 @@ class Communicator::HostCall {
         const round_layout::Block& b = orders_[q][j];
         const std::size_t at = (shards_.begin(q) + b.first) * element_;
         if (b.length > 0) std::memcpy(segment_.region(local_) + at, x_ + at, b.length * element_);
-        segment_.publish(local_, q, exchange_.segment_calls * static_cast<std::uint32_t>(orders_[q].size()) +
-                                        static_cast<std::uint32_t>(j) + 1);
+        segment_.publish(local_, q,
+                         exchange_.segment_calls * static_cast<std::uint32_t>(orders_[q].size()) +
+                             static_cast<std::uint32_t>(j) + 1);
       }
     }
   }
@@ -345,12 +361,12 @@ class Communicator::HostCall {
 
   // The rail's worker pass on block i: the host mean of the block, formed as it is needed (fp32:
   // inside the pass, never written; fp16/bf16: converted first).
-  double host_mean_worker_pass(std::size_t i, std::size_t first, std::size_t length, const float* e_prev,
-                               float a_prev, float* e_next, std::uint8_t* bits, std::uint32_t read_base) {
+  double host_mean_worker_pass(std::size_t i, std::size_t first, std::size_t length, const float* e_prev, float a_prev,
+                               float* e_next, std::uint8_t* bits, std::uint32_t read_base) {
     await_block(i, read_base);
     for (int q = 0; q < local_size_; ++q) {
       const std::size_t at = (shards_.begin(local_) + first) * element_;
-      sources_[q] = q == local_        ? x_ + at
+      sources_[q] = q == local_         ? x_ + at
                     : segment_.mapped() ? segment_.region(q) + at
                                         : exchange_.inputs.data() + (slot_of(q) * shard_ + first) * element_;
     }
@@ -373,12 +389,12 @@ class Communicator::HostCall {
     rail.me = host_;
     const std::uint32_t read_base = exchange_.segment_calls * static_cast<std::uint32_t>(orders_[local_].size());
     try {
-      return comm_.compressed_round(
-          tag_, st_, rail, shard_, shards_.begin(local_), shape_, channel_,
-          [&](std::size_t i, std::size_t first, std::size_t length, const float* e_prev, float a_prev, float* e_next,
-              std::uint8_t* bits) {
-            return host_mean_worker_pass(i, first, length, e_prev, a_prev, e_next, bits, read_base);
-          });
+      return comm_.compressed_round(tag_, st_, rail, shard_, shards_.begin(local_), shape_, channel_,
+                                    [&](std::size_t i, std::size_t first, std::size_t length, const float* e_prev,
+                                        float a_prev, float* e_next, std::uint8_t* bits) {
+                                      return host_mean_worker_pass(i, first, length, e_prev, a_prev, e_next, bits,
+                                                                   read_base);
+                                    });
     } catch (const Error&) {
       settle();
       throw;
@@ -448,8 +464,8 @@ class Communicator::HostCall {
   HostScratch& exchange_;
   const std::uint64_t seq_;
   transport::shm::HostSegment& segment_;
-  std::vector<ChunkGeometry> rails_;                      // the rail geometry of each shard
-  std::vector<std::size_t> results_at_;                   // where local peer q's rail results sit in host_results
+  std::vector<ChunkGeometry> rails_;     // the rail geometry of each shard
+  std::vector<std::size_t> results_at_;  // where local peer q's rail results sit in host_results
   std::size_t results_bytes_ = 0;
   std::vector<std::vector<round_layout::Block>> orders_;  // each shard's worker order on this host
   std::vector<std::vector<Request*>> block_recvs_;        // [i]: the local peers' inputs of my block i

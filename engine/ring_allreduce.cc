@@ -9,8 +9,8 @@
 #include <functional>
 
 #include "common/error.h"
-#include "kernels/cpu/half.h"
 #include "engine/communicator.h"
+#include "kernels/cpu/half.h"
 
 namespace onebit {
 namespace {
@@ -101,9 +101,12 @@ struct RingPlan {
 class Communicator::Ring {
  public:
   Ring(Communicator& comm, std::size_t n, kernels::Dtype dtype, ReduceOp op, std::uint64_t seq)
-      : comm_(comm), plan_(n, comm.size(), comm.rank()), seq_(seq),
+      : comm_(comm),
+        plan_(n, comm.size(), comm.rank()),
+        seq_(seq),
         shape_{n, static_cast<std::uint8_t>(dtype), static_cast<std::uint8_t>(op)},
-        right_((plan_.me + 1) % plan_.world), left_((plan_.me + plan_.world - 1) % plan_.world),
+        right_((plan_.me + 1) % plan_.world),
+        left_((plan_.me + plan_.world - 1) % plan_.world),
         acc_(comm.ring_accumulator_.data()) {
     comm.ring_staging_.resize(2 * plan_.chunk + 1);  // reduce-scatter receives, double-buffered by step parity
     comm.ring_sends_.resize(static_cast<std::size_t>(plan_.steps) * plan_.segments);

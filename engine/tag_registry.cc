@@ -22,7 +22,8 @@ std::uint64_t TagRegistry::id_of(const std::string& name) {
 
 void TagRegistry::tag(const std::string& name, void* ptr, std::size_t count, kernels::Dtype dtype) {
   ONEBIT_CHECK(!name.empty(), ONEBIT_INVALID_ARGUMENT, "the tag name is empty");
-  ONEBIT_CHECK(ptr != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "tag '", name, "': ptr is NULL with count ", count);
+  ONEBIT_CHECK(ptr != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "tag '", name, "': ptr is NULL with count ",
+               count);
   std::lock_guard<std::mutex> lock(mutex_);
   auto at_ptr = by_ptr_.find(ptr);
   if (at_ptr != by_ptr_.end() && at_ptr->second->name != name) {
@@ -33,8 +34,9 @@ void TagRegistry::tag(const std::string& name, void* ptr, std::size_t count, ker
   if (known != by_name_.end()) {
     Tag& tag = *known->second;
     ONEBIT_CHECK(tag.count == count && tag.dtype == dtype, ONEBIT_INVALID_ARGUMENT, "tag '", name,
-                 "' is registered with ", tag.count, " elements of ", kernels::dtype_name(tag.dtype), "; re-tagging with ",
-                 count, " elements of ", kernels::dtype_name(dtype), " is not allowed (untag it first, which resets its state)");
+                 "' is registered with ", tag.count, " elements of ", kernels::dtype_name(tag.dtype),
+                 "; re-tagging with ", count, " elements of ", kernels::dtype_name(dtype),
+                 " is not allowed (untag it first, which resets its state)");
     if (tag.ptr != nullptr) by_ptr_.erase(tag.ptr);  // nullptr: detached (its buffer was freed)
     tag.ptr = ptr;
     by_ptr_[ptr] = known->second;
@@ -93,7 +95,8 @@ std::size_t TagRegistry::forget_communicator(std::uint64_t comm_id, InFlight in_
       busy.lock();
     } else if (!busy.try_lock()) {
       ++kept;  // whether it has a state there is not known without the lock
-      ONEBIT_LOG(WARN, "tag '", tag->name, "' is in a call while communicator ", comm_id, " is aborted: any state "
+      ONEBIT_LOG(WARN, "tag '", tag->name, "' is in a call while communicator ", comm_id,
+                 " is aborted: any state "
                  "it has there is kept until the tag is untagged");
       continue;
     }

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/cpu_kernels.h"
 #include "common/aligned_buffer.h"
+#include "kernels/cpu/cpu_kernels.h"
 
 namespace onebit {
 
@@ -68,7 +68,7 @@ struct Tag {
   void* ptr = nullptr;
 
   std::mutex busy;  // held for the duration of a call: one call per tag at a time
-  std::map<std::uint64_t, std::unique_ptr<TagState>> states;  // by communicator id
+  std::map<std::uint64_t, std::unique_ptr<TagState>> states;            // by communicator id
   std::map<std::uint64_t, std::unique_ptr<DeviceState>> device_states;  // by the front door's communicator id
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;

@@ -17,9 +17,7 @@ inline float updated(const AdamConfig& c, float p, float m, float v) {
 
 }  // namespace
 
-std::int64_t freeze_step(std::int64_t requested) {
-  return param::FreezeStep() >= 0 ? param::FreezeStep() : requested;
-}
+std::int64_t freeze_step(std::int64_t requested) { return param::FreezeStep() >= 0 ? param::FreezeStep() : requested; }
 
 bool compressing(const AdamConfig& config, std::int64_t step) { return step >= config.freeze_step; }
 

@@ -41,9 +41,9 @@ void check(const Config& c) {
   ONEBIT_CHECK(c.min_coeff > 0 && c.min_coeff <= c.max_coeff && c.coeff_beta >= 0 && c.coeff_beta < 1 &&
                    c.factor_min > 0 && c.factor_min <= c.factor_max && c.factor_threshold >= 0 &&
                    c.factor_threshold < 1,
-               ONEBIT_INVALID_ARGUMENT, "1-bit LAMB coefficients out of range: min_coeff ", c.min_coeff,
-               ", max_coeff ", c.max_coeff, ", coeff_beta ", c.coeff_beta, ", factor_min ", c.factor_min,
-               ", factor_max ", c.factor_max, ", factor_threshold ", c.factor_threshold,
+               ONEBIT_INVALID_ARGUMENT, "1-bit LAMB coefficients out of range: min_coeff ", c.min_coeff, ", max_coeff ",
+               c.max_coeff, ", coeff_beta ", c.coeff_beta, ", factor_min ", c.factor_min, ", factor_max ", c.factor_max,
+               ", factor_threshold ", c.factor_threshold,
                " (need 0 < min <= max for both pairs, 0 <= coeff_beta < 1, 0 <= factor_threshold < 1)");
 }
 
@@ -97,8 +97,8 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
   }
 }
 
-void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v,
-                float* v_fresh, std::size_t n) {
+void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v, float* v_fresh,
+                std::size_t n) {
   ONEBIT_CHECK(layer.scaling_coeff > 0 && layer.last_factor > 0, ONEBIT_INVALID_ARGUMENT,
                "1-bit LAMB layer has scaling_coeff ", layer.scaling_coeff, " and last_factor ", layer.last_factor,
                " (need both > 0: a layer from onebit_lamb_layer_init and onebit_lamb_scaling_coeffs)");
@@ -124,7 +124,8 @@ void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* 
     factor = factor * ratio + (1.0 - ratio);
   }
   factor = std::clamp(factor, c.factor_min, c.factor_max);
-  factor = std::clamp(factor, layer.last_factor * (1.0 - c.factor_threshold), layer.last_factor * (1.0 + c.factor_threshold));
+  factor = std::clamp(factor, layer.last_factor * (1.0 - c.factor_threshold),
+                      layer.last_factor * (1.0 + c.factor_threshold));
   layer.last_factor = factor;
   layer.lamb_coeff = layer.coeff_freeze * factor;
   move(c, layer.lamb_coeff, p, m, v, n);

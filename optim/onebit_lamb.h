@@ -37,7 +37,7 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
 // onebit_lamb.cc), the frozen-variance update with its
 // coefficient coeff_freeze × factor (docs/design.md, "1-bit LAMB"). Both momentum_step and
 // apply_step refuse a layer whose scaling_coeff (or last_factor) is not > 0, before changing anything.
-void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v,
-                float* v_fresh, std::size_t n);
+void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v, float* v_fresh,
+                std::size_t n);
 
 }  // namespace onebit::optim::lamb

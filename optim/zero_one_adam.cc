@@ -20,17 +20,15 @@ inline float direction(const Config& c, float p, float m, float v, float bound) 
 }  // namespace
 
 void check(const Config& c) {
-  ONEBIT_CHECK(c.lr >= 0 && c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.eps > 0 &&
-                   c.weight_decay >= 0,
-               ONEBIT_INVALID_ARGUMENT, "0/1 Adam config out of range: lr ", c.lr, ", betas (", c.beta1, ", ",
-               c.beta2, "), eps ", c.eps, ", weight_decay ", c.weight_decay,
-               " (need lr, weight_decay >= 0; 0 <= beta < 1; eps > 0)");
-  ONEBIT_CHECK(c.var_freeze_step >= 0 && c.var_update_scaler >= 1 && c.local_step_scaler >= 1 &&
-                   c.local_step_clipper >= 1,
-               ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule out of range: var_freeze_step ", c.var_freeze_step,
-               ", var_update_scaler ", c.var_update_scaler, ", local_step_scaler ", c.local_step_scaler,
-               ", local_step_clipper ", c.local_step_clipper,
-               " (need var_freeze_step >= 0 and the scalers and the clipper >= 1)");
+  ONEBIT_CHECK(
+      c.lr >= 0 && c.beta1 >= 0 && c.beta1 < 1 && c.beta2 >= 0 && c.beta2 < 1 && c.eps > 0 && c.weight_decay >= 0,
+      ONEBIT_INVALID_ARGUMENT, "0/1 Adam config out of range: lr ", c.lr, ", betas (", c.beta1, ", ", c.beta2,
+      "), eps ", c.eps, ", weight_decay ", c.weight_decay, " (need lr, weight_decay >= 0; 0 <= beta < 1; eps > 0)");
+  ONEBIT_CHECK(
+      c.var_freeze_step >= 0 && c.var_update_scaler >= 1 && c.local_step_scaler >= 1 && c.local_step_clipper >= 1,
+      ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule out of range: var_freeze_step ", c.var_freeze_step,
+      ", var_update_scaler ", c.var_update_scaler, ", local_step_scaler ", c.local_step_scaler, ", local_step_clipper ",
+      c.local_step_clipper, " (need var_freeze_step >= 0 and the scalers and the clipper >= 1)");
 }
 
 Schedule initial_schedule() { return Schedule{0, 1, 0, 1, 0}; }
@@ -65,8 +63,7 @@ void advance(const Config& c, Schedule& s) {
   ++s.step;
 }
 
-void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n,
-                   bool update_variance) {
+void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance) {
   const float bound = update_variance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
     if (update_variance) v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
@@ -94,8 +91,7 @@ void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_
   for (std::size_t i = 0; i < n; ++i) u[i] = u[i] * (std::sqrt(v[i]) + c.eps);
 }
 
-void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs,
-              std::size_t n) {
+void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs, std::size_t n) {
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
     // A dormant element moved by weight decay alone since the last sync, alike on every rank: it

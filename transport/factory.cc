@@ -13,7 +13,8 @@ std::unique_ptr<Transport> open_transport(int rank, int size, const std::string&
   const std::string& kind = param::Transport();
   ONEBIT_CHECK(kind == "gloo" || kind == "tcp" || kind == "ibverbs", ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=", kind,
                " is not a transport: use tcp, ibverbs or (the Gloo front door's default) gloo");
-  const transport::tcp::Address root_address = size == 1 ? transport::tcp::Address{} : transport::tcp::parse_host_port(root, "root");
+  const transport::tcp::Address root_address =
+      size == 1 ? transport::tcp::Address{} : transport::tcp::parse_host_port(root, "root");
   if (kind == "ibverbs") {
 #ifdef ONEBIT_HAVE_IBVERBS
     transport::ibverbs::VerbsOptions verbs;
@@ -24,7 +25,8 @@ std::unique_ptr<Transport> open_transport(int rank, int size, const std::string&
     verbs.ack_timeout = static_cast<int>(param::IbTimeout());
     return std::make_unique<transport::ibverbs::IbverbsTransport>(rank, size, root_address, verbs);
 #else
-    fail(ONEBIT_INVALID_ARGUMENT, "ONEBIT_TRANSPORT=ibverbs: this onebit was built without the verbs transport "
+    fail(ONEBIT_INVALID_ARGUMENT,
+         "ONEBIT_TRANSPORT=ibverbs: this onebit was built without the verbs transport "
          "(configure with -DONEBIT_WITH_IBVERBS=ON; it needs libibverbs-dev)");
 #endif
   }

@@ -29,7 +29,6 @@
 
 namespace onebit {
 
-
 // A send or a receive in flight. The caller owns it and keeps it (and its buffer) alive until
 // wait_all has returned or thrown for it.
 struct Request {
@@ -42,10 +41,10 @@ struct Request {
   std::uint8_t* data = nullptr;
   std::size_t bytes = 0;
   // Backend bookkeeping.
-  std::size_t transferred = 0;       // tcp: payload bytes moved so far
-  int pending_segments = 0;          // tcp: stripes still in flight
-  std::shared_ptr<void> handle;      // gloo: the request's gloo::transport::UnboundBuffer
-  std::uint32_t channel = 0;         // gloo: the channel it was posted on
+  std::size_t transferred = 0;   // tcp: payload bytes moved so far
+  int pending_segments = 0;      // tcp: stripes still in flight
+  std::shared_ptr<void> handle;  // gloo: the request's gloo::transport::UnboundBuffer
+  std::uint32_t channel = 0;     // gloo: the channel it was posted on
 
   // A fresh request for one message (state kIdle; the backend sets it).
   static Request of(bool is_send, int peer, const wire::MessageKey& key, const wire::CallShape& shape, void* data,
@@ -62,7 +61,7 @@ struct Request {
 };
 
 struct TransportStats {
-  std::uint64_t bytes_sent = 0;      // payload and the backend's own headers, as far as it knows
+  std::uint64_t bytes_sent = 0;  // payload and the backend's own headers, as far as it knows
   std::uint64_t bytes_received = 0;
 };
 

@@ -47,8 +47,17 @@ const char* kind_name(Kind kind) {
 
 std::array<std::uint8_t, Hello::kSize> Hello::encode() const {
   std::array<std::uint8_t, kSize> out{};
-  Writer(out.data()).put(magic).put(version).put(socket_index).put(sockets_per_peer).put(std::uint16_t{0})
-      .put(job_id).put(from_rank).put(to_rank).put(std::uint32_t{0}).put(mac);
+  Writer(out.data())
+      .put(magic)
+      .put(version)
+      .put(socket_index)
+      .put(sockets_per_peer)
+      .put(std::uint16_t{0})
+      .put(job_id)
+      .put(from_rank)
+      .put(to_rank)
+      .put(std::uint32_t{0})
+      .put(mac);
   return out;
 }
 
@@ -172,9 +181,21 @@ BootstrapReplyHead BootstrapReplyHead::decode(const std::uint8_t* in, const std:
 
 std::array<std::uint8_t, SegmentHeader::kSize> SegmentHeader::encode() const {
   std::array<std::uint8_t, kSize> out{};
-  Writer(out.data()).put(kMessageMagic).put(kProtocolVersion).put(static_cast<std::uint8_t>(key.kind))
-      .put(shape.dtype).put(shape.op).put(std::uint8_t{0}).put(key.part).put(std::uint32_t{0})
-      .put(key.stream).put(key.seq).put(shape.count).put(total_bytes).put(offset).put(segment_bytes)
+  Writer(out.data())
+      .put(kMessageMagic)
+      .put(kProtocolVersion)
+      .put(static_cast<std::uint8_t>(key.kind))
+      .put(shape.dtype)
+      .put(shape.op)
+      .put(std::uint8_t{0})
+      .put(key.part)
+      .put(std::uint32_t{0})
+      .put(key.stream)
+      .put(key.seq)
+      .put(shape.count)
+      .put(total_bytes)
+      .put(offset)
+      .put(segment_bytes)
       .put(std::uint32_t{0});
   return out;
 }
@@ -186,7 +207,8 @@ SegmentHeader SegmentHeader::decode(const std::uint8_t* in, const std::string& f
   check_magic(magic, kMessageMagic, version, "message header", from);
   SegmentHeader h;
   const auto kind = r.get<std::uint8_t>();
-  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ", int(kind));
+  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " sent a message of unknown kind ",
+               int(kind));
   h.key.kind = static_cast<Kind>(kind);
   h.shape.dtype = r.get<std::uint8_t>();
   h.shape.op = r.get<std::uint8_t>();
@@ -200,14 +222,25 @@ SegmentHeader SegmentHeader::decode(const std::uint8_t* in, const std::string& f
   h.offset = r.get<std::uint64_t>();
   h.segment_bytes = r.get<std::uint32_t>();
   ONEBIT_CHECK(h.offset <= h.total_bytes && h.segment_bytes <= h.total_bytes - h.offset, ONEBIT_REMOTE_ERROR, from,
-               " sent a segment outside its message (offset ", h.offset, " + ", h.segment_bytes, " > ", h.total_bytes, ")");
+               " sent a segment outside its message (offset ", h.offset, " + ", h.segment_bytes, " > ", h.total_bytes,
+               ")");
   return h;
 }
 
 std::array<std::uint8_t, VerbsEndpoint::kSize> VerbsEndpoint::encode() const {
   std::array<std::uint8_t, kSize> out{};
-  Writer(out.data()).put(kVerbsEndpointMagic).put(kProtocolVersion).put(link_layer).put(mtu).put(qp_num).put(psn)
-      .put(lid).put(std::uint16_t{0}).bytes(gid.data(), gid.size()).put(job_id).put(from_rank);
+  Writer(out.data())
+      .put(kVerbsEndpointMagic)
+      .put(kProtocolVersion)
+      .put(link_layer)
+      .put(mtu)
+      .put(qp_num)
+      .put(psn)
+      .put(lid)
+      .put(std::uint16_t{0})
+      .bytes(gid.data(), gid.size())
+      .put(job_id)
+      .put(from_rank);
   return out;
 }
 
@@ -226,8 +259,8 @@ VerbsEndpoint VerbsEndpoint::decode(const std::uint8_t* in, const std::string& f
   r.bytes(e.gid.data(), e.gid.size());
   e.job_id = r.get<std::uint64_t>();
   e.from_rank = r.get<std::uint32_t>();
-  ONEBIT_CHECK(e.link_layer == 1 || e.link_layer == 2, ONEBIT_REMOTE_ERROR, from, " sent a verbs endpoint with link layer ",
-               int(e.link_layer), " (1: InfiniBand, 2: Ethernet)");
+  ONEBIT_CHECK(e.link_layer == 1 || e.link_layer == 2, ONEBIT_REMOTE_ERROR, from,
+               " sent a verbs endpoint with link layer ", int(e.link_layer), " (1: InfiniBand, 2: Ethernet)");
   ONEBIT_CHECK(e.mtu >= 1 && e.mtu <= 5, ONEBIT_REMOTE_ERROR, from, " sent a verbs endpoint with MTU code ", int(e.mtu),
                " (1..5: 256..4096 bytes)");
   ONEBIT_CHECK(e.psn < (1u << 24), ONEBIT_REMOTE_ERROR, from, " sent a packet sequence number wider than 24 bits");
@@ -236,9 +269,22 @@ VerbsEndpoint VerbsEndpoint::decode(const std::uint8_t* in, const std::string& f
 
 std::array<std::uint8_t, ClearToSend::kSize> ClearToSend::encode() const {
   std::array<std::uint8_t, kSize> out{};
-  Writer(out.data()).put(kClearToSendMagic).put(static_cast<std::uint8_t>(key.kind)).put(shape.dtype).put(shape.op)
-      .put(std::uint8_t{0}).put(key.part).put(std::uint16_t{0}).put(recv_id).put(key.stream).put(key.seq)
-      .put(shape.count).put(bytes).put(address).put(rkey).put(std::uint32_t{0});
+  Writer(out.data())
+      .put(kClearToSendMagic)
+      .put(static_cast<std::uint8_t>(key.kind))
+      .put(shape.dtype)
+      .put(shape.op)
+      .put(std::uint8_t{0})
+      .put(key.part)
+      .put(std::uint16_t{0})
+      .put(recv_id)
+      .put(key.stream)
+      .put(key.seq)
+      .put(shape.count)
+      .put(bytes)
+      .put(address)
+      .put(rkey)
+      .put(std::uint32_t{0});
   return out;
 }
 
@@ -249,7 +295,8 @@ ClearToSend ClearToSend::decode(const std::uint8_t* in, const std::string& from)
                magic, " (expected 0x", kClearToSendMagic, ")");
   ClearToSend c;
   const auto kind = r.get<std::uint8_t>();
-  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " offered a receive of unknown kind ", int(kind));
+  ONEBIT_CHECK(kind >= 1 && kind <= kLastKind, ONEBIT_REMOTE_ERROR, from, " offered a receive of unknown kind ",
+               int(kind));
   c.key.kind = static_cast<Kind>(kind);
   c.shape.dtype = r.get<std::uint8_t>();
   c.shape.op = r.get<std::uint8_t>();
@@ -300,4 +347,3 @@ void from_wire(const WireAddress& wire, sockaddr_storage* address, unsigned* len
 }
 
 }  // namespace onebit::wire
-

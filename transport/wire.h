@@ -18,9 +18,9 @@ namespace onebit::wire {
 // 2: the bootstrap binds its records to the communicator's identity, challenge first (version 1
 // had neither).
 constexpr std::uint16_t kProtocolVersion = 2;
-constexpr std::uint32_t kHelloMagic = 0x4F424831;      // "OBH1": data-connection handshake
-constexpr std::uint32_t kBootstrapMagic = 0x4F424231;  // "OBB1": rank <-> root exchange
-constexpr std::uint32_t kMessageMagic = 0x4F424D31;    // "OBM1": a message segment
+constexpr std::uint32_t kHelloMagic = 0x4F424831;          // "OBH1": data-connection handshake
+constexpr std::uint32_t kBootstrapMagic = 0x4F424231;      // "OBB1": rank <-> root exchange
+constexpr std::uint32_t kMessageMagic = 0x4F424D31;        // "OBM1": a message segment
 constexpr std::uint32_t kVerbsEndpointMagic = 0x4F425631;  // "OBV1": a queue pair's address (verbs set-up)
 constexpr std::uint32_t kClearToSendMagic = 0x4F424331;    // "OBC1": a posted receive, offered for RDMA write
 
@@ -30,7 +30,8 @@ class Writer {
   explicit Writer(std::uint8_t* out) : out_(out) {}
   template <typename T>
   Writer& put(T value) {
-    for (std::size_t i = 0; i < sizeof(T); ++i) out_[pos_++] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(value) >> (8 * i));
+    for (std::size_t i = 0; i < sizeof(T); ++i)
+      out_[pos_++] = static_cast<std::uint8_t>(static_cast<std::uint64_t>(value) >> (8 * i));
     return *this;
   }
   Writer& bytes(const void* data, std::size_t n) {
@@ -248,8 +249,8 @@ struct VerbsEndpoint {
   std::uint8_t link_layer = 0;  // IBV_LINK_LAYER_INFINIBAND (1) or _ETHERNET (2, RoCE)
   std::uint8_t mtu = 0;         // the port's active MTU, an enum ibv_mtu (1: 256 .. 5: 4096)
   std::uint32_t qp_num = 0;
-  std::uint32_t psn = 0;        // first packet sequence number, 24 bits
-  std::uint16_t lid = 0;        // InfiniBand: the port's LID
+  std::uint32_t psn = 0;  // first packet sequence number, 24 bits
+  std::uint16_t lid = 0;  // InfiniBand: the port's LID
   std::uint16_t reserved = 0;
   std::array<std::uint8_t, 16> gid{};  // RoCE (and IB with ONEBIT_IB_GID_INDEX): the GID to route to
   std::uint64_t job_id = 0;

@@ -63,7 +63,8 @@ class FlatLayout {
   template <typename Group>
   std::vector<FrozenVariance> frozen_variance(const float* v, const std::vector<Group>& groups) const {
     std::vector<FrozenVariance> frozen;
-    for (std::size_t i = 0; i < groups.size(); ++i) frozen.push_back({v + offsets_[i], counts_[i], groups[i].config.eps});
+    for (std::size_t i = 0; i < groups.size(); ++i)
+      frozen.push_back({v + offsets_[i], counts_[i], groups[i].config.eps});
     return frozen;
   }
 

@@ -25,8 +25,7 @@ extern "C" {
 #define ONEBIT_VERSION_MINOR 2
 #define ONEBIT_VERSION_PATCH 0
 /* 100 * 100 * major + 100 * minor + patch, like NCCL_VERSION_CODE. */
-#define ONEBIT_VERSION_CODE \
-  (ONEBIT_VERSION_MAJOR * 10000 + ONEBIT_VERSION_MINOR * 100 + ONEBIT_VERSION_PATCH)
+#define ONEBIT_VERSION_CODE (ONEBIT_VERSION_MAJOR * 10000 + ONEBIT_VERSION_MINOR * 100 + ONEBIT_VERSION_PATCH)
 
 typedef enum {
   ONEBIT_SUCCESS = 0,
@@ -58,12 +57,12 @@ typedef struct onebit_comm* onebit_comm_t;
 
 /* Counters of one communicator since it was created. Bytes count payload and message headers. */
 typedef struct {
-  uint64_t compressed_calls;      /* allreduces of tagged buffers */
-  uint64_t full_precision_calls;  /* allreduces of untagged buffers (exact ring) */
+  uint64_t compressed_calls;     /* allreduces of tagged buffers */
+  uint64_t full_precision_calls; /* allreduces of untagged buffers (exact ring) */
   uint64_t bytes_sent;
   uint64_t bytes_received;
-  uint64_t compressed_bytes_sent;      /* payload sent by compressed calls */
-  uint64_t full_precision_bytes_sent;  /* payload sent by ring calls */
+  uint64_t compressed_bytes_sent;     /* payload sent by compressed calls */
+  uint64_t full_precision_bytes_sent; /* payload sent by ring calls */
 } onebit_stats_t;
 
 /* The library's version code (ONEBIT_VERSION_CODE of the build that is loaded). */
@@ -96,8 +95,8 @@ ONEBIT_API onebit_result_t onebit_comm_init(onebit_comm_t* comm, int rank, int s
  * is not given both gets in. `job_id` and `secret` are new in 0.2: a caller built against 0.1's
  * header must be rebuilt (its struct ends at auth_key). */
 typedef struct {
-  int64_t timeout_ms;       /* ONEBIT_TIMEOUT_MS */
-  int sockets_per_peer;     /* ONEBIT_SOCKETS_PER_PEER */
+  int64_t timeout_ms;        /* ONEBIT_TIMEOUT_MS */
+  int sockets_per_peer;      /* ONEBIT_SOCKETS_PER_PEER */
   const char* socket_ifname; /* ONEBIT_SOCKET_IFNAME */
   const char* auth_key;      /* ONEBIT_AUTH_KEY: a secret every rank shares (never logged) */
   const char* job_id;        /* this communicator's identity, the same text on its ranks only */
@@ -240,8 +239,7 @@ ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const flo
  * step of the compression stage (step + 1) if the warmup ends now, else -1; -2 (and last error)
  * for a bad config. A shim measures and decides after the step is complete (its count advanced),
  * before the next backward pass, so a DDP hook sees the stage it is in. */
-ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step,
-                                                  double change);
+ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step, double change);
 
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its
@@ -303,9 +301,9 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_
 /* Local step, g this rank's: m <- b1*m + (1-b1)*g (0 if dormant); d = lr*(clip(m/(sqrt(v)+eps), +-C) + wd*p);
  * p <- p - d;
  * u <- u - d; *lrs <- *lrs + lr (lrs: one float per parameter group, the lr summed since the last sync). */
-ONEBIT_API onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config,
-                                                           float* params, float* m, const float* v, float* u,
-                                                           float* lrs, const float* grad, size_t count);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config, float* params,
+                                                           float* m, const float* v, float* u, float* lrs,
+                                                           const float* grad, size_t count);
 /* Sync step, after its local step: u <- u*(sqrt(v)+eps) (refuses lrs <= 0 first). Then the caller
  * averages u over ranks (compressed), and sync_end: m <- -(u/lrs); p <- p_sync + u/(sqrt(v)+eps), that
  * move clipped to +-lrs*(C + wd*|p_sync|) (a dormant element: m <- 0 and p kept, having moved by
@@ -337,11 +335,11 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_a
  * docs/design.md ("1-bit LAMB") writes out every operation. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;
-  int64_t freeze_step;            /* DeepSpeed's default 100000 */
-  double max_coeff, min_coeff;    /* 10.0, 0.01 */
-  double coeff_beta;              /* 0.9 */
-  double factor_max, factor_min;  /* 4.0, 0.5 */
-  double factor_threshold;        /* 0.1 */
+  int64_t freeze_step;           /* DeepSpeed's default 100000 */
+  double max_coeff, min_coeff;   /* 10.0, 0.01 */
+  double coeff_beta;             /* 0.9 */
+  double factor_max, factor_min; /* 4.0, 0.5 */
+  double factor_threshold;       /* 0.1 */
 } onebit_lamb_config_t;
 
 /* A layer's scalars: the same on every rank; a checkpoint keeps them. */

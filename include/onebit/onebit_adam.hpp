@@ -34,8 +34,8 @@
 #define ONEBIT_ONEBIT_ADAM_HPP_
 
 #include <algorithm>
-#include <cmath>
 #include <climits>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -71,12 +71,16 @@ class OnebitAdam {
 
   OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum",
              const onebit_adam_auto_freeze_t* auto_freeze = nullptr)
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::OnebitAdam"),
+      : comm_(comm),
+        groups_(std::move(groups)),
+        name_(std::move(name)),
+        layout_(groups_, "onebit::OnebitAdam"),
         total_(layout_.total()) {
     const std::int64_t freeze = groups_[0].config.freeze_step;
     for (std::size_t i = 0; i < groups_.size(); ++i) {
       if (groups_[i].config.freeze_step != freeze) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) + " has freeze_step " +
+        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam: group " + std::to_string(i) +
+                                                     " has freeze_step " +
                                                      std::to_string(groups_[i].config.freeze_step) + ", group 0 has " +
                                                      std::to_string(freeze) + ": they must agree");
       }
@@ -117,14 +121,15 @@ class OnebitAdam {
       check(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact ring
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         check(onebit_adam_warmup_step(&groups_[i].config, groups_[i].params, m_.data() + layout_.offset(i),
-                                      v_.data() + layout_.offset(i), grad_.data() + layout_.offset(i), groups_[i].count));
+                                      v_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
+                                      groups_[i].count));
       }
     } else {
       if (step_ == groups_[0].config.freeze_step) report_freeze(comm_, "onebit::OnebitAdam", step_, frozen_variance());
       std::copy(m_.begin(), m_.end(), m_before_.begin());
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
-                                        groups_[i].count));
+        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + layout_.offset(i),
+                                        grad_.data() + layout_.offset(i), groups_[i].count));
       }
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
@@ -167,18 +172,20 @@ class OnebitAdam {
 
   void load(const Checkpoint& c) {
     if (c.m.size() != total_ || c.v.size() != total_) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
-                                                   " + " + std::to_string(c.v.size()) + " floats of m and v; this optimizer has " +
-                                                   std::to_string(total_));
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: checkpoint holds " +
+                                                   std::to_string(c.m.size()) + " + " + std::to_string(c.v.size()) +
+                                                   " floats of m and v; this optimizer has " + std::to_string(total_));
     }
     if (automatic_ && c.v_then.size() != total_) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: this optimizer freezes automatically and the "
-                                               "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
+      throw CallError(ONEBIT_INVALID_ARGUMENT,
+                      "onebit::OnebitAdam::load: this optimizer freezes automatically and the "
+                      "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
     }
     // Every rank resumes at the same step and freeze, or they part at the freeze (load is collective).
-    agree_across_ranks(comm_, "onebit::OnebitAdam::load",
-                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", automatic_ ? c.freeze_step : 0}},
-                       " (every rank loads the checkpoint of the same step)");
+    agree_across_ranks(
+        comm_, "onebit::OnebitAdam::load",
+        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", automatic_ ? c.freeze_step : 0}},
+        " (every rank loads the checkpoint of the same step)");
     load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address

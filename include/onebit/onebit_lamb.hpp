@@ -32,9 +32,9 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/flat_parameters.hpp"
+#include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
-#include "onebit/onebit.h"
 
 namespace onebit {
 
@@ -54,13 +54,17 @@ class OnebitLamb {
   };
 
   OnebitLamb(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_lamb/momentum")
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::OnebitLamb"),
+      : comm_(comm),
+        groups_(std::move(groups)),
+        name_(std::move(name)),
+        layout_(groups_, "onebit::OnebitLamb"),
         total_(layout_.total()) {
     for (std::size_t i = 0; i < groups_.size(); ++i) {
       if (groups_[i].config.freeze_step != groups_[0].config.freeze_step) {
-        throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb: group " + std::to_string(i) + " has freeze_step " +
-                                                     std::to_string(groups_[i].config.freeze_step) + ", group 0 has " +
-                                                     std::to_string(groups_[0].config.freeze_step) + ": they must agree");
+        throw CallError(ONEBIT_INVALID_ARGUMENT,
+                        "onebit::OnebitLamb: group " + std::to_string(i) + " has freeze_step " +
+                            std::to_string(groups_[i].config.freeze_step) + ", group 0 has " +
+                            std::to_string(groups_[0].config.freeze_step) + ": they must agree");
       }
     }
     // ONEBIT_FREEZE_STEP, when set, overrides every group's (as for OnebitAdam).
@@ -95,8 +99,9 @@ class OnebitLamb {
       check_call(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         const std::size_t o = layout_.offset(i);
-        check_call(onebit_lamb_warmup_step(&groups_[i].config, layers_.data() + i, step_, groups_[i].params, m_.data() + o, v_.data() + o,
-                                           v_fresh_.data() + o, grad_.data() + o, groups_[i].count));
+        check_call(onebit_lamb_warmup_step(&groups_[i].config, layers_.data() + i, step_, groups_[i].params,
+                                           m_.data() + o, v_.data() + o, v_fresh_.data() + o, grad_.data() + o,
+                                           groups_[i].count));
       }
     } else {
       const std::vector<onebit_lamb_layer_t> layers_before = layers_;
@@ -106,8 +111,8 @@ class OnebitLamb {
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         const std::size_t o = layout_.offset(i);
-        check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o, grad_.data() + o,
-                                             groups_[i].count));
+        check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o,
+                                             grad_.data() + o, groups_[i].count));
       }
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
@@ -119,8 +124,8 @@ class OnebitLamb {
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         const std::size_t o = layout_.offset(i);
-        check_call(onebit_lamb_apply_step(&groups_[i].config, layers_.data() + i, groups_[i].params, m_.data() + o, m_last_.data() + o,
-                                          v_.data() + o, v_fresh_.data() + o, groups_[i].count));
+        check_call(onebit_lamb_apply_step(&groups_[i].config, layers_.data() + i, groups_[i].params, m_.data() + o,
+                                          m_last_.data() + o, v_.data() + o, v_fresh_.data() + o, groups_[i].count));
       }
     }
     ++step_;
@@ -149,11 +154,12 @@ class OnebitLamb {
   }
 
   void load(const Checkpoint& c) {
-    if (c.m.size() != total_ || c.v.size() != total_ || c.v_fresh.size() != total_ || c.layers.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::load: checkpoint holds " + std::to_string(c.m.size()) +
-                                                   " floats of m and " + std::to_string(c.layers.size()) +
-                                                   " layers; this optimizer has " + std::to_string(total_) + " and " +
-                                                   std::to_string(groups_.size()));
+    if (c.m.size() != total_ || c.v.size() != total_ || c.v_fresh.size() != total_ ||
+        c.layers.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::load: checkpoint holds " +
+                                                   std::to_string(c.m.size()) + " floats of m and " +
+                                                   std::to_string(c.layers.size()) + " layers; this optimizer has " +
+                                                   std::to_string(total_) + " and " + std::to_string(groups_.size()));
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
     agree_across_ranks(comm_, "onebit::OnebitLamb::load", {{"the checkpoint's step", c.step}},

@@ -33,8 +33,8 @@ inline std::string freeze_report(const char* who, std::int64_t step, const std::
     dormant_total += dormant;
     total += groups[i].count;
     if (dormant != 0) {
-      which += (which.empty() ? "" : ", ") + std::string("group ") + std::to_string(i) + " (" + std::to_string(dormant) +
-               " of " + std::to_string(groups[i].count) + ")";
+      which += (which.empty() ? "" : ", ") + std::string("group ") + std::to_string(i) + " (" +
+               std::to_string(dormant) + " of " + std::to_string(groups[i].count) + ")";
     }
   }
   std::string line = std::string("onebit: ") + who + ": variance frozen from step " + std::to_string(step) + "; " +
@@ -59,10 +59,11 @@ inline CallError step_failure(onebit_result_t code, const std::string& message, 
                               const std::string& stage) {
   std::string text = std::string(who) + " step " + std::to_string(step) + " (" + stage + "): " + message;
   if (code == ONEBIT_NUMERIC_ERROR) {
-    text += ". A momentum turned non-finite: the loss diverged (learning rate too high for the compression stage, "
-            "or the variance frozen before it settled: a later freeze_step), a non-finite gradient (fp16 overflow, "
-            "bad data), or a NaN in the parameters. Nothing changed in this step; see docs/usage.md, \"A step fails "
-            "on NaN or Inf\"";
+    text +=
+        ". A momentum turned non-finite: the loss diverged (learning rate too high for the compression stage, "
+        "or the variance frozen before it settled: a later freeze_step), a non-finite gradient (fp16 overflow, "
+        "bad data), or a NaN in the parameters. Nothing changed in this step; see docs/usage.md, \"A step fails "
+        "on NaN or Inf\"";
   }
   return CallError(code, text);
 }

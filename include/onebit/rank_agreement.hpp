@@ -55,7 +55,8 @@ inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, std::
     if (!alike) {
       std::string values;
       for (int r = 0; r < size; ++r) {
-        values += (r == 0 ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has " + std::to_string(value_of(r, f));
+        values +=
+            (r == 0 ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has " + std::to_string(value_of(r, f));
       }
       throw CallError(ONEBIT_MISMATCH, who + ": the ranks disagree on " + field.name + ": " + values +
                                            "; every rank must be given the same value" + hint);

@@ -22,9 +22,9 @@
 // (optimizer_report.hpp). A failed step leaves the parameters, m, v, u and the schedule as they
 // were (a failed sync step is undone from a snapshot taken before it).
 //
-// Checkpoints: save() → Checkpoint (schedule, m, v, u, the parameters at the last sync, each group's lr sum, this rank's
-// error-feedback state); load() into a ZeroOneAdam on the same rank of a job of the same size, with
-// the same groups, before the next step; training continues bit for bit.
+// Checkpoints: save() → Checkpoint (schedule, m, v, u, the parameters at the last sync, each group's lr sum, this
+// rank's error-feedback state); load() into a ZeroOneAdam on the same rank of a job of the same size, with the same
+// groups, before the next step; training continues bit for bit.
 #ifndef ONEBIT_ZERO_ONE_ADAM_HPP_
 #define ONEBIT_ZERO_ONE_ADAM_HPP_
 
@@ -37,9 +37,9 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/flat_parameters.hpp"
+#include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
-#include "onebit/onebit.h"
 
 namespace onebit {
 
@@ -54,11 +54,14 @@ class ZeroOneAdam {
   struct Checkpoint {
     onebit_zero_one_adam_schedule_t schedule{};
     std::vector<float> m, v, u, params_at_sync, lrs;  // lrs: one per group
-    std::vector<float> worker_error, server_error;   // this rank's; empty before any compressed call
+    std::vector<float> worker_error, server_error;    // this rank's; empty before any compressed call
   };
 
   ZeroOneAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "zero_one_adam/buffer")
-      : comm_(comm), groups_(std::move(groups)), name_(std::move(name)), layout_(groups_, "onebit::ZeroOneAdam"),
+      : comm_(comm),
+        groups_(std::move(groups)),
+        name_(std::move(name)),
+        layout_(groups_, "onebit::ZeroOneAdam"),
         total_(layout_.total()) {
     const onebit_zero_one_adam_config_t& first = groups_[0].config;
     for (std::size_t i = 0; i < groups_.size(); ++i) {
@@ -66,7 +69,8 @@ class ZeroOneAdam {
       if (c.var_freeze_step != first.var_freeze_step || c.var_update_scaler != first.var_update_scaler ||
           c.local_step_scaler != first.local_step_scaler || c.local_step_clipper != first.local_step_clipper) {
         throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: group " + std::to_string(i) +
-                                                     "'s schedule (var_freeze_step " + std::to_string(c.var_freeze_step) +
+                                                     "'s schedule (var_freeze_step " +
+                                                     std::to_string(c.var_freeze_step) +
                                                      ", scalers, clipper) differs from group 0's: they must agree");
       }
     }
@@ -107,22 +111,20 @@ class ZeroOneAdam {
       case ONEBIT_ZERO_ONE_ADAM_VARIANCE_STEP:
         check_call(onebit_allreduce(comm_, grad_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact
         for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
-          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, grad_.data() + o, n, 1));
+          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o,
+                                                        grad_.data() + o, n, 1));
         });
         break;
       case ONEBIT_ZERO_ONE_ADAM_COMPRESSED_STEP:
         std::copy(grad_.begin(), grad_.end(), buffer_.begin());
         compressed_average("a compressed-gradient step of the variance stage");
         for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
-          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, n, 0));
+          check_call(onebit_zero_one_adam_gradient_step(&groups_[i].config, p, m_.data() + o, v_.data() + o,
+                                                        buffer_.data() + o, n, 0));
         });
         break;
-      case ONEBIT_ZERO_ONE_ADAM_LOCAL_STEP:
-        local_steps();
-        break;
-      default:
-        sync_step();
-        break;
+      case ONEBIT_ZERO_ONE_ADAM_LOCAL_STEP: local_steps(); break;
+      default: sync_step(); break;
     }
     const bool entering_local_stage = schedule_.step == groups_[0].config.var_freeze_step;
     check_call(onebit_zero_one_adam_advance(&groups_[0].config, &schedule_));
@@ -157,10 +159,12 @@ class ZeroOneAdam {
   }
 
   void load(const Checkpoint& c) {
-    if (c.m.size() != total_ || c.v.size() != total_ || c.u.size() != total_ || c.params_at_sync.size() != total_ || c.lrs.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
-                                                   " floats of m and " + std::to_string(c.lrs.size()) + " lr sums; this optimizer has " +
-                                                   std::to_string(total_) + " and " + std::to_string(groups_.size()) + " groups");
+    if (c.m.size() != total_ || c.v.size() != total_ || c.u.size() != total_ || c.params_at_sync.size() != total_ ||
+        c.lrs.size() != groups_.size()) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT,
+                      "onebit::ZeroOneAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
+                          " floats of m and " + std::to_string(c.lrs.size()) + " lr sums; this optimizer has " +
+                          std::to_string(total_) + " and " + std::to_string(groups_.size()) + " groups");
     }
     onebit_zero_one_adam_step_t kind;
     check_call(onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind));  // validates the schedule
@@ -190,12 +194,14 @@ class ZeroOneAdam {
   // The tagged buffer (a gradient, or u) averaged 1-bit compressed; a failure names the step.
   void compressed_average(const char* stage) {
     const onebit_result_t reduced = onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);
-    if (reduced != ONEBIT_SUCCESS) throw step_failure(reduced, onebit_last_error(), "onebit::ZeroOneAdam", schedule_.step, stage);
+    if (reduced != ONEBIT_SUCCESS)
+      throw step_failure(reduced, onebit_last_error(), "onebit::ZeroOneAdam", schedule_.step, stage);
   }
 
   void local_steps() {
     for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
-      check_call(onebit_zero_one_adam_local_step(&groups_[i].config, p, m_.data() + o, v_.data() + o, buffer_.data() + o, lrs_.data() + i, grad_.data() + o, n));
+      check_call(onebit_zero_one_adam_local_step(&groups_[i].config, p, m_.data() + o, v_.data() + o,
+                                                 buffer_.data() + o, lrs_.data() + i, grad_.data() + o, n));
     });
   }
 
@@ -203,7 +209,9 @@ class ZeroOneAdam {
     // Parameters, m, u and the lr sums change before the allreduce: keep them to undo a failure
     // (params_at_sync changes only after it).
     std::vector<float> params_before;
-    for_each_group([&](std::size_t, float* p, std::size_t, std::size_t n) { params_before.insert(params_before.end(), p, p + n); });
+    for_each_group([&](std::size_t, float* p, std::size_t, std::size_t n) {
+      params_before.insert(params_before.end(), p, p + n);
+    });
     const std::vector<float> m_before = m_, u_before = buffer_, lrs_before = lrs_;
     try {
       local_steps();
@@ -222,8 +230,8 @@ class ZeroOneAdam {
       throw;
     }
     for_each_group([&](std::size_t i, float* p, std::size_t o, std::size_t n) {
-      check_call(onebit_zero_one_adam_sync_end(&groups_[i].config, p, params_at_sync_.data() + o, m_.data() + o, buffer_.data() + o, v_.data() + o,
-                                               lrs_.data() + i, n));
+      check_call(onebit_zero_one_adam_sync_end(&groups_[i].config, p, params_at_sync_.data() + o, m_.data() + o,
+                                               buffer_.data() + o, v_.data() + o, lrs_.data() + i, n));
     });
   }
 

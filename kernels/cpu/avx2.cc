@@ -118,8 +118,8 @@ double worker_steps(const void* x, const float* e_prev, float a_prev, float* e_n
 }
 
 template <bool kWrite, bool kStream>
-double worker_steps(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-                    std::uint8_t* bits, std::size_t end) {
+double worker_steps(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+                    std::size_t end) {
   switch (dtype) {
     case Dtype::kFloat16: return worker_steps<Dtype::kFloat16, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, end);
     case Dtype::kBFloat16: return worker_steps<Dtype::kBFloat16, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, end);
@@ -127,8 +127,8 @@ double worker_steps(const void* x, Dtype dtype, const float* e_prev, float a_pre
   }
 }
 
-double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-                   std::uint8_t* bits, std::size_t n) {
+double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+                   std::size_t n) {
   const std::size_t body_end = n / kLanes * kLanes;
   const bool stream = n * sizeof(float) >= kStreamBytes && reinterpret_cast<std::uintptr_t>(e_next) % 32 == 0;
   double sum;
@@ -180,8 +180,8 @@ double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, 
 }
 
 template <bool kStream>
-double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                    float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t end) {
+double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev, float b_prev,
+                    float* s_next, std::uint8_t* bits_out, std::size_t end) {
   const __m256 inv_ranks = _mm256_set1_ps(1.0f / static_cast<float>(ranks));
   const __m256 b = _mm256_set1_ps(b_prev);
   SquareSum squares;
@@ -197,8 +197,8 @@ double server_steps(const std::uint8_t* const* bits, const float* scales, int ra
   return squares.total();
 }
 
-double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev, float b_prev,
+                   float* s_next, std::uint8_t* bits_out, std::size_t n) {
   // The server error is next read by the next call: stream it when large (see kStreamBytes).
   const std::size_t body_end = n / kLanes * kLanes;
   const bool stream = n * sizeof(float) >= kStreamBytes && reinterpret_cast<std::uintptr_t>(s_next) % 32 == 0;
@@ -242,7 +242,8 @@ void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::
   // be aligned to their size — chunks of an aligned buffer are.
   const std::size_t element = dtype_size(dtype);
   const std::size_t body_end = n / kLanes * kLanes;
-  const bool stream = n * element >= kUnpackStreamBytes && reinterpret_cast<std::uintptr_t>(out) % (kLanes * element) == 0;
+  const bool stream =
+      n * element >= kUnpackStreamBytes && reinterpret_cast<std::uintptr_t>(out) % (kLanes * element) == 0;
   if (stream) {
     unpack_steps<true>(bits, scale, out, dtype, body_end);
     _mm_sfence();
@@ -266,8 +267,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& avx2_kernels() {
-  static const CpuKernels table = {"avx2", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
-                                   mean_worker_pass};
+  static const CpuKernels table = {"avx2", worker_pass,       norm_pass,       server_pass,
+                                   unpack, unpack_accumulate, mean_worker_pass};
   return table;
 }
 

@@ -113,20 +113,19 @@ double worker_steps(const void* x, const float* e_prev, float a_prev, float* e_n
 }
 
 template <bool kWrite, bool kStream>
-double worker_steps(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-                    std::uint8_t* bits, std::size_t begin, std::size_t end) {
+double worker_steps(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+                    std::size_t begin, std::size_t end) {
   switch (dtype) {
     case Dtype::kFloat16:
       return worker_steps<Dtype::kFloat16, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, begin, end);
     case Dtype::kBFloat16:
       return worker_steps<Dtype::kBFloat16, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, begin, end);
-    default:
-      return worker_steps<Dtype::kFloat32, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, begin, end);
+    default: return worker_steps<Dtype::kFloat32, kWrite, kStream>(x, e_prev, a_prev, e_next, bits, begin, end);
   }
 }
 
-double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-                   std::uint8_t* bits, std::size_t n) {
+double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+                   std::size_t n) {
   // Streaming stores need 64-byte aligned addresses; a head of 8 elements (one bits byte) fixes a
   // 32-byte offset, which is what chunks of a 64-byte aligned buffer have.
   const StreamPlan plan = plan_stream(e_next, n, sizeof(float), kStreamBytes);
@@ -184,8 +183,8 @@ double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, 
 }
 
 template <bool kStream>
-double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                    float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t begin, std::size_t end) {
+double server_steps(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev, float b_prev,
+                    float* s_next, std::uint8_t* bits_out, std::size_t begin, std::size_t end) {
   const __m512 inv_ranks = _mm512_set1_ps(1.0f / static_cast<float>(ranks));
   const __m512 b = _mm512_set1_ps(b_prev);
   SquareSum squares;
@@ -205,8 +204,8 @@ double server_steps(const std::uint8_t* const* bits, const float* scales, int ra
   return squares.total();
 }
 
-double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev, float b_prev,
+                   float* s_next, std::uint8_t* bits_out, std::size_t n) {
   // The server error is next read by the next call, like the worker's: stream it when large.
   const StreamPlan plan = plan_stream(s_next, n, sizeof(float), kStreamBytes);
   const std::size_t head = plan.head;
@@ -236,7 +235,8 @@ void unpack_steps(const std::uint8_t* bits, float scale, void* out, Dtype dtype,
     // Two values occur; convert each once with the scalar conversion, then select 16-bit patterns.
     const bool half = dtype == Dtype::kFloat16;
     const __m256i plus = _mm256_set1_epi16(static_cast<short>(half ? float_to_half(scale) : float_to_bfloat16(scale)));
-    const __m256i minus = _mm256_set1_epi16(static_cast<short>(half ? float_to_half(-scale) : float_to_bfloat16(-scale)));
+    const __m256i minus =
+        _mm256_set1_epi16(static_cast<short>(half ? float_to_half(-scale) : float_to_bfloat16(-scale)));
     auto* out16 = static_cast<std::uint16_t*>(out);
     for (std::size_t i = begin; i < end; i += kLanes) {
       const __m256i value = _mm256_mask_blend_epi16(load_mask(bits, i), minus, plus);
@@ -254,7 +254,7 @@ void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::
   if (element == 2) {
     const std::size_t offset = reinterpret_cast<std::uintptr_t>(out) % 32;
     plan = n * 2 >= kUnpackStreamBytes && (offset == 0 || offset == 16) ? StreamPlan{true, offset ? 8u : 0u}
-                                                                          : StreamPlan{false, 0};
+                                                                        : StreamPlan{false, 0};
   }
   const std::size_t head = plan.head;
   const std::size_t body_end = head + (n - head) / kLanes * kLanes;
@@ -282,8 +282,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& avx512_kernels() {
-  static const CpuKernels table = {"avx512", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
-                                   mean_worker_pass};
+  static const CpuKernels table = {"avx512", worker_pass,       norm_pass,       server_pass,
+                                   unpack,   unpack_accumulate, mean_worker_pass};
   return table;
 }
 

@@ -48,19 +48,17 @@ struct CpuKernels {
 
   // Worker stage: y = x + e with e = e_prev − a_prev·sign(e_prev); writes y to e_next and the sign
   // bits of y to bits. x has the given dtype (fp16/bf16 converted exactly to fp32). Returns Σ y².
-  double (*worker_pass)(const void* x, Dtype dtype, const float* e_prev, float a_prev,
-                        float* e_next, std::uint8_t* bits, std::size_t n);
+  double (*worker_pass)(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
+                        std::uint8_t* bits, std::size_t n);
 
   // Σ (x + e)², e as in worker_pass; writes nothing. For a two-pass caller and for checks.
-  double (*norm_pass)(const void* x, Dtype dtype, const float* e_prev, float a_prev,
-                      std::size_t n);
+  double (*norm_pass)(const void* x, Dtype dtype, const float* e_prev, float a_prev, std::size_t n);
 
   // Server stage over one chunk: z = (Σ_r ±scales[r]) · (1/ranks) + s, summed in rank order, where
   // ±scales[r] takes its sign from bits[r] and s = s_prev − b_prev·sign(s_prev). Writes z to s_next
   // and its sign bits to bits_out. Returns Σ z².
-  double (*server_pass)(const std::uint8_t* const* bits, const float* scales, int ranks,
-                        const float* s_prev, float b_prev, float* s_next, std::uint8_t* bits_out,
-                        std::size_t n);
+  double (*server_pass)(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                        float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n);
 
   // out[i] = bit i ? scale : −scale, written in dtype (fp16/bf16 rounded to nearest even).
   void (*unpack)(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n);
@@ -70,8 +68,8 @@ struct CpuKernels {
   // worker_pass on the mean of `sources` fp32 inputs (the hierarchical host mean), without writing
   // it: x[i] = ((x[0][i] + x[1][i]) + … + x[sources−1][i]) / sources, added left to right (x[0][i]
   // / 1 for one source), each one IEEE operation; then exactly worker_pass's y, bits and Σ y².
-  double (*mean_worker_pass)(const float* const* x, int sources, const float* e_prev, float a_prev,
-                             float* e_next, std::uint8_t* bits, std::size_t n);
+  double (*mean_worker_pass)(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                             std::uint8_t* bits, std::size_t n);
 };
 
 // The scalar kernels: the oracle every other set is tested against. Always available.

@@ -96,7 +96,7 @@ const CpuKernels& select_cpu_kernels(const std::string& name) {
 }
 
 const CpuKernels& cpu_kernels() {
-  static const CpuKernels& chosen = [] () -> const CpuKernels& {
+  static const CpuKernels& chosen = []() -> const CpuKernels& {
     const CpuKernels& kernels = select_cpu_kernels(param::Simd());
     ONEBIT_LOG(INFO, "CPU kernels: ", kernels.name);
     return kernels;

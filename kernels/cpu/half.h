@@ -51,7 +51,7 @@ static inline std::uint16_t float_to_half(float value) {
     return static_cast<std::uint16_t>(sign | 0x7C00u | (abs > 0x7F800000u ? (0x200u | ((abs >> 13) & 0x3FFu)) : 0u));
   }
   if (abs >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // rounds past 65504
-  if (abs < 0x38800000u) {  // result is subnormal or zero: round abs / 2^-24 to an integer
+  if (abs < 0x38800000u) {               // result is subnormal or zero: round abs / 2^-24 to an integer
     if (abs < 0x33000000u) return sign;  // below half the smallest subnormal
     const std::uint32_t exponent = abs >> 23;
     const std::uint32_t mantissa = (abs & 0x7FFFFFu) | 0x800000u;
@@ -72,9 +72,7 @@ static inline std::uint16_t float_to_half(float value) {
   return static_cast<std::uint16_t>(sign | rounded);
 }
 
-static inline float bfloat16_to_float(std::uint16_t b) {
-  return bits_to_float(static_cast<std::uint32_t>(b) << 16);
-}
+static inline float bfloat16_to_float(std::uint16_t b) { return bits_to_float(static_cast<std::uint32_t>(b) << 16); }
 
 // binary32 → bfloat16, round to nearest even; NaN stays a quiet NaN.
 static inline std::uint16_t float_to_bfloat16(float value) {

@@ -45,8 +45,8 @@ class SignPacker {
   double total_ = 0.0;
 };
 
-double worker(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-              std::uint8_t* bits, std::size_t begin, std::size_t end) {
+double worker(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+              std::size_t begin, std::size_t end) {
   SignPacker packer(bits, begin);
   for (std::size_t i = begin; i < end; ++i) {
     const float y = load(x, dtype, i) + true_error(e_prev[i], a_prev);
@@ -65,8 +65,8 @@ float mean_of(const float* const* x, int sources, std::size_t i) {
 
 }  // namespace
 
-double scalar_mean_worker_range(const float* const* x, int sources, const float* e_prev, float a_prev,
-                                float* e_next, std::uint8_t* bits, std::size_t begin, std::size_t end) {
+double scalar_mean_worker_range(const float* const* x, int sources, const float* e_prev, float a_prev, float* e_next,
+                                std::uint8_t* bits, std::size_t begin, std::size_t end) {
   SignPacker packer(bits, begin);
   for (std::size_t i = begin; i < end; ++i) {
     const float y = mean_of(x, sources, i) + true_error(e_prev[i], a_prev);
@@ -86,9 +86,8 @@ double scalar_norm_range(const void* x, Dtype dtype, const float* e_prev, float 
   return worker(x, dtype, e_prev, a_prev, nullptr, nullptr, begin, end);
 }
 
-double scalar_server_range(const std::uint8_t* const* bits, const float* scales, int ranks,
-                           const float* s_prev, float b_prev, float* s_next, std::uint8_t* bits_out,
-                           std::size_t begin, std::size_t end) {
+double scalar_server_range(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
+                           float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t begin, std::size_t end) {
   const float inv_ranks = 1.0f / static_cast<float>(ranks);
   SignPacker packer(bits_out, begin);
   for (std::size_t i = begin; i < end; ++i) {
@@ -127,8 +126,8 @@ void scalar_unpack_accumulate_range(const std::uint8_t* bits, float scale, float
 }
 
 namespace {
-double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next,
-                   std::uint8_t* bits, std::size_t n) {
+double worker_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, float* e_next, std::uint8_t* bits,
+                   std::size_t n) {
   return worker(x, dtype, e_prev, a_prev, e_next, bits, 0, n);
 }
 
@@ -139,8 +138,8 @@ double mean_worker_pass(const float* const* x, int sources, const float* e_prev,
 double norm_pass(const void* x, Dtype dtype, const float* e_prev, float a_prev, std::size_t n) {
   return worker(x, dtype, e_prev, a_prev, nullptr, nullptr, 0, n);
 }
-double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev,
-                   float b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n) {
+double server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, const float* s_prev, float b_prev,
+                   float* s_next, std::uint8_t* bits_out, std::size_t n) {
   return scalar_server_range(bits, scales, ranks, s_prev, b_prev, s_next, bits_out, 0, n);
 }
 void unpack(const std::uint8_t* bits, float scale, void* out, Dtype dtype, std::size_t n) {
@@ -152,8 +151,8 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
 }  // namespace
 
 const CpuKernels& scalar_kernels() {
-  static const CpuKernels table = {"scalar", worker_pass, norm_pass, server_pass, unpack, unpack_accumulate,
-                                   mean_worker_pass};
+  static const CpuKernels table = {"scalar", worker_pass,       norm_pass,       server_pass,
+                                   unpack,   unpack_accumulate, mean_worker_pass};
   return table;
 }
 

@@ -16,12 +16,9 @@ int blocks_for(std::size_t n) {
 
 __device__ __forceinline__ float load(const void* x, Dtype dtype, std::size_t i) {
   switch (dtype) {
-    case Dtype::kFloat16:
-      return __half2float(static_cast<const __half*>(x)[i]);
-    case Dtype::kBFloat16:
-      return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
-    default:
-      return static_cast<const float*>(x)[i];
+    case Dtype::kFloat16: return __half2float(static_cast<const __half*>(x)[i]);
+    case Dtype::kBFloat16: return __bfloat162float(static_cast<const __nv_bfloat16*>(x)[i]);
+    default: return static_cast<const float*>(x)[i];
   }
 }
 
@@ -122,14 +119,9 @@ __global__ void unpack_kernel(const std::uint8_t* bits, const float* scale, floa
     const bool plus = (bits[i / 8] >> (i % 8)) & 1u;
     const float v = plus ? s : -s;
     switch (dtype) {
-      case Dtype::kFloat16:
-        static_cast<__half*>(out)[i] = __float2half_rn(v);
-        break;
-      case Dtype::kBFloat16:
-        static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v);
-        break;
-      default:
-        static_cast<float*>(out)[i] = v;
+      case Dtype::kFloat16: static_cast<__half*>(out)[i] = __float2half_rn(v); break;
+      case Dtype::kBFloat16: static_cast<__nv_bfloat16*>(out)[i] = __float2bfloat16_rn(v); break;
+      default: static_cast<float*>(out)[i] = v;
     }
   }
 }
@@ -159,8 +151,8 @@ __global__ void revert_kernel(Revert r) {
 
 }  // namespace
 
-cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks, const Revert& revert,
-                                 cudaStream_t stream) {
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
+                                 const Revert& revert, cudaStream_t stream) {
   verdict_kernel<<<1, 1, 0, stream>>>(worker_scales, server_scales, ranks, revert);
   revert_kernel<<<blocks_for(revert.n > revert.server_n ? revert.n : revert.server_n), kThreads, 0, stream>>>(revert);
   return cudaGetLastError();

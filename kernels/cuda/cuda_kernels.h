@@ -69,7 +69,7 @@ struct Revert {
 // nothing. Its output is then non-finite on every rank (the scales are), like NCCL's own allreduce
 // of a NaN, and the next call starts from the state before it. Two kernels: the verdict, then the
 // copy, which returns at once when the verdict is "finite".
-cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks, const Revert& revert,
-                                 cudaStream_t stream);
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
+                                 const Revert& revert, cudaStream_t stream);
 
 }  // namespace onebit::kernels::cuda

@@ -6,9 +6,9 @@
 #include <functional>
 #include <memory>
 
+#include "engine/communicator.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
-#include "engine/communicator.h"
 
 namespace onebit {
 
@@ -197,7 +197,8 @@ std::shared_ptr<onebit::Tag> named_tag(const char* name) {
 
 onebit_result_t onebit_tag_state_size(const char* name, size_t* worker_count, size_t* server_count) {
   return onebit::abi_guard("onebit_tag_state_size", [&] {
-    ONEBIT_CHECK(worker_count != nullptr && server_count != nullptr, ONEBIT_INVALID_ARGUMENT, "a count pointer is NULL");
+    ONEBIT_CHECK(worker_count != nullptr && server_count != nullptr, ONEBIT_INVALID_ARGUMENT,
+                 "a count pointer is NULL");
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
     tag->saved_sizes(worker_count, server_count);
@@ -222,7 +223,8 @@ onebit_result_t onebit_tag_state_load(const char* name, const float* worker, siz
 }
 
 onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype, onebit_op_t op) {
-  return onebit::abi_guard("onebit_allreduce", [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });
+  return onebit::abi_guard("onebit_allreduce",
+                           [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });
 }
 
 }  // extern "C"

@@ -6,11 +6,11 @@
 #include <cstdint>
 #include <initializer_list>
 
-#include "plugin/capi/abi_guard.h"
 #include "optim/frozen_variance.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
 #include "optim/zero_one_adam.h"
+#include "plugin/capi/abi_guard.h"
 
 namespace {
 
@@ -67,9 +67,8 @@ int64_t onebit_adam_freeze_step(int64_t requested) {
 
 int onebit_adam_compressing(const onebit_adam_config_t* config, int64_t step) {
   int answer = -1;
-  const onebit_result_t result = onebit::abi_guard("onebit_adam_compressing", [&] {
-    answer = onebit::optim::compressing(to_adam(config), step) ? 1 : 0;
-  });
+  const onebit_result_t result = onebit::abi_guard(
+      "onebit_adam_compressing", [&] { answer = onebit::optim::compressing(to_adam(config), step) ? 1 : 0; });
   return result == ONEBIT_SUCCESS ? answer : -1;
 }
 
@@ -134,9 +133,8 @@ int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, 
 }
 
 onebit_result_t onebit_zero_one_adam_schedule_init(onebit_zero_one_adam_schedule_t* schedule) {
-  return onebit::abi_guard("onebit_zero_one_adam_schedule_init", [&] {
-    non_null(schedule, "schedule") = onebit::optim::zero_one_adam::initial_schedule();
-  });
+  return onebit::abi_guard("onebit_zero_one_adam_schedule_init",
+                           [&] { non_null(schedule, "schedule") = onebit::optim::zero_one_adam::initial_schedule(); });
 }
 
 onebit_result_t onebit_zero_one_adam_next(const onebit_zero_one_adam_config_t* config,
@@ -160,9 +158,8 @@ onebit_result_t onebit_zero_one_adam_advance(const onebit_zero_one_adam_config_t
   });
 }
 
-onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_config_t* config, float* params,
-                                                   float* m, float* v, const float* grad, size_t count,
-                                                   int update_variance) {
+onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_config_t* config, float* params, float* m,
+                                                   float* v, const float* grad, size_t count, int update_variance) {
   return onebit::abi_guard("onebit_zero_one_adam_gradient_step", [&] {
     const auto& c = to_zero_one_adam(config);
     check_arrays(count, {params, m, v, grad});
@@ -170,9 +167,8 @@ onebit_result_t onebit_zero_one_adam_gradient_step(const onebit_zero_one_adam_co
   });
 }
 
-onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config, float* params,
-                                                float* m, const float* v, float* u, float* lrs, const float* grad,
-                                                size_t count) {
+onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_config_t* config, float* params, float* m,
+                                                const float* v, float* u, float* lrs, const float* grad, size_t count) {
   return onebit::abi_guard("onebit_zero_one_adam_local_step", [&] {
     const auto& c = to_zero_one_adam(config);
     check_arrays(count, {params, m, v, u, grad});
@@ -180,8 +176,8 @@ onebit_result_t onebit_zero_one_adam_local_step(const onebit_zero_one_adam_confi
   });
 }
 
-onebit_result_t onebit_zero_one_adam_sync_begin(const onebit_zero_one_adam_config_t* config, float* u,
-                                                const float* v, float lrs, size_t count) {
+onebit_result_t onebit_zero_one_adam_sync_begin(const onebit_zero_one_adam_config_t* config, float* u, const float* v,
+                                                float lrs, size_t count) {
   return onebit::abi_guard("onebit_zero_one_adam_sync_begin", [&] {
     const auto& c = to_zero_one_adam(config);
     check_arrays(count, {u, v});
@@ -207,9 +203,8 @@ onebit_result_t onebit_lamb_layer_init(onebit_lamb_layer_t* layer) {
 
 int onebit_lamb_compressing(const onebit_lamb_config_t* config, int64_t step) {
   int answer = -1;
-  const onebit_result_t result = onebit::abi_guard("onebit_lamb_compressing", [&] {
-    answer = onebit::optim::lamb::compressing(to_lamb(config), step) ? 1 : 0;
-  });
+  const onebit_result_t result = onebit::abi_guard(
+      "onebit_lamb_compressing", [&] { answer = onebit::optim::lamb::compressing(to_lamb(config), step) ? 1 : 0; });
   return result == ONEBIT_SUCCESS ? answer : -1;
 }
 

@@ -68,7 +68,7 @@ typedef struct {
 } ncclNetVDeviceProps_t;  // v9 to v11 alike
 
 typedef struct {
-  int trafficClass;  // -1: undefined
+  int trafficClass;     // -1: undefined
 } ncclNetCommConfig_t;  // v10, v11
 
 typedef struct {
@@ -199,8 +199,8 @@ typedef struct {
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
   ncclResult_t (*isend)(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
                         void** request);
-  ncclResult_t (*irecv)(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
+  ncclResult_t (*irecv)(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
   ncclResult_t (*iflush)(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* send_comm);
@@ -225,8 +225,8 @@ typedef struct {
   ncclResult_t (*deregMr)(void* comm, void* mhandle);
   ncclResult_t (*isend)(void* send_comm, void* data, size_t size, int tag, void* mhandle, void* phandle,
                         void** request);
-  ncclResult_t (*irecv)(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                        void** phandles, void** request);
+  ncclResult_t (*irecv)(void* recv_comm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** phandles,
+                        void** request);
   ncclResult_t (*iflush)(void* recv_comm, int n, void** data, int* sizes, void** mhandles, void** request);
   ncclResult_t (*test)(void* request, int* done, int* sizes);
   ncclResult_t (*closeSend)(void* send_comm);

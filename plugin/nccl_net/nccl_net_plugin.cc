@@ -75,7 +75,8 @@ ncclResult_t init_common(ncclDebugLogger_t logger) {
     p.initialized = true;
     std::string list;
     for (std::size_t i = 0; i < p.devices.size(); ++i) {
-      list += (i ? ", " : "") + std::to_string(i) + ":" + p.devices[i].name + "<" + p.devices[i].address.to_string() + ">";
+      list +=
+          (i ? ", " : "") + std::to_string(i) + ":" + p.devices[i].name + "<" + p.devices[i].address.to_string() + ">";
     }
     log_line(NCCL_LOG_INFO, "using " + list + ", " + std::to_string(param::SocketsPerPeer()) +
                                 " sockets per connection (ONEBIT_SOCKETS_PER_PEER)");
@@ -134,9 +135,9 @@ ncclResult_t properties_v8(int dev, ncclNetProperties_v8_t* props) {
     ncclNetProperties_v11_t all;
     fill_properties(dev, &all);
     ONEBIT_CHECK(props != nullptr, ONEBIT_INVALID_ARGUMENT, "props is NULL");
-    *props = ncclNetProperties_v8_t{all.name,     all.pciPath,  all.guid,     all.ptrSupport,    all.regIsGlobal,
-                                    all.speed,    all.port,     all.latency,  all.maxComms,      all.maxRecvs,
-                                    all.netDeviceType, all.netDeviceVersion};
+    *props = ncclNetProperties_v8_t{all.name,        all.pciPath,  all.guid,          all.ptrSupport,
+                                    all.regIsGlobal, all.speed,    all.port,          all.latency,
+                                    all.maxComms,    all.maxRecvs, all.netDeviceType, all.netDeviceVersion};
   });
 }
 
@@ -214,8 +215,8 @@ ncclResult_t irecv_sized(void* recv_comm, int n, void** data, const size_t* size
   return guard("irecv", [&] {
     ONEBIT_CHECK(recv_comm != nullptr && request != nullptr && data != nullptr && sizes != nullptr,
                  ONEBIT_INVALID_ARGUMENT, "recvComm, request, data or sizes is NULL");
-    ONEBIT_CHECK(n >= 1 && n <= kMaxRecvs, ONEBIT_INVALID_ARGUMENT, "irecv of ", n, " buffers; this plugin groups 1 to ",
-                 kMaxRecvs, " (maxRecvs)");
+    ONEBIT_CHECK(n >= 1 && n <= kMaxRecvs, ONEBIT_INVALID_ARGUMENT, "irecv of ", n,
+                 " buffers; this plugin groups 1 to ", kMaxRecvs, " (maxRecvs)");
     *request = static_cast<NetComm*>(recv_comm)->irecv(n, data, sizes, tags);
   });
 }
@@ -240,7 +241,8 @@ ncclResult_t irecv_v9(void* recv_comm, int n, void** data, size_t* sizes, int* t
 ncclResult_t irecv_v8(void* recv_comm, int n, void** data, int* sizes, int* tags, void**, void** request) {
   size_t wide[kMaxRecvs];
   // Out of range or NULL: irecv_sized names the problem.
-  if (n < 1 || n > kMaxRecvs || sizes == nullptr) return irecv_sized(recv_comm, n, data, sizes == nullptr ? nullptr : wide, tags, request);
+  if (n < 1 || n > kMaxRecvs || sizes == nullptr)
+    return irecv_sized(recv_comm, n, data, sizes == nullptr ? nullptr : wide, tags, request);
   for (int i = 0; i < n; ++i) wide[i] = sizes[i] < 0 ? 0 : static_cast<size_t>(sizes[i]);
   return irecv_sized(recv_comm, n, data, wide, tags, request);
 }
@@ -307,11 +309,14 @@ ncclResult_t finalize_v11(void* ctx) {
   return guard("finalize", [&] { delete static_cast<Context*>(ctx); });
 }
 ncclResult_t set_net_attr_v11(void*, ncclNetAttr_t*) { return ncclSuccess; }  // hints; TCP has no knobs for them
-ncclResult_t listen_v11(void*, int dev, void* handle, void** listen_comm) { return net_listen(dev, handle, listen_comm); }
+ncclResult_t listen_v11(void*, int dev, void* handle, void** listen_comm) {
+  return net_listen(dev, handle, listen_comm);
+}
 ncclResult_t connect_v11(void*, int dev, void* handle, void** send_comm, ncclNetDeviceHandle_t** dev_comm) {
   return net_connect(dev, handle, send_comm, dev_comm);
 }
-ncclResult_t connect_v10(int dev, ncclNetCommConfig_t*, void* handle, void** send_comm, ncclNetDeviceHandle_t** dev_comm) {
+ncclResult_t connect_v10(int dev, ncclNetCommConfig_t*, void* handle, void** send_comm,
+                         ncclNetDeviceHandle_t** dev_comm) {
   return net_connect(dev, handle, send_comm, dev_comm);
 }
 
@@ -328,23 +333,23 @@ __attribute__((visibility("default"))) extern const ncclNet_v9_t ncclNetPlugin_v
 __attribute__((visibility("default"))) extern const ncclNet_v8_t ncclNetPlugin_v8;
 
 const ncclNet_v11_t ncclNetPlugin_v11 = {
-    "onebit", init_v11,   net_devices,    properties_v11, listen_v11,     connect_v11,    net_accept,       reg_mr,
-    reg_mr_dmabuf, dereg_mr, isend_v10, irecv_v10,  iflush,         net_test,           close_send,   close_recv,
-    close_listen, get_device_mr, irecv_consumed, make_vdevice, finalize_v11, set_net_attr_v11};
+    "onebit",      init_v11,      net_devices,    properties_v11, listen_v11,   connect_v11,     net_accept, reg_mr,
+    reg_mr_dmabuf, dereg_mr,      isend_v10,      irecv_v10,      iflush,       net_test,        close_send, close_recv,
+    close_listen,  get_device_mr, irecv_consumed, make_vdevice,   finalize_v11, set_net_attr_v11};
 
-const ncclNet_v10_t ncclNetPlugin_v10 = {
-    "onebit", init_v10,  net_devices,   properties_v9, net_listen,     connect_v10,   net_accept,        reg_mr,  reg_mr_dmabuf,
-    dereg_mr, isend_v10, irecv_v10, iflush,        net_test,       close_send,    close_recv,    close_listen,
-    get_device_mr, irecv_consumed, make_vdevice};
+const ncclNet_v10_t ncclNetPlugin_v10 = {"onebit",    init_v10,     net_devices,   properties_v9,  net_listen,
+                                         connect_v10, net_accept,   reg_mr,        reg_mr_dmabuf,  dereg_mr,
+                                         isend_v10,   irecv_v10,    iflush,        net_test,       close_send,
+                                         close_recv,  close_listen, get_device_mr, irecv_consumed, make_vdevice};
 
-const ncclNet_v9_t ncclNetPlugin_v9 = {
-    "onebit", init_v8,  net_devices,  properties_v9, net_listen,     net_connect,      net_accept,       reg_mr,  reg_mr_dmabuf,
-    dereg_mr, isend_v9, irecv_v9, iflush,        net_test,       close_send,   close_recv,   close_listen,
-    get_device_mr, irecv_consumed, make_vdevice};
+const ncclNet_v9_t ncclNetPlugin_v9 = {"onebit",    init_v8,      net_devices,   properties_v9,  net_listen,
+                                       net_connect, net_accept,   reg_mr,        reg_mr_dmabuf,  dereg_mr,
+                                       isend_v9,    irecv_v9,     iflush,        net_test,       close_send,
+                                       close_recv,  close_listen, get_device_mr, irecv_consumed, make_vdevice};
 
-const ncclNet_v8_t ncclNetPlugin_v8 = {
-    "onebit", init_v8,  net_devices,  properties_v8, net_listen,     net_connect,     net_accept,      reg_mr, reg_mr_dmabuf,
-    dereg_mr, isend_v8, irecv_v8, iflush,        net_test,       close_send,  close_recv,  close_listen,
-    get_device_mr, irecv_consumed};
+const ncclNet_v8_t ncclNetPlugin_v8 = {"onebit",    init_v8,      net_devices,   properties_v8, net_listen,
+                                       net_connect, net_accept,   reg_mr,        reg_mr_dmabuf, dereg_mr,
+                                       isend_v8,    irecv_v8,     iflush,        net_test,      close_send,
+                                       close_recv,  close_listen, get_device_mr, irecv_consumed};
 
 }  // extern "C"

@@ -30,12 +30,12 @@
 
 #include "common/crypto.h"
 #include "common/error.h"
-#include "common/log.h"
 #include "common/launcher.h"
+#include "common/log.h"
 #include "common/params.h"
+#include "engine/communicator.h"
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
-#include "engine/communicator.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/gloo/libgloo.h"
 #include "transport/tcp/socket.h"
@@ -161,9 +161,10 @@ Invitation invitation_from_rank_0() {
     const std::string master = launcher_master_addr();
     const std::string master_host = !master.empty() ? master : "127.0.0.1";
     const bool ipv6 = master_host.find(':') != std::string::npos;
-    transport::tcp::Address any = param::Root().empty()
-                           ? transport::tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
-                           : transport::tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
+    transport::tcp::Address any =
+        param::Root().empty()
+            ? transport::tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
+            : transport::tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
     // A later context's rank 0 need not run on that host: it listens on its own address on the
     // route there, which every rank of the job reaches.
     if (root_taken_before) any = transport::tcp::address_toward(any);
@@ -178,7 +179,8 @@ Invitation invitation_from_rank_0() {
   std::uint8_t id[8], secret[32];
   crypto::random_bytes(id, sizeof(id));
   crypto::random_bytes(secret, sizeof(secret));
-  std::snprintf(invitation.identity, sizeof(invitation.identity), "gloo context %s", crypto::hex(id, sizeof(id)).c_str());
+  std::snprintf(invitation.identity, sizeof(invitation.identity), "gloo context %s",
+                crypto::hex(id, sizeof(id)).c_str());
   std::snprintf(invitation.secret, sizeof(invitation.secret), "%s", crypto::hex(secret, sizeof(secret)).c_str());
   return invitation;
 }
@@ -274,8 +276,7 @@ bool compress_if_tagged(const ::gloo::detail::AllreduceOptionsImpl& call) {
     case kernels::Dtype::kFloat16:
       if (!is_half_sum(call.reduce)) return forward("not a float16 sum");
       break;
-    case kernels::Dtype::kBFloat16:
-      return forward("gloo has no bfloat16 sum to stand in for");
+    case kernels::Dtype::kBFloat16: return forward("gloo has no bfloat16 sum to stand in for");
   }
   ONEBIT_LOG(INFO, "preload: tag '", tag->name, "': ", call.elements, " ", kernels::dtype_name(tag->dtype),
              " (gloo tag ", call.tag, "): compressed");
@@ -285,8 +286,8 @@ bool compress_if_tagged(const ::gloo::detail::AllreduceOptionsImpl& call) {
   } catch (const ::gloo::Exception& error) {  // the tcp bootstrap's broadcast
     const std::string text = error.what();
     fail(text.find("Timed out") != std::string::npos ? ONEBIT_TIMEOUT : ONEBIT_REMOTE_ERROR, "rank ",
-         call.context->rank, ": tag '", tag->name, "': joining onebit's TCP transport over the gloo context failed: ",
-         text);
+         call.context->rank, ": tag '", tag->name,
+         "': joining onebit's TCP transport over the gloo context failed: ", text);
   } catch (const Error& error) {
     fail(error.code(), "rank ", call.context->rank, ": tag '", tag->name, "': ", error.what());
   }
@@ -312,7 +313,8 @@ void allreduce(const AllreduceOptions& opts) {
   }
   if (compressed) return;
   onebit::front::gloo::count_forwarded(opts.impl_);
-  if (real.function == nullptr) throw ::gloo::Exception("onebit: libgloo's ::gloo::allreduce is not available to forward to");
+  if (real.function == nullptr)
+    throw ::gloo::Exception("onebit: libgloo's ::gloo::allreduce is not available to forward to");
   real.function(opts);
 }
 

@@ -37,11 +37,11 @@
 #include "common/launcher.h"
 #include "common/log.h"
 #include "common/params.h"
+#include "engine/cuda_allreduce.h"
+#include "engine/tag_registry.h"
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/nccl_guard.h"
-#include "engine/cuda_allreduce.h"
-#include "engine/tag_registry.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace onebit::front::nccl {
@@ -148,9 +148,13 @@ bool blocking_of(const ncclConfig_t* config, ncclComm_t parent) {
 
 std::size_t element_size(ncclDataType_t t) {
   switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    case ncclInt8:
+    case ncclUint8: return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
     default: return 8;
   }
 }
@@ -210,7 +214,8 @@ ncclResult_t forward(const AllReduceCall& c) {
   counters().forwarded_calls += 1;
   counters().forwarded_bytes += c.count * element_size(c.datatype);
   const auto all_reduce = nccl_api().all_reduce;
-  ONEBIT_CHECK(all_reduce != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's pncclAllReduce was not found: is libnccl.so.2 loaded?");
+  ONEBIT_CHECK(all_reduce != nullptr, ONEBIT_SYSTEM_ERROR,
+               "NCCL's pncclAllReduce was not found: is libnccl.so.2 loaded?");
   return all_reduce(c.send, c.recv, c.count, c.datatype, c.op, c.comm, c.stream);
 }
 
@@ -222,8 +227,8 @@ void run_compressed(const AllReduceCall& call) {
     counters().compressed_calls += 1;
     counters().compressed_bytes += sent;
   } catch (const Error& error) {
-    fail(error.code(), "tag '", call.tag->name, "' (", call.count, " elements): compressed allreduce failed: ",
-         error.what());
+    fail(error.code(), "tag '", call.tag->name, "' (", call.count,
+         " elements): compressed allreduce failed: ", error.what());
   }
 }
 
@@ -232,7 +237,8 @@ void run_compressed(const AllReduceCall& call) {
 // and for an abort without waiting on a tag whose call is running: the watchdog aborts a stuck
 // communicator, and the call holding that tag may be the stuck one.
 ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
-                              ncclResult_t (*transport::nccl::NcclApi::*entry)(ncclComm_t), TagRegistry::InFlight in_flight) {
+                              ncclResult_t (*transport::nccl::NcclApi::*entry)(ncclComm_t),
+                              TagRegistry::InFlight in_flight) {
   ncclResult_t result = ncclSuccess;
   const ncclResult_t guarded = guard(entry_point, [&] {
     const std::uint64_t id = communicators().release(comm);
@@ -248,8 +254,8 @@ ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
 // is an error, the new communicator recorded with how it blocks (ncclInProgress: a non-blocking
 // one, still being made).
 template <typename Call>
-ncclResult_t make_communicator(const char* entry_point, ncclComm_t* made, const ncclConfig_t* config,
-                               ncclComm_t parent, Call&& call) {
+ncclResult_t make_communicator(const char* entry_point, ncclComm_t* made, const ncclConfig_t* config, ncclComm_t parent,
+                               Call&& call) {
   ncclResult_t result = ncclSuccess;
   const ncclResult_t guarded = guard(entry_point, [&] {
     result = call();
@@ -257,7 +263,8 @@ ncclResult_t make_communicator(const char* entry_point, ncclComm_t* made, const 
       const bool blocking = blocking_of(config, parent);
       communicators().made(*made, blocking);
       if (!blocking) {
-        ONEBIT_LOG(INFO, "nccl preload: ", entry_point, ": communicator ", *made, " is non-blocking; its tagged "
+        ONEBIT_LOG(INFO, "nccl preload: ", entry_point, ": communicator ", *made,
+                   " is non-blocking; its tagged "
                    "allreduces go to NCCL uncompressed");
       }
     }

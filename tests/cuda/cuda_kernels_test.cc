@@ -22,14 +22,17 @@ bool have_device() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-#define SKIP_WITHOUT_GPU()                                                                               \
-  if (!have_device()) GTEST_SKIP() << "no CUDA device here (cudaGetDeviceCount: none); run tools/gpu-check.sh on a GPU machine"
+#define SKIP_WITHOUT_GPU() \
+  if (!have_device())      \
+  GTEST_SKIP() << "no CUDA device here (cudaGetDeviceCount: none); run tools/gpu-check.sh on a GPU machine"
 
 template <typename T>
 struct DeviceArray {
   T* ptr = nullptr;
   std::size_t count = 0;
-  explicit DeviceArray(std::size_t n) : count(n) { EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(1, n) * sizeof(T)), cudaSuccess); }
+  explicit DeviceArray(std::size_t n) : count(n) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<std::size_t>(1, n) * sizeof(T)), cudaSuccess);
+  }
   ~DeviceArray() { cudaFree(ptr); }
   void put(const T* host) { ASSERT_EQ(cudaMemcpy(ptr, host, count * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess); }
   std::vector<T> get() const {
@@ -73,7 +76,8 @@ TEST(CudaKernels, WorkerPassMatchesTheScalarOracle) {
       const float a_prev = 0.37f;
       std::vector<float> e_next(n);
       std::vector<std::uint8_t> bits(packed_bytes(n) + 1, 0xAA);
-      const double sum = scalar_kernels().worker_pass(x.data(), dtype, e_prev.data(), a_prev, e_next.data(), bits.data(), n);
+      const double sum =
+          scalar_kernels().worker_pass(x.data(), dtype, e_prev.data(), a_prev, e_next.data(), bits.data(), n);
 
       DeviceArray<std::uint8_t> dx(x.size()), dbits(packed_bytes(n) + 1);
       DeviceArray<float> de_prev(n), de_next(n), da(1), dscale(1);
@@ -139,10 +143,10 @@ TEST(CudaKernels, ServerPassMatchesTheScalarOracle) {
       db.put(&b_prev);
       std::vector<std::uint8_t> marker(packed_bytes(n) + 1, 0x55);
       dout.put(marker.data());
-      ASSERT_EQ(cuda::server_pass(dpointers.ptr, dscales.ptr, ranks, 1.0f / static_cast<float>(ranks), ds_prev.ptr,
-                                  db.ptr, ds_next.ptr, dout.ptr, n, cuda::Reduction{dsum.ptr, dscale.ptr}, workspace.ptr,
-                                  nullptr),
-                cudaSuccess);
+      ASSERT_EQ(
+          cuda::server_pass(dpointers.ptr, dscales.ptr, ranks, 1.0f / static_cast<float>(ranks), ds_prev.ptr, db.ptr,
+                            ds_next.ptr, dout.ptr, n, cuda::Reduction{dsum.ptr, dscale.ptr}, workspace.ptr, nullptr),
+          cudaSuccess);
       ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
       const auto got = ds_next.get();
       ASSERT_EQ(0, n == 0 ? 0 : std::memcmp(got.data(), s_next.data(), n * 4)) << "ranks=" << ranks << " n=" << n;
@@ -201,8 +205,8 @@ TEST(CudaKernels, RevertUnlessFiniteRestoresTheStateOnlyAfterANonFiniteScale) {
     const unsigned zero = 0;
     failures.put(&zero);
     // This rank (1) owns worker_scales[1] and server_scales[1].
-    cuda::Revert r{d_e_prev.ptr, d_e_next.ptr, n, d_s_prev.ptr, d_s_next.ptr, server_n, d_saved.ptr,
-             d_worker.ptr + 1, d_server.ptr + 1, verdict.ptr, failures.ptr};
+    cuda::Revert r{d_e_prev.ptr,     d_e_next.ptr,     n,           d_s_prev.ptr, d_s_next.ptr, server_n, d_saved.ptr,
+                   d_worker.ptr + 1, d_server.ptr + 1, verdict.ptr, failures.ptr};
     ASSERT_EQ(cuda::revert_unless_finite(d_worker.ptr, d_server.ptr, 4, r, nullptr), cudaSuccess);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto& want_e = poisoned ? e_prev : e_next;

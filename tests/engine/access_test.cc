@@ -1,24 +1,24 @@
 // Who may join a job through the shipped C ABI: strangers and old-protocol peers at the bootstrap
 // root are ignored, ONEBIT_AUTH_KEY keeps a different key out.
 
+#include <sched.h>
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
-#include <atomic>
-#include <algorithm>
-#include <sched.h>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
+#include "tests/engine/engine_jobs.h"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/rank_record.h"
-#include "tests/engine/engine_jobs.h"
 
 namespace onebit::testing {
 namespace {
@@ -44,8 +44,8 @@ void expect_job_survives_stranger_at_root(const std::vector<std::uint8_t>& bytes
     }
     onebit_comm_t comm = join_loopback(rank, world, port);
     std::vector<float> buffer(10, static_cast<float>(rank));
-    const bool ok = onebit_allreduce(comm, buffer.data(), 10, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
-                    buffer[0] == 1.0f;
+    const bool ok =
+        onebit_allreduce(comm, buffer.data(), 10, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS && buffer[0] == 1.0f;
     onebit_comm_destroy(comm);
     return ok ? 0 : 2;
   });
@@ -68,8 +68,8 @@ TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
       onebit_comm_t comm = nullptr;
       RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 2);
       std::vector<float> buffer(8, 1.0f);
-      const bool ok = onebit_allreduce(comm, buffer.data(), 8, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS &&
-                      buffer[0] == 2.0f;
+      const bool ok =
+          onebit_allreduce(comm, buffer.data(), 8, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS && buffer[0] == 2.0f;
       onebit_comm_destroy(comm);
       return ok ? 0 : 3;
     });
@@ -94,7 +94,8 @@ TEST(Access, RanksWithTheSameAuthKeyJoinAndADifferentKeyIsKeptOut) {
   // The root answers an unproven hello at once, so rank 1 learns without waiting.
   EXPECT_EQ(records[1].code, ONEBIT_REMOTE_ERROR) << records[1].message;
   EXPECT_NE(std::string(records[1].message).find("refused this rank: its hello fails the bootstrap MAC"),
-            std::string::npos) << records[1].message;
+            std::string::npos)
+      << records[1].message;
   EXPECT_NE(std::string(records[1].message).find("holds a different key"), std::string::npos) << records[1].message;
 }
 
@@ -102,8 +103,8 @@ TEST(Access, OldProtocolPeerAtTheRootIsIgnored) {
   // A well-formed bootstrap hello of protocol version 0 that claims rank 1, before the real rank 1.
   std::vector<std::uint8_t> hello(48, 0);
   hello[0] = 0x31, hello[1] = 0x42, hello[2] = 0x42, hello[3] = 0x4F;  // "OBB1"; version 0
-  hello[8] = 1;   // rank 1
-  hello[12] = 2;  // of 2
+  hello[8] = 1;                                                        // rank 1
+  hello[12] = 2;                                                       // of 2
   expect_job_survives_stranger_at_root(hello);
 }
 

@@ -1,24 +1,24 @@
 // The compressed allreduce through the shipped C ABI (libonebit.so), ranks as real processes on
 // loopback, against the float64 reference: consecutive calls, sizes, SUM, untag, threads, error feedback.
 
+#include <sched.h>
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
-#include <atomic>
-#include <algorithm>
-#include <sched.h>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
+#include "tests/engine/engine_jobs.h"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/rank_record.h"
-#include "tests/engine/engine_jobs.h"
 
 namespace onebit::testing {
 namespace {
@@ -41,7 +41,8 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
         const std::vector<float> x = input(rank, call, n, static_cast<unsigned>(n));
         std::copy(x.begin(), x.end(), buffer.begin());
         if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) {
-          return RANK_FAILED(4, "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
+          return RANK_FAILED(4,
+                             "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
         }
         std::copy(buffer.begin(), buffer.end(), outputs.as<float>() + ((offset * calls + call * n) * world + rank * n));
       }
@@ -64,12 +65,14 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
       const std::vector<double> ref = reference.step(x, op == ONEBIT_SUM);
       // Bit for bit against the fp32 computation of the same algorithm (tests/support/float32_oracle.h).
       const std::vector<float> exact = oracle.step(x, op == ONEBIT_SUM);
-      ASSERT_EQ(0, n == 0 ? 0 : std::memcmp(outputs.as<float>() + (offset * calls + call * n) * world, exact.data(), n * 4))
+      ASSERT_EQ(
+          0, n == 0 ? 0 : std::memcmp(outputs.as<float>() + (offset * calls + call * n) * world, exact.data(), n * 4))
           << "W=" << world << " n=" << n << " call " << call << " differs from the fp32 oracle";
       const float* rank0 = outputs.as<float>() + (offset * calls + call * n) * world;
       for (int r = 0; r < world; ++r) {
         const float* out = rank0 + r * n;
-        ASSERT_EQ(0, std::memcmp(out, rank0, n * 4)) << "rank " << r << " disagrees with rank 0, W=" << world << " n=" << n;
+        ASSERT_EQ(0, std::memcmp(out, rank0, n * 4))
+            << "rank " << r << " disagrees with rank 0, W=" << world << " n=" << n;
         ambiguous = std::max(ambiguous, expect_matches(out, ref, reference.ambiguous(),
                                                        "W=" + std::to_string(world) + " n=" + std::to_string(n) +
                                                            " call " + std::to_string(call)));
@@ -80,7 +83,6 @@ void run_against_reference(int world, const std::vector<std::size_t>& sizes, int
     offset += n;
   }
 }
-
 
 TEST(CompressedAllreduce, MatchesFloat64ReferenceOverConsecutiveCalls) {
   for (int world : {1, 2, 3, 4, 5, 8}) {
@@ -230,8 +232,8 @@ TEST(CompressedAllreduce, ErrorFeedbackTracksTheTrueAverage) {
     }
     relative.push_back(std::sqrt(diff / norm));
   }
-  EXPECT_LT(relative[calls - 1], relative[4] / 4) << "after 5 calls " << relative[4] << ", after " << calls << " calls "
-                                                  << relative[calls - 1];
+  EXPECT_LT(relative[calls - 1], relative[4] / 4)
+      << "after 5 calls " << relative[4] << ", after " << calls << " calls " << relative[calls - 1];
   EXPECT_LT(relative[calls - 1], 0.05);
 }
 

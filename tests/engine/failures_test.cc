@@ -2,24 +2,24 @@
 // mismatches, killed, stalled and stopped peers, cut connections, destroy during a call — each an
 // error naming the problem, nothing changed, never a hang.
 
+#include <sched.h>
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
-#include <atomic>
-#include <algorithm>
-#include <sched.h>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
+#include "tests/engine/engine_jobs.h"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/rank_record.h"
-#include "tests/engine/engine_jobs.h"
 
 namespace onebit::testing {
 namespace {
@@ -91,13 +91,16 @@ TEST(Errors, BadArgumentsAreReportedAndChangeNothing) {
   const std::vector<float> before = buffer;
   EXPECT_EQ(onebit_allreduce(nullptr, buffer.data(), 4, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
   EXPECT_EQ(onebit_allreduce(comm, nullptr, 4, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
-  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, static_cast<onebit_dtype_t>(7), ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, static_cast<onebit_dtype_t>(7), ONEBIT_SUM),
+            ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("unknown dtype 7"), std::string::npos) << onebit_last_error();
-  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, ONEBIT_FLOAT32, static_cast<onebit_op_t>(9)), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 4, ONEBIT_FLOAT32, static_cast<onebit_op_t>(9)),
+            ONEBIT_INVALID_ARGUMENT);
   ASSERT_EQ(onebit_tag("t", buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
   EXPECT_EQ(onebit_allreduce(comm, buffer.data(), 3, ONEBIT_FLOAT32, ONEBIT_SUM), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("tagged 't' with 4 elements of float32 but the call passes 3"),
-            std::string::npos) << onebit_last_error();
+            std::string::npos)
+      << onebit_last_error();
   EXPECT_EQ(onebit_tag("t", buffer.data(), 5, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
   EXPECT_EQ(onebit_tag("other", buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
   EXPECT_EQ(onebit_tag(nullptr, buffer.data(), 4, ONEBIT_FLOAT32), ONEBIT_INVALID_ARGUMENT);
@@ -193,14 +196,17 @@ TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
   const int world = 3;
   RankRecords records(world);
   const int port = free_port();
-  auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_comm_t comm = join_loopback(rank, world, port);
-    std::vector<float> buffer(100000, 1.0f);
-    onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    if (rank == 2) ::raise(SIGKILL);  // dies with its connections open, as a crashed trainer does
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
-    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        onebit_comm_t comm = join_loopback(rank, world, port);
+        std::vector<float> buffer(100000, 1.0f);
+        onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        if (rank == 2) ::raise(SIGKILL);  // dies with its connections open, as a crashed trainer does
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+        return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL);
   int naming_rank_2 = 0;
   for (int r = 0; r < 2; ++r) {
@@ -221,19 +227,22 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   const int port = free_port();
   int release[2];
   ASSERT_EQ(::pipe(release), 0);
-  auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
-    onebit_comm_t comm = nullptr;
-    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
-    std::vector<float> buffer(1000, 1.0f);
-    if (rank == 1) {  // never calls: waits until rank 0 has given up
-      char byte;
-      return ::read(release[0], &byte, 1) == 1 ? 0 : 6;
-    }
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
-    [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
-    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
+        onebit_comm_t comm = nullptr;
+        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        std::vector<float> buffer(1000, 1.0f);
+        if (rank == 1) {  // never calls: waits until rank 0 has given up
+          char byte;
+          return ::read(release[0], &byte, 1) == 1 ? 0 : 6;
+        }
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
+        [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
+        return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+      },
+      std::chrono::seconds(60));
   ::close(release[0]);
   ::close(release[1]);
   ASSERT_EQ(outcomes[0].exit_code, 0);
@@ -254,34 +263,37 @@ TEST(Errors, RankKilledAtRandomPointsOfCollectives) {
     const std::uint64_t threshold = rng() % (30 * 50000);
     RankRecords records(world);
     const int port = free_port();
-    auto outcomes = run_ranks(world, [&](int rank) {
-      onebit_comm_t comm = join_loopback(rank, world, port);
-      std::vector<float> buffer(n);
-      onebit_tag("k", buffer.data(), n, ONEBIT_FLOAT32);
-      std::thread watcher;
-      if (rank == 2) {
-        watcher = std::thread([&] {
-          onebit_stats_t stats{};
-          do {
-            onebit_comm_stats(comm, &stats);
-            std::this_thread::yield();
-          } while (stats.bytes_sent < threshold);
-          ::raise(SIGKILL);
-        });
-      }
-      for (int call = 0; call < 1000; ++call) {
-        const std::vector<float> x = input(rank, call, n, 11);
-        std::copy(x.begin(), x.end(), buffer.begin());
-        const onebit_result_t result = onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG);
-        if (result != ONEBIT_SUCCESS) {
-          records[rank].set(result);
-          RANK_FAILS_IF(std::memcmp(buffer.data(), x.data(), n * sizeof(float)) != 0, 3);  // must be untouched
-          break;
-        }
-      }
-      if (watcher.joinable()) watcher.join();  // rank 2 never gets here
-      return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
-    }, std::chrono::seconds(120));
+    auto outcomes = run_ranks(
+        world,
+        [&](int rank) {
+          onebit_comm_t comm = join_loopback(rank, world, port);
+          std::vector<float> buffer(n);
+          onebit_tag("k", buffer.data(), n, ONEBIT_FLOAT32);
+          std::thread watcher;
+          if (rank == 2) {
+            watcher = std::thread([&] {
+              onebit_stats_t stats{};
+              do {
+                onebit_comm_stats(comm, &stats);
+                std::this_thread::yield();
+              } while (stats.bytes_sent < threshold);
+              ::raise(SIGKILL);
+            });
+          }
+          for (int call = 0; call < 1000; ++call) {
+            const std::vector<float> x = input(rank, call, n, 11);
+            std::copy(x.begin(), x.end(), buffer.begin());
+            const onebit_result_t result = onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG);
+            if (result != ONEBIT_SUCCESS) {
+              records[rank].set(result);
+              RANK_FAILS_IF(std::memcmp(buffer.data(), x.data(), n * sizeof(float)) != 0, 3);  // must be untouched
+              break;
+            }
+          }
+          if (watcher.joinable()) watcher.join();  // rank 2 never gets here
+          return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+        },
+        std::chrono::seconds(120));
     EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL) << "trial " << trial;
     int naming_rank_2 = 0;
     for (int r = 0; r < 2; ++r) {
@@ -301,25 +313,28 @@ TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
   auto* records = shared.as<Record>();
   auto* stopped_pid = reinterpret_cast<pid_t*>(records + world);
   const int port = free_port();
-  auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
-    onebit_comm_t comm = nullptr;
-    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
-    std::vector<float> buffer(100000, 1.0f);
-    onebit_tag("s", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    if (rank == 2) {
-      *stopped_pid = ::getpid();
-      ::raise(SIGSTOP);
-      return 0;
-    }
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
-    for (float v : buffer) {
-      RANK_FAILS_IF(v != 1.0f, 3);  // untouched
-    }
-    const bool destroyed = onebit_comm_destroy(comm) == ONEBIT_SUCCESS;
-    if (rank == 0) ::kill(*stopped_pid, SIGKILL);  // the stopped rank has served its purpose
-    return destroyed ? 0 : 5;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
+        onebit_comm_t comm = nullptr;
+        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        std::vector<float> buffer(100000, 1.0f);
+        onebit_tag("s", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        if (rank == 2) {
+          *stopped_pid = ::getpid();
+          ::raise(SIGSTOP);
+          return 0;
+        }
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+        for (float v : buffer) {
+          RANK_FAILS_IF(v != 1.0f, 3);  // untouched
+        }
+        const bool destroyed = onebit_comm_destroy(comm) == ONEBIT_SUCCESS;
+        if (rank == 0) ::kill(*stopped_pid, SIGKILL);  // the stopped rank has served its purpose
+        return destroyed ? 0 : 5;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(outcomes[2].exit_code, 128 + SIGKILL);
   int naming_rank_2 = 0;
   for (int r = 0; r < 2; ++r) {
@@ -339,33 +354,37 @@ TEST(Errors, ConnectionCutMidCallFailsBothSides) {
   int entering[2];
   ASSERT_EQ(::pipe(entering), 0);
   const int port = free_port();
-  auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_config_t config{20000, 0, nullptr, nullptr, nullptr, nullptr};
-    onebit_comm_t comm = nullptr;
-    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
-    std::vector<float> buffer(1 << 20, 1.0f);
-    onebit_tag("c", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    if (rank == 0) {
-      [[maybe_unused]] ssize_t w = ::write(entering[1], "x", 1);
-    } else {
-      char byte;
-      RANK_FAILS_IF(::read(entering[0], &byte, 1) != 1, 6);
-      // Abort every TCP socket this process holds, by its local port.
-      for (int fd = 3; fd < 1024; ++fd) {
-        sockaddr_in local{};
-        socklen_t length = sizeof(local);
-        int type = 0;
-        socklen_t type_length = sizeof(type);
-        if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) continue;
-        if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET) continue;
-        const std::string command = "ss -K -t state established sport = :" + std::to_string(ntohs(local.sin_port)) +
-                                    " >/dev/null 2>&1";
-        RANK_FAILS_IF(std::system(command.c_str()) != 0, 7);
-      }
-    }
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
-    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        onebit_config_t config{20000, 0, nullptr, nullptr, nullptr, nullptr};
+        onebit_comm_t comm = nullptr;
+        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        std::vector<float> buffer(1 << 20, 1.0f);
+        onebit_tag("c", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        if (rank == 0) {
+          [[maybe_unused]] ssize_t w = ::write(entering[1], "x", 1);
+        } else {
+          char byte;
+          RANK_FAILS_IF(::read(entering[0], &byte, 1) != 1, 6);
+          // Abort every TCP socket this process holds, by its local port.
+          for (int fd = 3; fd < 1024; ++fd) {
+            sockaddr_in local{};
+            socklen_t length = sizeof(local);
+            int type = 0;
+            socklen_t type_length = sizeof(type);
+            if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &type_length) != 0 || type != SOCK_STREAM) continue;
+            if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) != 0 || local.sin_family != AF_INET)
+              continue;
+            const std::string command =
+                "ss -K -t state established sport = :" + std::to_string(ntohs(local.sin_port)) + " >/dev/null 2>&1";
+            RANK_FAILS_IF(std::system(command.c_str()) != 0, 7);
+          }
+        }
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+        return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+      },
+      std::chrono::seconds(60));
   ::close(entering[0]);
   ::close(entering[1]);
   for (int r = 0; r < world; ++r) {
@@ -387,29 +406,31 @@ void expect_destroy_fails_the_call_in_flight(bool tagged) {
   const int port = free_port();
   int release[2];
   ASSERT_EQ(::pipe(release), 0);
-  auto outcomes = run_ranks(world, [&](int rank) {
-    onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
-    onebit_comm_t comm = nullptr;
-    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
-    if (rank == 1) {  // never calls
-      char byte;
-      const bool released = ::read(release[0], &byte, 1) == 1;
-      onebit_comm_destroy(comm);
-      return released ? 0 : 6;
-    }
-    std::vector<float> buffer(1 << 20, 1.0f);
-    if (tagged) onebit_tag("in-flight", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    std::thread call([&] {
-      record->set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
-    });
-    // Inside the call once it has sent something (polled, not slept).
-    for (onebit_stats_t s{}; onebit_comm_stats(comm, &s) == ONEBIT_SUCCESS && s.bytes_sent == 0;) ::sched_yield();
-    const onebit_result_t destroyed = onebit_comm_destroy(comm);
-    call.join();
-    [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
-    RANK_FAILS_IF(destroyed != ONEBIT_SUCCESS, 5);
-    return std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; }) ? 0 : 7;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+        onebit_comm_t comm = nullptr;
+        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        if (rank == 1) {  // never calls
+          char byte;
+          const bool released = ::read(release[0], &byte, 1) == 1;
+          onebit_comm_destroy(comm);
+          return released ? 0 : 6;
+        }
+        std::vector<float> buffer(1 << 20, 1.0f);
+        if (tagged) onebit_tag("in-flight", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        std::thread call(
+            [&] { record->set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM)); });
+        // Inside the call once it has sent something (polled, not slept).
+        for (onebit_stats_t s{}; onebit_comm_stats(comm, &s) == ONEBIT_SUCCESS && s.bytes_sent == 0;) ::sched_yield();
+        const onebit_result_t destroyed = onebit_comm_destroy(comm);
+        call.join();
+        [[maybe_unused]] ssize_t w = ::write(release[1], "x", 1);
+        RANK_FAILS_IF(destroyed != ONEBIT_SUCCESS, 5);
+        return std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; }) ? 0 : 7;
+      },
+      std::chrono::seconds(60));
   ::close(release[0]);
   ::close(release[1]);
   ASSERT_EQ(outcomes[0].exit_code, 0) << "rank 0: 5 destroy failed, 7 the buffer changed, 128+n a signal";
@@ -429,28 +450,33 @@ TEST(Errors, AFlatRankAmongHierarchicalOnesIsNamedAtTheFirstTaggedCall) {
   const int world = 4;
   RankRecords records(world);
   const int port = free_port();
-  auto outcomes = run_ranks(world, [&](int rank) {
-    ::setenv("ONEBIT_LOCAL_SIZE", rank == 0 ? "1" : "2", 1);
-    ::unsetenv("LOCAL_WORLD_SIZE");
-    ::unsetenv("LOCAL_RANK");
-    onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
-    onebit_comm_t comm = nullptr;
-    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
-    std::vector<float> buffer(4096, 1.0f);
-    onebit_tag("topology", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
-    const bool untouched = std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; });
-    onebit_comm_destroy(comm);
-    return untouched ? 0 : 7;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        ::setenv("ONEBIT_LOCAL_SIZE", rank == 0 ? "1" : "2", 1);
+        ::unsetenv("LOCAL_WORLD_SIZE");
+        ::unsetenv("LOCAL_RANK");
+        onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+        onebit_comm_t comm = nullptr;
+        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        std::vector<float> buffer(4096, 1.0f);
+        onebit_tag("topology", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
+        const bool untouched = std::all_of(buffer.begin(), buffer.end(), [](float v) { return v == 1.0f; });
+        onebit_comm_destroy(comm);
+        return untouched ? 0 : 7;
+      },
+      std::chrono::seconds(60));
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << "rank " << r << ": " << records[r].message;
   }
   EXPECT_NE(std::string(records[0].message).find("this rank runs 1 rank(s) per host (flat) but rank 1 runs 2"),
-            std::string::npos) << records[0].message;
+            std::string::npos)
+      << records[0].message;
   EXPECT_NE(std::string(records[1].message).find("this rank runs 2 rank(s) per host but rank 0 runs 1 (flat)"),
-            std::string::npos) << records[1].message;
+            std::string::npos)
+      << records[1].message;
 }
 
 // Before rank 1 joins, a stranger speaks `bytes` to the bootstrap root (rank 0, possibly not

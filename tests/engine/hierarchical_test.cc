@@ -35,7 +35,6 @@ std::vector<float> input(int rank, int call, std::size_t n) {
   return x;
 }
 
-
 // In a child, before its first onebit call: the environment a launcher would give it.
 void environment(int local_size, int shm, int timeout_ms = 60000) {
   ::unsetenv("LOCAL_WORLD_SIZE");
@@ -52,7 +51,9 @@ struct Topology {
   int world() const { return hosts * local_size; }
   std::string name() const {
     return std::to_string(hosts) + " hosts x " + std::to_string(local_size) +
-           (shm > 0 ? " (shm)" : shm == 0 ? " (transport)" : " (ONEBIT_SHM differs)");
+           (shm > 0    ? " (shm)"
+            : shm == 0 ? " (transport)"
+                       : " (ONEBIT_SHM differs)");
   }
 };
 
@@ -78,7 +79,8 @@ void run_against_oracle(const Topology& t, const std::vector<std::size_t>& sizes
         const std::vector<float> x = input(rank, call, n);
         std::copy(x.begin(), x.end(), buffer.begin());
         if (onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, op) != ONEBIT_SUCCESS) {
-          return RANK_FAILED(4, "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
+          return RANK_FAILED(4,
+                             "n=" + std::to_string(n) + " call " + std::to_string(call) + ": " + onebit_last_error());
         }
         std::copy(buffer.begin(), buffer.end(), outputs.as<float>() + ((offset * calls + call * n) * world + rank * n));
       }
@@ -217,7 +219,8 @@ TEST(Hierarchical, CheckpointResumesBitForBit) {
     // A new job: restore, then the third call.
     onebit_comm_t comm = join_loopback(rank, world, port2);
     onebit_tag("c", buffer.data(), n, ONEBIT_FLOAT32);
-    RANK_FAILS_IF(onebit_tag_state_load("c", worker.data(), worker_count, server.data(), server_count) != ONEBIT_SUCCESS, 5);
+    RANK_FAILS_IF(
+        onebit_tag_state_load("c", worker.data(), worker_count, server.data(), server_count) != ONEBIT_SUCCESS, 5);
     const auto x = input(rank, 2, n);
     std::copy(x.begin(), x.end(), buffer.begin());
     RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 6);
@@ -255,8 +258,9 @@ TEST(Hierarchical, RanksDisagreeingOnRanksPerHostFailNamingBoth) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << records[r].message;
-    EXPECT_NE(std::string(records[r].message).find(r < 3 ? "this rank runs 2 rank(s) per host but rank 3 runs 3"
-                                                         : "this rank runs 3 rank(s) per host but rank 0 runs 2"),
+    EXPECT_NE(std::string(records[r].message)
+                  .find(r < 3 ? "this rank runs 2 rank(s) per host but rank 3 runs 3"
+                              : "this rank runs 3 rank(s) per host but rank 0 runs 2"),
               std::string::npos)
         << records[r].message;
   }
@@ -280,7 +284,8 @@ TEST(Hierarchical, LocalSizeThatDoesNotDivideTheWorldIsRefused) {
   for (int r = 0; r < world; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(records[r].code, ONEBIT_INVALID_ARGUMENT) << records[r].message;
-    EXPECT_NE(std::string(records[r].message).find("ONEBIT_LOCAL_SIZE=3 does not divide the 4 ranks"), std::string::npos)
+    EXPECT_NE(std::string(records[r].message).find("ONEBIT_LOCAL_SIZE=3 does not divide the 4 ranks"),
+              std::string::npos)
         << records[r].message;
   }
   // torchrun's LOCAL_WORLD_SIZE, which the user did not set for onebit: a warning and flat.
@@ -306,22 +311,26 @@ TEST(Hierarchical, KilledLocalPeerFailsTheSurvivorsNamingIt) {
   auto* records = shared.as<Record>();
   auto* finished_first = new (records + world) std::atomic<int>(0);
   const int port = free_port();
-  auto outcomes = run_ranks(world, [&](int rank) {
-    environment(t.local_size, t.shm, 30000);
-    onebit_comm_t comm = join_loopback(rank, world, port);
-    std::vector<float> buffer(200000, 1.0f);
-    onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
-    // One good call sets up the host's segment; then rank 1 dies as a crashed trainer does.
-    RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
-    // Once every rank has finished that call (else a slower one fails it instead of the next).
-    finished_first->fetch_add(1);
-    if (rank == 1) {
-      while (finished_first->load() < world) std::this_thread::yield();
-      ::raise(SIGKILL);
-    }
-    records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
-    return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
-  }, std::chrono::seconds(25));  // under the 30 s timeout: a survivor must not wait it out
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        environment(t.local_size, t.shm, 30000);
+        onebit_comm_t comm = join_loopback(rank, world, port);
+        std::vector<float> buffer(200000, 1.0f);
+        onebit_tag("k", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
+        // One good call sets up the host's segment; then rank 1 dies as a crashed trainer does.
+        RANK_FAILS_IF(
+            onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
+        // Once every rank has finished that call (else a slower one fails it instead of the next).
+        finished_first->fetch_add(1);
+        if (rank == 1) {
+          while (finished_first->load() < world) std::this_thread::yield();
+          ::raise(SIGKILL);
+        }
+        records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_AVG));
+        return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 5;
+      },
+      std::chrono::seconds(25));  // under the 30 s timeout: a survivor must not wait it out
   EXPECT_EQ(outcomes[1].exit_code, 128 + SIGKILL);
   for (int r : {0, 2, 3}) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;

@@ -51,9 +51,9 @@ void expect_record(const Record& record, onebit_result_t code, std::initializer_
 // The environment of a launcher-started rank (torchrun's variables), for onebit_comm_init_env.
 struct LaunchEnv {
   std::string master_port = "29500";
-  std::string run_id;          // TORCHELASTIC_RUN_ID; empty: unset
-  std::string restart = "0";   // TORCHELASTIC_RESTART_COUNT
-  std::string auth_key;        // ONEBIT_AUTH_KEY; empty: unset
+  std::string run_id;         // TORCHELASTIC_RUN_ID; empty: unset
+  std::string restart = "0";  // TORCHELASTIC_RESTART_COUNT
+  std::string auth_key;       // ONEBIT_AUTH_KEY; empty: unset
   void apply(int rank, int size, int root_port, int timeout_ms) const {
     ::setenv("ONEBIT_RANK", std::to_string(rank).c_str(), 1);
     ::setenv("ONEBIT_WORLD_SIZE", std::to_string(size).c_str(), 1);
@@ -79,21 +79,24 @@ void expect_other_communicator_refused(const LaunchEnv& job, const LaunchEnv& ot
   auto* records = shared.as<Record>();
   auto* sums = reinterpret_cast<float*>(records + 3);
   Signal other_done;
-  auto outcomes = run_ranks(3, [&](int process) {
-    const bool stranger = process == 2;
-    const int rank = stranger ? 1 : process;
-    RANK_FAILS_IF(process == 1 && !other_done.wait(), 6);  // the job's own rank 1 comes after the other has left
-    (stranger ? other : job).apply(rank, 2, port, stranger ? 2500 : 20000);
-    onebit_comm_t comm = nullptr;
-    records[process].set(onebit_comm_init_env(&comm));
-    if (stranger) other_done.raise();
-    if (comm == nullptr) return 0;
-    float value = stranger ? 100.0f : static_cast<float>(rank + 1);
-    records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
-    sums[process] = value;
-    onebit_comm_destroy(comm);
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      3,
+      [&](int process) {
+        const bool stranger = process == 2;
+        const int rank = stranger ? 1 : process;
+        RANK_FAILS_IF(process == 1 && !other_done.wait(), 6);  // the job's own rank 1 comes after the other has left
+        (stranger ? other : job).apply(rank, 2, port, stranger ? 2500 : 20000);
+        onebit_comm_t comm = nullptr;
+        records[process].set(onebit_comm_init_env(&comm));
+        if (stranger) other_done.raise();
+        if (comm == nullptr) return 0;
+        float value = stranger ? 100.0f : static_cast<float>(rank + 1);
+        records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
+        sums[process] = value;
+        onebit_comm_destroy(comm);
+        return 0;
+      },
+      std::chrono::seconds(60));
   for (int p = 0; p < 3; ++p) ASSERT_EQ(outcomes[p].exit_code, 0) << "process " << p;
   for (int p = 0; p < 2; ++p) {
     EXPECT_EQ(records[p].code, ONEBIT_SUCCESS) << "rank " << p << ": " << records[p].message;
@@ -152,22 +155,25 @@ void expect_keyed_job_survives(const std::function<int(int port)>& before_rank_1
   auto* records = shared.as<Record>();
   auto* sums = reinterpret_cast<float*>(records + 2);
   Signal stranger_done;
-  auto outcomes = run_ranks(3, [&](int process) {
-    if (process == 2) {
-      const int code = before_rank_1(port);
-      stranger_done.raise();
-      return code;
-    }
-    RANK_FAILS_IF(process == 1 && !stranger_done.wait(), 6);
-    onebit_comm_t comm = nullptr;
-    records[process].set(join_keyed(process, port, 20000, &comm));
-    if (comm == nullptr) return 0;
-    float value = static_cast<float>(process + 1);
-    records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
-    sums[process] = value;
-    onebit_comm_destroy(comm);
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      3,
+      [&](int process) {
+        if (process == 2) {
+          const int code = before_rank_1(port);
+          stranger_done.raise();
+          return code;
+        }
+        RANK_FAILS_IF(process == 1 && !stranger_done.wait(), 6);
+        onebit_comm_t comm = nullptr;
+        records[process].set(join_keyed(process, port, 20000, &comm));
+        if (comm == nullptr) return 0;
+        float value = static_cast<float>(process + 1);
+        records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
+        sums[process] = value;
+        onebit_comm_destroy(comm);
+        return 0;
+      },
+      std::chrono::seconds(60));
   EXPECT_EQ(outcomes[2].exit_code, 0) << "the stranger's own checks";
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
@@ -223,7 +229,8 @@ TEST(Membership, AStrangerWithoutTheSecretCannotTakeARank) {
   expect_keyed_job_survives([](int port) {
     StrangerConnection root(port);
     const transport::tcp::Credentials guess(transport::tcp::Membership{kIdentity, "", "a guessed secret"});
-    const auto [status, text] = root.send(transport::tcp::signed_bootstrap_hello(claim_rank_1(guess), root.challenge, guess));
+    const auto [status, text] =
+        root.send(transport::tcp::signed_bootstrap_hello(claim_rank_1(guess), root.challenge, guess));
     RANK_FAILS_IF(status != ONEBIT_REMOTE_ERROR, 2);
     return text.find("fails the bootstrap MAC") != std::string::npos ? 0 : 3;
   });
@@ -250,28 +257,32 @@ TEST(Membership, IdleConnectionsAtTheRootDoNotStallTheBootstrap) {
   auto* records = shared.as<Record>();
   auto* sums = reinterpret_cast<float*>(records + 2);
   Signal idle_open, job_done;
-  auto outcomes = run_ranks(3, [&](int process) {
-    if (process == 2) {
-      std::vector<transport::tcp::Fd> idle;
-      const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
-      for (int i = 0; i < 16; ++i) {
-        idle.push_back(transport::tcp::connect_to(transport::tcp::parse_host_port(root_at(port), "root"), deadline, "the root"));
-      }
-      idle_open.raise();
-      return job_done.wait() ? 0 : 6;  // the connections stay open until the job is through
-    }
-    RANK_FAILS_IF(process == 1 && !idle_open.wait(), 6);
-    onebit_comm_t comm = nullptr;
-    records[process].set(join_keyed(process, port, 4000, &comm));
-    if (comm != nullptr) {
-      float value = static_cast<float>(process + 1);
-      records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
-      sums[process] = value;
-      onebit_comm_destroy(comm);
-    }
-    if (process == 1) job_done.raise();
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      3,
+      [&](int process) {
+        if (process == 2) {
+          std::vector<transport::tcp::Fd> idle;
+          const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
+          for (int i = 0; i < 16; ++i) {
+            idle.push_back(transport::tcp::connect_to(transport::tcp::parse_host_port(root_at(port), "root"), deadline,
+                                                      "the root"));
+          }
+          idle_open.raise();
+          return job_done.wait() ? 0 : 6;  // the connections stay open until the job is through
+        }
+        RANK_FAILS_IF(process == 1 && !idle_open.wait(), 6);
+        onebit_comm_t comm = nullptr;
+        records[process].set(join_keyed(process, port, 4000, &comm));
+        if (comm != nullptr) {
+          float value = static_cast<float>(process + 1);
+          records[process].set(onebit_allreduce(comm, &value, 1, ONEBIT_FLOAT32, ONEBIT_SUM));
+          sums[process] = value;
+          onebit_comm_destroy(comm);
+        }
+        if (process == 1) job_done.raise();
+        return 0;
+      },
+      std::chrono::seconds(60));
   for (int p = 0; p < 3; ++p) ASSERT_EQ(outcomes[p].exit_code, 0) << "process " << p;
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(records[r].code, ONEBIT_SUCCESS) << "rank " << r << ": " << records[r].message;
@@ -286,41 +297,44 @@ TEST(Membership, AProcessPosingAsTheRootIsNotTaken) {
   SharedMemory shared(sizeof(Record));
   auto* record = shared.as<Record>();
   transport::tcp::Fd squatter = transport::tcp::listen_on(transport::tcp::parse_host_port(root_at(port), "root"), 16);
-  auto outcomes = run_ranks(2, [&](int process) {
-    if (process == 0) {  // the squatter
-      const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
-      transport::tcp::Fd fd = transport::tcp::accept_until(squatter.get(), deadline);
-      RANK_FAILS_IF(!fd, 2);
-      const transport::tcp::Credentials guess(transport::tcp::Membership{kIdentity, "", "a guessed secret"});
-      wire::BootstrapChallenge challenge;
-      challenge.identity = guess.identity;
-      challenge.flags = guess.flags;
-      const auto c = challenge.encode();
-      transport::tcp::write_all(fd.get(), c.data(), c.size(), deadline, "rank 1");
-      std::uint8_t hello_bytes[wire::BootstrapHello::kSize];
-      transport::tcp::read_all(fd.get(), hello_bytes, sizeof(hello_bytes), deadline, "rank 1");
-      const auto hello = wire::BootstrapHello::decode(hello_bytes, "rank 1");
-      wire::BootstrapReplyHead head;
-      head.size = 2;
-      std::vector<std::uint8_t> reply(wire::BootstrapReplyHead::kSize + 2 * wire::WireAddress::kSize);
-      const auto h = head.encode();
-      std::copy(h.begin(), h.end(), reply.begin());
-      for (int r = 0; r < 2; ++r) {
-        wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize + r * wire::WireAddress::kSize);
-        w.put(std::uint16_t{4}).put(static_cast<std::uint16_t>(port)).bytes(hello.listener.ip.data(), 16);
-      }
-      const auto mac = crypto::hmac_sha256(guess.key, {std::string_view("reply"), hello.encode(),
-                                                       crypto::Bytes(reply.data(), reply.size())});
-      reply.insert(reply.end(), mac.begin(), mac.end());
-      transport::tcp::write_all(fd.get(), reply.data(), reply.size(), deadline, "rank 1");
-      char byte;
-      return ::read(fd.get(), &byte, 1) >= 0 ? 0 : 3;  // until rank 1 leaves
-    }
-    onebit_comm_t comm = nullptr;
-    record->set(join_keyed(1, port, 5000, &comm));
-    if (comm != nullptr) onebit_comm_destroy(comm);
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      2,
+      [&](int process) {
+        if (process == 0) {  // the squatter
+          const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
+          transport::tcp::Fd fd = transport::tcp::accept_until(squatter.get(), deadline);
+          RANK_FAILS_IF(!fd, 2);
+          const transport::tcp::Credentials guess(transport::tcp::Membership{kIdentity, "", "a guessed secret"});
+          wire::BootstrapChallenge challenge;
+          challenge.identity = guess.identity;
+          challenge.flags = guess.flags;
+          const auto c = challenge.encode();
+          transport::tcp::write_all(fd.get(), c.data(), c.size(), deadline, "rank 1");
+          std::uint8_t hello_bytes[wire::BootstrapHello::kSize];
+          transport::tcp::read_all(fd.get(), hello_bytes, sizeof(hello_bytes), deadline, "rank 1");
+          const auto hello = wire::BootstrapHello::decode(hello_bytes, "rank 1");
+          wire::BootstrapReplyHead head;
+          head.size = 2;
+          std::vector<std::uint8_t> reply(wire::BootstrapReplyHead::kSize + 2 * wire::WireAddress::kSize);
+          const auto h = head.encode();
+          std::copy(h.begin(), h.end(), reply.begin());
+          for (int r = 0; r < 2; ++r) {
+            wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize + r * wire::WireAddress::kSize);
+            w.put(std::uint16_t{4}).put(static_cast<std::uint16_t>(port)).bytes(hello.listener.ip.data(), 16);
+          }
+          const auto mac = crypto::hmac_sha256(
+              guess.key, {std::string_view("reply"), hello.encode(), crypto::Bytes(reply.data(), reply.size())});
+          reply.insert(reply.end(), mac.begin(), mac.end());
+          transport::tcp::write_all(fd.get(), reply.data(), reply.size(), deadline, "rank 1");
+          char byte;
+          return ::read(fd.get(), &byte, 1) >= 0 ? 0 : 3;  // until rank 1 leaves
+        }
+        onebit_comm_t comm = nullptr;
+        record->set(join_keyed(1, port, 5000, &comm));
+        if (comm != nullptr) onebit_comm_destroy(comm);
+        return 0;
+      },
+      std::chrono::seconds(60));
   ASSERT_EQ(outcomes[0].exit_code, 0) << "the squatter";
   ASSERT_EQ(outcomes[1].exit_code, 0) << "rank 1";
   expect_record(*record, ONEBIT_REMOTE_ERROR, {"the root's reply fails its MAC"});
@@ -331,13 +345,16 @@ TEST(Membership, RanksThatDisagreeOnHavingAKeyAreNamed) {
   const int port = free_port();
   SharedMemory shared(sizeof(Record));
   auto* record = shared.as<Record>();
-  auto outcomes = run_ranks(2, [&](int rank) {
-    onebit_config_t config{rank == 0 ? 1500 : 20000, 0, nullptr, rank == 0 ? "k" : nullptr, kIdentity, nullptr};
-    onebit_comm_t comm = nullptr;
-    const onebit_result_t result = onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config);
-    if (rank == 1) record->set(result);
-    return comm == nullptr ? 0 : 4;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      2,
+      [&](int rank) {
+        onebit_config_t config{rank == 0 ? 1500 : 20000, 0, nullptr, rank == 0 ? "k" : nullptr, kIdentity, nullptr};
+        onebit_comm_t comm = nullptr;
+        const onebit_result_t result = onebit_comm_init_config(&comm, rank, 2, root_at(port).c_str(), &config);
+        if (rank == 1) record->set(result);
+        return comm == nullptr ? 0 : 4;
+      },
+      std::chrono::seconds(60));
   ASSERT_EQ(outcomes[0].exit_code, 0);
   ASSERT_EQ(outcomes[1].exit_code, 0);
   expect_record(*record, ONEBIT_MISMATCH, {"rank 1 holds no key", "holds ONEBIT_AUTH_KEY"});
@@ -348,18 +365,21 @@ TEST(Membership, RanksOnDifferentTransportsAreNamed) {
   // naming both, rather than later on messages of another protocol.
   const int port = free_port();
   RankRecords records(2);
-  auto outcomes = run_ranks(2, [&](int rank) {
-    transport::tcp::TransportOptions options = job_options();
-    options.transport = rank == 0 ? wire::kTransportTcp : wire::kTransportIbverbs;
-    records[rank].code = ONEBIT_SUCCESS;
-    try {
-      transport::tcp::connect_mesh(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"), options, 1);
-    } catch (const Error& error) {
-      records[rank].code = error.code();
-      std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
-    }
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      2,
+      [&](int rank) {
+        transport::tcp::TransportOptions options = job_options();
+        options.transport = rank == 0 ? wire::kTransportTcp : wire::kTransportIbverbs;
+        records[rank].code = ONEBIT_SUCCESS;
+        try {
+          transport::tcp::connect_mesh(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"), options, 1);
+        } catch (const Error& error) {
+          records[rank].code = error.code();
+          std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
+        }
+        return 0;
+      },
+      std::chrono::seconds(60));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0);
     expect_record(records[r], ONEBIT_MISMATCH, {"ONEBIT_TRANSPORT differs: rank 1 uses ibverbs, rank 0 uses tcp"});
@@ -372,38 +392,43 @@ TEST(Membership, APeerSendingMoreThanAnyCallAskedForIsNamed) {
   const int port = free_port();
   SharedMemory shared(sizeof(Record));
   auto* record = shared.as<Record>();
-  auto outcomes = run_ranks(2, [&](int rank) {
-    transport::tcp::TransportOptions options = job_options();
-    options.max_unexpected_bytes = std::uint64_t{4} << 20;
-    transport::tcp::TcpTransport transport(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"), options);
-    const wire::CallShape shape{1 << 18, 0, 0};
-    std::vector<float> payload(1 << 18, 1.0f);
-    const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
-    const auto describe = [](const Request&) { return std::string("a message"); };
-    try {
-      if (rank == 1) {
-        std::vector<Request> sends(8);
-        std::vector<Request*> all;
-        for (int i = 0; i < 8; ++i) {
-          transport.isend(sends[i], 0, 0, wire::MessageKey{7, static_cast<std::uint64_t>(i)}, shape, payload.data(),
-                          payload.size() * sizeof(float));
-          all.push_back(&sends[i]);
+  auto outcomes = run_ranks(
+      2,
+      [&](int rank) {
+        transport::tcp::TransportOptions options = job_options();
+        options.max_unexpected_bytes = std::uint64_t{4} << 20;
+        transport::tcp::TcpTransport transport(rank, 2, transport::tcp::parse_host_port(root_at(port), "root"),
+                                               options);
+        const wire::CallShape shape{1 << 18, 0, 0};
+        std::vector<float> payload(1 << 18, 1.0f);
+        const auto deadline = transport::tcp::Clock::now() + std::chrono::seconds(20);
+        const auto describe = [](const Request&) { return std::string("a message"); };
+        try {
+          if (rank == 1) {
+            std::vector<Request> sends(8);
+            std::vector<Request*> all;
+            for (int i = 0; i < 8; ++i) {
+              transport.isend(sends[i], 0, 0, wire::MessageKey{7, static_cast<std::uint64_t>(i)}, shape, payload.data(),
+                              payload.size() * sizeof(float));
+              all.push_back(&sends[i]);
+            }
+            transport.wait_all(all, deadline, describe);  // fails once rank 0 gives up on it: not checked
+          } else {
+            Request never;
+            transport.irecv(never, 1, 0, wire::MessageKey{7, 100}, shape, payload.data(),
+                            payload.size() * sizeof(float));
+            transport.wait_all({&never}, deadline, describe);
+            std::snprintf(record->message, sizeof(record->message), "the receive completed");
+          }
+        } catch (const Error& error) {
+          if (rank == 0) {
+            record->code = error.code();
+            std::snprintf(record->message, sizeof(record->message), "%s", error.what());
+          }
         }
-        transport.wait_all(all, deadline, describe);  // fails once rank 0 gives up on it: not checked
-      } else {
-        Request never;
-        transport.irecv(never, 1, 0, wire::MessageKey{7, 100}, shape, payload.data(), payload.size() * sizeof(float));
-        transport.wait_all({&never}, deadline, describe);
-        std::snprintf(record->message, sizeof(record->message), "the receive completed");
-      }
-    } catch (const Error& error) {
-      if (rank == 0) {
-        record->code = error.code();
-        std::snprintf(record->message, sizeof(record->message), "%s", error.what());
-      }
-    }
-    return 0;
-  }, std::chrono::seconds(60));
+        return 0;
+      },
+      std::chrono::seconds(60));
   ASSERT_EQ(outcomes[0].exit_code, 0);
   expect_record(*record, ONEBIT_REMOTE_ERROR,
                 {"rank 1 sent 5 MiB of messages that no call of rank 0 has asked for", "ONEBIT_UNEXPECTED_MB=4"});

@@ -182,7 +182,8 @@ std::vector<std::vector<float>> zero_one_replay(int steps) {
             return;
           }
           if (std::sqrt(v[i]) <= c.eps) k.m[i] = 0.0f;  // v kept: dormant, and the step bounded
-          k.p[i] = k.p[i] - c.lr * (clipped(k.m[i], v[i], c.eps, step_bound(c.beta1, c.beta2)) + c.weight_decay * k.p[i]);
+          k.p[i] =
+              k.p[i] - c.lr * (clipped(k.m[i], v[i], c.eps, step_bound(c.beta1, c.beta2)) + c.weight_decay * k.p[i]);
         });
       }
     } else {
@@ -210,7 +211,8 @@ std::vector<std::vector<float>> zero_one_replay(int steps) {
             const bool dormant = std::sqrt(v[i]) <= c.eps;  // keeps the p of its local steps
             k.m[i] = dormant ? 0.0f : -(average[i] / k.lrs[g]);
             const float reach = k.lrs[g] * (step_bound(c.beta1, c.beta2) + c.weight_decay * std::fabs(k.p_sync[i]));
-            if (!dormant) k.p[i] = k.p_sync[i] + std::min(std::max(average[i] / (std::sqrt(v[i]) + c.eps), -reach), reach);
+            if (!dormant)
+              k.p[i] = k.p_sync[i] + std::min(std::max(average[i] / (std::sqrt(v[i]) + c.eps), -reach), reach);
             k.p_sync[i] = k.p[i];
             k.u[i] = 0.0f;
           });
@@ -257,8 +259,9 @@ std::vector<std::vector<float>> zero_one_train(int steps, int restart_at) {
 
 TEST(ZeroOneAdamShim, TheScheduleHasEveryKindOfStep) {
   const std::vector<Kind> kinds = zero_one_schedule(16);
-  const std::vector<Kind> expected = {kVariance, kVariance, kCompressed, kVariance, kCompressed, kVariance,
-                                      kCompressed, kSync, kSync, kSync, kLocal, kSync, kLocal, kLocal, kLocal, kSync};
+  const std::vector<Kind> expected = {kVariance,   kVariance, kCompressed, kVariance, kCompressed, kVariance,
+                                      kCompressed, kSync,     kSync,       kSync,     kLocal,      kSync,
+                                      kLocal,      kLocal,    kLocal,      kSync};
   EXPECT_EQ(kinds, expected);
   // The C core agrees, step by step.
   const onebit_zero_one_adam_config_t c = zero_one_config(0);
@@ -302,7 +305,8 @@ TEST(ZeroOneAdamShim, NaNAtASyncStepFailsEveryRankAndChangesNothing) {
   const std::vector<Kind> kinds = zero_one_schedule(kZeroOneSteps);
   on_ranks([&](int rank, onebit_comm_t comm, auto, float* out) {
     std::vector<float> p = initial();
-    ZeroOneAdam adam(comm, {{p.data(), kSizes[0], zero_one_config(0)}, {p.data() + kSizes[0], kSizes[1], zero_one_config(1)}});
+    ZeroOneAdam adam(
+        comm, {{p.data(), kSizes[0], zero_one_config(0)}, {p.data() + kSizes[0], kSizes[1], zero_one_config(1)}});
     for (int t = 0; t < 11; ++t) {  // up to the sync step 11, after the local step 10
       const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
       adam.step({g.data(), g.data() + kSizes[0]});
@@ -549,18 +553,21 @@ TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
 void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& make, const std::string& says) {
   RankRecords records(2);
   const int port = free_port();
-  auto outcomes = run_ranks(2, [&](int rank) {
-    onebit_comm_t comm = join_loopback(rank, 2, port);
-    records[rank].code = ONEBIT_SUCCESS;
-    try {
-      make(rank, comm);
-    } catch (const CallError& error) {
-      records[rank].code = error.code();
-      std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
-    }
-    onebit_comm_destroy(comm);
-    return 0;
-  }, std::chrono::seconds(60));
+  auto outcomes = run_ranks(
+      2,
+      [&](int rank) {
+        onebit_comm_t comm = join_loopback(rank, 2, port);
+        records[rank].code = ONEBIT_SUCCESS;
+        try {
+          make(rank, comm);
+        } catch (const CallError& error) {
+          records[rank].code = error.code();
+          std::snprintf(records[rank].message, sizeof(records[rank].message), "%s", error.what());
+        }
+        onebit_comm_destroy(comm);
+        return 0;
+      },
+      std::chrono::seconds(60));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
     EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << records[r].message;
@@ -570,31 +577,41 @@ void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& ma
 
 TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
   std::vector<float> p(kTotal, 0.0f);
-  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
-    const onebit_adam_config_t c{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, rank == 0 ? 3 : 1};
-    OnebitAdam adam(comm, {{p.data(), kTotal, c}});
-  }, "onebit::OnebitAdam: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1; every rank must be given "
-     "the same value (ONEBIT_FREEZE_STEP set on some ranks only?)");
-  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
-    onebit_lamb_config_t c = lamb_config(0);
-    c.freeze_step = rank == 0 ? 3 : 1;
-    OnebitLamb lamb(comm, {{p.data(), kTotal, c}});
-  }, "onebit::OnebitLamb: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1");
-  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
-    onebit_zero_one_adam_config_t c = zero_one_config(0);
-    c.var_freeze_step = rank == 0 ? 8 : 9;
-    ZeroOneAdam adam(comm, {{p.data(), kTotal, c}});
-  }, "onebit::ZeroOneAdam: the ranks disagree on var_freeze_step: rank 0 has 8, rank 1 has 9");
-  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
-    ZeroOneAdam adam(comm, {{p.data(), rank == 0 ? kTotal : kTotal - 1, zero_one_config(0)}});
-  }, "the ranks disagree on the parameter count: rank 0 has 1037, rank 1 has 1036");
+  expect_disagreement_named(
+      [&](int rank, onebit_comm_t comm) {
+        const onebit_adam_config_t c{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, rank == 0 ? 3 : 1};
+        OnebitAdam adam(comm, {{p.data(), kTotal, c}});
+      },
+      "onebit::OnebitAdam: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1; every rank must be given "
+      "the same value (ONEBIT_FREEZE_STEP set on some ranks only?)");
+  expect_disagreement_named(
+      [&](int rank, onebit_comm_t comm) {
+        onebit_lamb_config_t c = lamb_config(0);
+        c.freeze_step = rank == 0 ? 3 : 1;
+        OnebitLamb lamb(comm, {{p.data(), kTotal, c}});
+      },
+      "onebit::OnebitLamb: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1");
+  expect_disagreement_named(
+      [&](int rank, onebit_comm_t comm) {
+        onebit_zero_one_adam_config_t c = zero_one_config(0);
+        c.var_freeze_step = rank == 0 ? 8 : 9;
+        ZeroOneAdam adam(comm, {{p.data(), kTotal, c}});
+      },
+      "onebit::ZeroOneAdam: the ranks disagree on var_freeze_step: rank 0 has 8, rank 1 has 9");
+  expect_disagreement_named(
+      [&](int rank, onebit_comm_t comm) {
+        ZeroOneAdam adam(comm, {{p.data(), rank == 0 ? kTotal : kTotal - 1, zero_one_config(0)}});
+      },
+      "the ranks disagree on the parameter count: rank 0 has 1037, rank 1 has 1036");
   // Loading checkpoints of different steps (another rank's file, an older one) is named too.
-  expect_disagreement_named([&](int rank, onebit_comm_t comm) {
-    OnebitLamb lamb(comm, {{p.data(), kTotal, lamb_config(0)}});
-    OnebitLamb::Checkpoint saved = lamb.save();
-    saved.step = rank == 0 ? 12 : 9;
-    lamb.load(saved);
-  }, "onebit::OnebitLamb::load: the ranks disagree on the checkpoint's step: rank 0 has 12, rank 1 has 9");
+  expect_disagreement_named(
+      [&](int rank, onebit_comm_t comm) {
+        OnebitLamb lamb(comm, {{p.data(), kTotal, lamb_config(0)}});
+        OnebitLamb::Checkpoint saved = lamb.save();
+        saved.step = rank == 0 ? 12 : 9;
+        lamb.load(saved);
+      },
+      "onebit::OnebitLamb::load: the ranks disagree on the checkpoint's step: rank 0 has 12, rank 1 has 9");
 }
 
 }  // namespace

@@ -1,23 +1,23 @@
 // The exact full-precision ring through the shipped C ABI, ranks as real processes on loopback.
 
+#include <sched.h>
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
-#include <atomic>
-#include <algorithm>
-#include <sched.h>
-#include <cstdlib>
 #include <vector>
 
 #include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
+#include "tests/engine/engine_jobs.h"
 #include "tests/support/float32_oracle.h"
 #include "tests/support/float64_reference.h"
 #include "tests/support/multiprocess.h"
 #include "tests/support/rank_record.h"
-#include "tests/engine/engine_jobs.h"
 
 namespace onebit::testing {
 namespace {
@@ -40,8 +40,8 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
             for (int r = 0; r < world; ++r) sum += static_cast<float>((i * 31 + r * 17) % 1000) - 500.0f;
             const float expected = op == ONEBIT_SUM ? sum : sum / static_cast<float>(world);
             if (buffer[i] != expected) {
-              return RANK_FAILED(3, "W=" + std::to_string(world) + " n=" + std::to_string(n) + " op=" +
-                                        std::to_string(int(op)) + " i=" + std::to_string(i) + ": " +
+              return RANK_FAILED(3, "W=" + std::to_string(world) + " n=" + std::to_string(n) +
+                                        " op=" + std::to_string(int(op)) + " i=" + std::to_string(i) + ": " +
                                         std::to_string(buffer[i]) + " != " + std::to_string(expected));
             }
           }
@@ -56,9 +56,9 @@ TEST(RingAllreduce, ExactForIntegerInputs) {
             float sum = 0;
             for (int r = 0; r < world; ++r) sum += kernels::half_to_float(values[(i + r) % 4]);
             if (kernels::half_to_float(half[i]) != sum) {
-              return RANK_FAILED(5, "W=" + std::to_string(world) + " n=" + std::to_string(n) + " fp16 i=" +
-                                        std::to_string(i) + ": " + std::to_string(kernels::half_to_float(half[i])) +
-                                        " != " + std::to_string(sum));
+              return RANK_FAILED(5, "W=" + std::to_string(world) + " n=" + std::to_string(n) +
+                                        " fp16 i=" + std::to_string(i) + ": " +
+                                        std::to_string(kernels::half_to_float(half[i])) + " != " + std::to_string(sum));
             }
           }
         }

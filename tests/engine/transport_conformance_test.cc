@@ -192,7 +192,8 @@ std::vector<std::uint8_t> pattern(std::size_t bytes, int sender, int round) {
 }
 
 // A receive from `peer` of one message that never comes, waited for until `deadline`.
-std::optional<Error> failure_of_receive(Transport& transport, int peer, const wire::MessageKey& key, Deadline deadline) {
+std::optional<Error> failure_of_receive(Transport& transport, int peer, const wire::MessageKey& key,
+                                        Deadline deadline) {
   std::uint32_t word = 0;
   Request receive;
   return failure_of([&] {
@@ -204,7 +205,8 @@ std::optional<Error> failure_of_receive(Transport& transport, int peer, const wi
 void expect_error(const std::optional<Error>& error, onebit_result_t code, std::initializer_list<std::string> says) {
   ASSERT_TRUE(error.has_value()) << "expected an error";
   EXPECT_EQ(error->code(), code) << error->what();
-  for (const std::string& text : says) EXPECT_NE(std::string(error->what()).find(text), std::string::npos) << error->what();
+  for (const std::string& text : says)
+    EXPECT_NE(std::string(error->what()).find(text), std::string::npos) << error->what();
 }
 
 // "Receives may be posted before or after the matching send": each message lands whole, in the
@@ -224,7 +226,9 @@ TEST_P(TransportContract, MessagesLandInPlaceWhicheverSideIsPostedFirst) {
         const wire::MessageKey key{1, 0, wire::Kind::kRingReduce, static_cast<std::uint16_t>(k)};
         const wire::CallShape shape{sizes[k], 0, 0};
         Request send, receive;
-        const std::function<void()> post_receive = [&] { t->irecv(receive, peer, 0, key, shape, in.data(), in.size()); };
+        const std::function<void()> post_receive = [&] {
+          t->irecv(receive, peer, 0, key, shape, in.data(), in.size());
+        };
         const std::function<void()> post_send = [&] { t->isend(send, peer, 0, key, shape, out.data(), out.size()); };
         (receive_first ? post_receive : post_send)();
         ranks.arrive_and_wait();  // one rank's receive, the other's send, is posted before its peer's
@@ -379,8 +383,9 @@ TEST_P(TransportContract, ABrokenTransportFailsEveryLaterRequestWithTheFirstErro
 // abort lands before or during the wait, the wait fails with the abort's code and reason.
 TEST_P(TransportContract, AbortFromAnotherThreadFailsThePendingWaitWithItsCodeAndReason) {
   if (!GetParam().abort_interrupts_waits) {
-    GTEST_SKIP() << GetParam().name << " cannot interrupt its waits: abort is a no-op there (transport.h), and a "
-                                       "call ends at its own deadline";
+    GTEST_SKIP() << GetParam().name
+                 << " cannot interrupt its waits: abort is a no-op there (transport.h), and a "
+                    "call ends at its own deadline";
   }
   const std::string why = "the communicator was destroyed while this call ran";
   run_ranks(2, [&](int rank, std::shared_ptr<Transport>& t, std::barrier<>& ranks) {
@@ -405,8 +410,9 @@ TEST_P(TransportContract, AbortFromAnotherThreadFailsThePendingWaitWithItsCodeAn
 // ONEBIT_MISMATCH naming the message's kind, on the rank that sees it; neither hangs.
 TEST_P(TransportContract, ADisagreementOnAMessageIsAMismatchNamingIt) {
   if (!GetParam().compares_shapes) {
-    GTEST_SKIP() << GetParam().name << " carries bytes only, not the call's shape: it cannot see a disagreement "
-                                       "(the Gloo door's calls agree through gloo's own tag)";
+    GTEST_SKIP() << GetParam().name
+                 << " carries bytes only, not the call's shape: it cannot see a disagreement "
+                    "(the Gloo door's calls agree through gloo's own tag)";
   }
   std::vector<std::optional<Error>> errors(2);
   run_ranks(2, [&](int rank, std::shared_ptr<Transport>& t, std::barrier<>&) {

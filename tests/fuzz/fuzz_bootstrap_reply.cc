@@ -21,13 +21,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   ::setsockopt(fds[0], SOL_SOCKET, SO_SNDBUF, &buffer, sizeof(buffer));
   ::setsockopt(fds[1], SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
   const int world = 1 + data[0] % 8;
-  static const transport::tcp::Credentials keyed = fuzzing::reply_credentials(true), open = fuzzing::reply_credentials(false);
+  static const transport::tcp::Credentials keyed = fuzzing::reply_credentials(true),
+                                           open = fuzzing::reply_credentials(false);
   const transport::tcp::Credentials& credentials = data[1] & 1 ? keyed : open;
   [[maybe_unused]] ssize_t written = ::write(fds[0], data + 2, size - 2);
   ::shutdown(fds[0], SHUT_WR);
   try {
-    const auto result = transport::tcp::read_root_reply(fds[1], world, transport::tcp::Clock::now() + std::chrono::milliseconds(50),
-                                            fuzzing::reply_hello(), credentials);
+    const auto result =
+        transport::tcp::read_root_reply(fds[1], world, transport::tcp::Clock::now() + std::chrono::milliseconds(50),
+                                        fuzzing::reply_hello(), credentials);
     (void)result;
   } catch (const Error&) {
   }

@@ -61,9 +61,9 @@ int main(int argc, char** argv) {
       std::uint8_t address[20] = {4, 0, static_cast<std::uint8_t>(0x10 + r), 0x27, 127, 0, 0, 1};
       body.insert(body.end(), address, address + 20);
     }
-    const auto mac = crypto::hmac_sha256(fuzzing::reply_credentials(keyed).key,
-                                         {std::string_view("reply"), fuzzing::reply_hello().encode(),
-                                          crypto::Bytes(body.data(), body.size())});
+    const auto mac = crypto::hmac_sha256(
+        fuzzing::reply_credentials(keyed).key,
+        {std::string_view("reply"), fuzzing::reply_hello().encode(), crypto::Bytes(body.data(), body.size())});
     std::vector<std::uint8_t> reply = {1, static_cast<std::uint8_t>(keyed)};
     reply.insert(reply.end(), body.begin(), body.end());
     reply.insert(reply.end(), mac.begin(), mac.end());

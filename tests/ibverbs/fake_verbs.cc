@@ -47,7 +47,7 @@ struct FakeQp {
 
 // Everything under one lock: the stand-in is about behaviour, not speed.
 std::mutex big_lock;
-std::map<std::uint32_t, FakeQp*> queue_pairs;          // by QP number
+std::map<std::uint32_t, FakeQp*> queue_pairs;                    // by QP number
 std::map<std::uint32_t, std::pair<char*, std::size_t>> regions;  // by rkey
 std::uint32_t next_qp_num = 100;
 std::uint32_t next_key = 1;
@@ -78,7 +78,8 @@ ibv_wc completion(std::uint64_t wr_id, ibv_wc_opcode opcode, ibv_wc_status statu
 }
 
 // Delivers a SEND's bytes into the target's first posted receive; false if none is posted.
-bool deliver_send(FakeQp* target, const std::uint8_t* data, std::size_t bytes, std::uint64_t sender_wr_id, ibv_qp* sender) {
+bool deliver_send(FakeQp* target, const std::uint8_t* data, std::size_t bytes, std::uint64_t sender_wr_id,
+                  ibv_qp* sender) {
   if (target->receives.empty()) return false;
   const ibv_recv_wr wr = target->receives.front();
   const ibv_sge sge = target->receive_sges.front();
@@ -90,7 +91,8 @@ bool deliver_send(FakeQp* target, const std::uint8_t* data, std::size_t bytes, s
     return true;
   }
   std::memcpy(reinterpret_cast<void*>(sge.addr), data, bytes);
-  push(target->qp.recv_cq, completion(wr.wr_id, IBV_WC_RECV, IBV_WC_SUCCESS, static_cast<std::uint32_t>(bytes), &target->qp));
+  push(target->qp.recv_cq,
+       completion(wr.wr_id, IBV_WC_RECV, IBV_WC_SUCCESS, static_cast<std::uint32_t>(bytes), &target->qp));
   push(sender->send_cq, completion(sender_wr_id, IBV_WC_SEND, IBV_WC_SUCCESS, 0, sender));
   return true;
 }
@@ -133,7 +135,8 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     char* at = reinterpret_cast<char*>(wr->wr.rdma.remote_addr);
     if (bytes > 0) {
       auto region = regions.find(wr->wr.rdma.rkey);
-      if (region == regions.end() || at < region->second.first || at + bytes > region->second.first + region->second.second) {
+      if (region == regions.end() || at < region->second.first ||
+          at + bytes > region->second.first + region->second.second) {
         push(qp->send_cq, completion(wr->wr_id, done, IBV_WC_REM_ACCESS_ERR, 0, qp));
         continue;
       }
@@ -142,8 +145,12 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     // A write with immediate consumes a posted receive; with none posted, hardware retries (RNR)
     // until one is: the stand-in holds the completion as a send without payload.
     if (target->receives.empty()) {
-      PendingSend pending{{}, wr->wr_id, qp, true, completion(0, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS,
-                                                             static_cast<std::uint32_t>(bytes), &target->qp)};
+      PendingSend pending{
+          {},
+          wr->wr_id,
+          qp,
+          true,
+          completion(0, IBV_WC_RECV_RDMA_WITH_IMM, IBV_WC_SUCCESS, static_cast<std::uint32_t>(bytes), &target->qp)};
       pending.arrived.imm_data = wr->imm_data;
       pending.arrived.wc_flags = IBV_WC_WITH_IMM;
       target->waiting_sends.push_back(std::move(pending));
@@ -181,7 +188,8 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
         me->receives.pop_front();
         me->receive_sges.pop_front();
         push(qp->recv_cq, wc);
-        push(pending.sender->send_cq, completion(pending.sender_wr_id, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, 0, pending.sender));
+        push(pending.sender->send_cq,
+             completion(pending.sender_wr_id, IBV_WC_RDMA_WRITE, IBV_WC_SUCCESS, 0, pending.sender));
       } else {
         deliver_send(me, pending.data.data(), pending.data.size(), pending.sender_wr_id, pending.sender);
       }
@@ -353,10 +361,28 @@ const char* wc_status_str(ibv_wc_status status) {
 
 const VerbsApi& fake_verbs() {
   static const VerbsApi api = {
-      get_device_list, free_device_list, get_device_name, open_device, close_device, query_device,
-      query_port,      query_gid,        alloc_pd,        dealloc_pd,  reg_mr,       dereg_mr,
-      create_comp_channel, destroy_comp_channel, create_cq, destroy_cq, get_cq_event, ack_cq_events,
-      create_qp,       modify_qp,        destroy_qp,      wc_status_str,
+      get_device_list,
+      free_device_list,
+      get_device_name,
+      open_device,
+      close_device,
+      query_device,
+      query_port,
+      query_gid,
+      alloc_pd,
+      dealloc_pd,
+      reg_mr,
+      dereg_mr,
+      create_comp_channel,
+      destroy_comp_channel,
+      create_cq,
+      destroy_cq,
+      get_cq_event,
+      ack_cq_events,
+      create_qp,
+      modify_qp,
+      destroy_qp,
+      wc_status_str,
   };
   return api;
 }

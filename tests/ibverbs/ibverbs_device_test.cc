@@ -8,21 +8,21 @@
 
 #include <atomic>
 #include <cmath>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "common/error.h"
 #include "common/aligned_buffer.h"
+#include "common/error.h"
 #include "engine/communicator.h"
 #include "engine/tag_registry.h"
 #include "tests/ibverbs/fake_verbs.h"
 #include "transport/ibverbs/ibverbs_transport.h"
-#include "transport/tcp/tcp_transport.h"
 #include "transport/ibverbs/verbs_api.h"
 #include "transport/tcp/socket.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace onebit::transport::ibverbs {
 namespace {
@@ -75,7 +75,8 @@ void run_ranks(int world, const std::function<void(int, IbverbsTransport&)>& bod
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        IbverbsTransport transport(r, world, transport::tcp::parse_host_port(root, "root"), options_with_timeout(timeout_ms));
+        IbverbsTransport transport(r, world, transport::tcp::parse_host_port(root, "root"),
+                                   options_with_timeout(timeout_ms));
         body(r, transport);
       } catch (const Error& error) {
         ADD_FAILURE() << "rank " << r << ": " << error.what();
@@ -85,7 +86,9 @@ void run_ranks(int world, const std::function<void(int, IbverbsTransport&)>& bod
   for (auto& t : threads) t.join();
 }
 
-std::string describe(const Request& r) { return std::string(wire::kind_name(r.key.kind)) + " " + std::to_string(r.key.part); }
+std::string describe(const Request& r) {
+  return std::string(wire::kind_name(r.key.kind)) + " " + std::to_string(r.key.part);
+}
 
 TEST(VerbsSelection, WithoutADeviceTheJobFailsNamingWhatIsMissing) {
   if (missing_device().empty()) GTEST_SKIP() << "this host has an RDMA device; the tests below use it";
@@ -116,7 +119,7 @@ TEST_P(VerbsTransport, MessagesLandInPlaceWhicheverSideIsPostedFirst) {
     const int peer = 1 - rank;
     const std::vector<std::size_t> sizes = {0, 4, 4096, 1 << 20, (1 << 20) + 3};
     AlignedBuffer<std::uint8_t> engine_out(2 << 20), engine_in(2 << 20);  // cached registrations
-    std::vector<std::uint8_t> user_out(2 << 20), user_in(2 << 20);         // per-message ones
+    std::vector<std::uint8_t> user_out(2 << 20), user_in(2 << 20);        // per-message ones
     for (int round = 0; round < 3; ++round) {
       for (std::size_t k = 0; k < sizes.size(); ++k) {
         const std::size_t n = sizes[k];
@@ -125,7 +128,8 @@ TEST_P(VerbsTransport, MessagesLandInPlaceWhicheverSideIsPostedFirst) {
         std::uint8_t* in = engine ? engine_in.data() : user_in.data();
         for (std::size_t i = 0; i < n; ++i) out[i] = static_cast<std::uint8_t>(i * 7 + rank + round);
         std::memset(in, 0xee, n);
-        const wire::MessageKey key{1, static_cast<std::uint64_t>(round), wire::Kind::kRingReduce, static_cast<std::uint16_t>(k)};
+        const wire::MessageKey key{1, static_cast<std::uint64_t>(round), wire::Kind::kRingReduce,
+                                   static_cast<std::uint16_t>(k)};
         const wire::CallShape shape{n, 0, 0};
         Request send, receive;
         // Rank 0 sends before it receives, rank 1 the other way round: both orders meet.
@@ -248,7 +252,8 @@ TEST_P(VerbsTransport, TheEngineGivesTheSameBitsOverVerbsAsOverTcp) {
         if (verbs) {
           transport = std::make_unique<IbverbsTransport>(r, kWorld, address, options_with_timeout(60000));
         } else {
-          transport = std::make_unique<transport::tcp::TcpTransport>(r, kWorld, address, options_with_timeout(60000).tcp);
+          transport =
+              std::make_unique<transport::tcp::TcpTransport>(r, kWorld, address, options_with_timeout(60000).tcp);
         }
         Communicator comm(std::move(transport));
         std::vector<float> x(kCount), ring(4096);

@@ -59,7 +59,9 @@ const Table* table(const char* symbol) {
 }
 
 // The byte at offset i of message `id`: every message different, every offset checked.
-inline std::uint8_t pattern(std::size_t id, std::size_t i) { return static_cast<std::uint8_t>((i * 131 + id * 7919) >> 3); }
+inline std::uint8_t pattern(std::size_t id, std::size_t i) {
+  return static_cast<std::uint8_t>((i * 131 + id * 7919) >> 3);
+}
 
 void fill(std::vector<std::uint8_t>& buffer, std::size_t id, std::size_t size) {
   for (std::size_t i = 0; i < size; ++i) buffer[i] = pattern(id, i);
@@ -80,8 +82,12 @@ struct HandlePipe {
   int fds[2];
   HandlePipe() { EXPECT_EQ(::pipe(fds), 0); }
   ~HandlePipe() { ::close(fds[0]), ::close(fds[1]); }
-  void send(const char* handle) { EXPECT_EQ(::write(fds[1], handle, NCCL_NET_HANDLE_MAXSIZE), (ssize_t)NCCL_NET_HANDLE_MAXSIZE); }
-  bool receive(char* handle) { return ::read(fds[0], handle, NCCL_NET_HANDLE_MAXSIZE) == (ssize_t)NCCL_NET_HANDLE_MAXSIZE; }
+  void send(const char* handle) {
+    EXPECT_EQ(::write(fds[1], handle, NCCL_NET_HANDLE_MAXSIZE), (ssize_t)NCCL_NET_HANDLE_MAXSIZE);
+  }
+  bool receive(char* handle) {
+    return ::read(fds[0], handle, NCCL_NET_HANDLE_MAXSIZE) == (ssize_t)NCCL_NET_HANDLE_MAXSIZE;
+  }
 };
 
 // Polls a request to completion as NCCL's proxy does; the result of the first failing test().
@@ -101,12 +107,15 @@ using Side = std::function<int(const ncclNet_v11_t* net, void* ctx, HandlePipe& 
 void run_pair(const Side& receiver, const Side& sender, int sender_exit = 0,
               std::chrono::seconds deadline = std::chrono::seconds(120)) {
   HandlePipe pipe;
-  auto outcomes = run_ranks(2, [&](int rank) -> int {
-    const auto* net = table<ncclNet_v11_t>("ncclNetPlugin_v11");
-    void* ctx = nullptr;
-    RANK_FAILS_IF(net == nullptr || net->init(&ctx, 7, nullptr, quiet_logger, nullptr) != ncclSuccess, 2);
-    return rank == 0 ? receiver(net, ctx, pipe) : sender(net, ctx, pipe);
-  }, deadline);
+  auto outcomes = run_ranks(
+      2,
+      [&](int rank) -> int {
+        const auto* net = table<ncclNet_v11_t>("ncclNetPlugin_v11");
+        void* ctx = nullptr;
+        RANK_FAILS_IF(net == nullptr || net->init(&ctx, 7, nullptr, quiet_logger, nullptr) != ncclSuccess, 2);
+        return rank == 0 ? receiver(net, ctx, pipe) : sender(net, ctx, pipe);
+      },
+      deadline);
   EXPECT_EQ(outcomes[0].exit_code, 0) << "receiver";
   EXPECT_EQ(outcomes[1].exit_code, sender_exit) << "sender";
 }
@@ -197,56 +206,58 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
   const int tags[4] = {10, 11, 12, 13};
   const std::size_t multi_sizes[4] = {100, 0, 250000, 3};
   auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
-      void* mh = nullptr;
-      void* listen_comm = nullptr;
-      void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
-      RANK_FAILS_IF(recv_comm == nullptr, 4);
-      std::vector<std::uint8_t> buffer(1u << 30);
-      RANK_FAILS_IF(net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess, 5);
-      for (std::size_t k = 0; k < sizes.size(); ++k) {
-        void* data = buffer.data();
-        std::size_t capacity = buffer.size();
-        int tag = 1;
-        void* request = nullptr;
-        RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &request) != ncclSuccess || !request, 6);
-        int got = -1;
-        RANK_FAILS_IF(wait(net, request, &got) != ncclSuccess, 7);
-        RANK_FAILS_IF(got != static_cast<int>(sizes[k]) || !intact(buffer, k, sizes[k]), 8);
-      }
-      // 32 receives outstanding at once, then completed in any order.
-      std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
-      std::vector<void*> requests(kOutstanding);
-      for (int i = 0; i < kOutstanding; ++i) {
-        void* data = many[i].data();
-        std::size_t capacity = kOutstandingBytes;
-        int tag = 5;
-        if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &requests[i]) != ncclSuccess || !requests[i])
-          return 9;
-      }
-      for (int i = kOutstanding - 1; i >= 0; --i) {
-        int got = -1;
-        RANK_FAILS_IF(wait(net, requests[i], &got) != ncclSuccess || got != static_cast<int>(kOutstandingBytes), 10);
-        RANK_FAILS_IF(!intact(many[i], 1000 + i, kOutstandingBytes), 11);
-      }
-      // One grouped receive of 4 tagged messages.
-      std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
-      void* datas[4];
-      std::size_t capacities[4];
-      int group_tags[4];
-      void* handles[4] = {mh, mh, mh, mh};
-      for (int i = 0; i < 4; ++i) datas[i] = parts[i].data(), capacities[i] = 300000, group_tags[i] = tags[i];
+    void* mh = nullptr;
+    void* listen_comm = nullptr;
+    void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
+    RANK_FAILS_IF(recv_comm == nullptr, 4);
+    std::vector<std::uint8_t> buffer(1u << 30);
+    RANK_FAILS_IF(net->regMr(recv_comm, buffer.data(), buffer.size(), NCCL_PTR_HOST, &mh) != ncclSuccess, 5);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      void* data = buffer.data();
+      std::size_t capacity = buffer.size();
+      int tag = 1;
       void* request = nullptr;
-      RANK_FAILS_IF(net->irecv(recv_comm, 4, datas, capacities, group_tags, handles, nullptr, &request) != ncclSuccess, 12);
-      int got[4] = {-1, -1, -1, -1};
-      RANK_FAILS_IF(wait(net, request, got) != ncclSuccess, 13);
-      for (int i = 0; i < 4; ++i) {
-        RANK_FAILS_IF(got[i] != static_cast<int>(multi_sizes[i]) || !intact(parts[i], 2000 + i, multi_sizes[i]), 14);
-      }
-      void* flush = &flush;
-      RANK_FAILS_IF(net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr, 15);
-      RANK_FAILS_IF(net->deregMr(recv_comm, mh) != ncclSuccess, 16);
-      RANK_FAILS_IF(!close_receiver(net, recv_comm, listen_comm), 17);
-      return net->finalize(ctx) == ncclSuccess ? 0 : 18;
+      RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &request) != ncclSuccess || !request,
+                    6);
+      int got = -1;
+      RANK_FAILS_IF(wait(net, request, &got) != ncclSuccess, 7);
+      RANK_FAILS_IF(got != static_cast<int>(sizes[k]) || !intact(buffer, k, sizes[k]), 8);
+    }
+    // 32 receives outstanding at once, then completed in any order.
+    std::vector<std::vector<std::uint8_t>> many(kOutstanding, std::vector<std::uint8_t>(kOutstandingBytes));
+    std::vector<void*> requests(kOutstanding);
+    for (int i = 0; i < kOutstanding; ++i) {
+      void* data = many[i].data();
+      std::size_t capacity = kOutstandingBytes;
+      int tag = 5;
+      if (net->irecv(recv_comm, 1, &data, &capacity, &tag, &mh, nullptr, &requests[i]) != ncclSuccess || !requests[i])
+        return 9;
+    }
+    for (int i = kOutstanding - 1; i >= 0; --i) {
+      int got = -1;
+      RANK_FAILS_IF(wait(net, requests[i], &got) != ncclSuccess || got != static_cast<int>(kOutstandingBytes), 10);
+      RANK_FAILS_IF(!intact(many[i], 1000 + i, kOutstandingBytes), 11);
+    }
+    // One grouped receive of 4 tagged messages.
+    std::vector<std::vector<std::uint8_t>> parts(4, std::vector<std::uint8_t>(300000));
+    void* datas[4];
+    std::size_t capacities[4];
+    int group_tags[4];
+    void* handles[4] = {mh, mh, mh, mh};
+    for (int i = 0; i < 4; ++i) datas[i] = parts[i].data(), capacities[i] = 300000, group_tags[i] = tags[i];
+    void* request = nullptr;
+    RANK_FAILS_IF(net->irecv(recv_comm, 4, datas, capacities, group_tags, handles, nullptr, &request) != ncclSuccess,
+                  12);
+    int got[4] = {-1, -1, -1, -1};
+    RANK_FAILS_IF(wait(net, request, got) != ncclSuccess, 13);
+    for (int i = 0; i < 4; ++i) {
+      RANK_FAILS_IF(got[i] != static_cast<int>(multi_sizes[i]) || !intact(parts[i], 2000 + i, multi_sizes[i]), 14);
+    }
+    void* flush = &flush;
+    RANK_FAILS_IF(net->iflush(recv_comm, 1, datas, got, handles, &flush) != ncclSuccess || flush != nullptr, 15);
+    RANK_FAILS_IF(net->deregMr(recv_comm, mh) != ncclSuccess, 16);
+    RANK_FAILS_IF(!close_receiver(net, recv_comm, listen_comm), 17);
+    return net->finalize(ctx) == ncclSuccess ? 0 : 18;
   };
   auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
     char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
@@ -260,7 +271,8 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
     for (std::size_t k = 0; k < sizes.size(); ++k) {
       fill(buffer, k, sizes[k]);
       void* request = nullptr;
-      RANK_FAILS_IF(net->isend(send_comm, buffer.data(), sizes[k], 1, mh, nullptr, &request) != ncclSuccess || !request, 24);
+      RANK_FAILS_IF(net->isend(send_comm, buffer.data(), sizes[k], 1, mh, nullptr, &request) != ncclSuccess || !request,
+                    24);
       int sent = -1;
       RANK_FAILS_IF(wait(net, request, &sent) != ncclSuccess || sent != static_cast<int>(sizes[k]), 25);
     }
@@ -273,7 +285,8 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
         return 26;
     }
     void* extra = &extra;  // a 33rd request: no slot, so NULL (NCCL retries later)
-    RANK_FAILS_IF(net->isend(send_comm, many[0].data(), 1, 5, mh, nullptr, &extra) != ncclSuccess || extra != nullptr, 27);
+    RANK_FAILS_IF(net->isend(send_comm, many[0].data(), 1, 5, mh, nullptr, &extra) != ncclSuccess || extra != nullptr,
+                  27);
     for (int i = 0; i < kOutstanding; ++i) {
       RANK_FAILS_IF(wait(net, requests[i], nullptr) != ncclSuccess, 28);
     }
@@ -281,7 +294,8 @@ TEST(NcclNetPlugin, TwoProcessesExchangeEverySizeAndPattern) {
     std::vector<void*> part_requests(4);
     for (int i = 0; i < 4; ++i) {
       fill(parts[i], 2000 + i, multi_sizes[i]);
-      if (net->isend(send_comm, parts[i].data(), multi_sizes[i], tags[i], mh, nullptr, &part_requests[i]) != ncclSuccess)
+      if (net->isend(send_comm, parts[i].data(), multi_sizes[i], tags[i], mh, nullptr, &part_requests[i]) !=
+          ncclSuccess)
         return 29;
     }
     for (void* r : part_requests) {
@@ -371,7 +385,8 @@ TEST(NcclNetPlugin, AKilledPeerFailsTheReceiveInsteadOfHanging) {
     void* send_comm = connect_to(net, ctx, handle);
     RANK_FAILS_IF(send_comm == nullptr, 11);
     void* request = nullptr;
-    RANK_FAILS_IF(net->isend(send_comm, buffer.data(), buffer.size(), 0, nullptr, nullptr, &request) != ncclSuccess, 12);
+    RANK_FAILS_IF(net->isend(send_comm, buffer.data(), buffer.size(), 0, nullptr, nullptr, &request) != ncclSuccess,
+                  12);
     int done = 0;
     for (int i = 0; i < 100 && !done; ++i) net->test(request, &done, nullptr);  // until the buffers are full
     RANK_FAILS_IF(done, 14);  // 64 MiB cannot fit in socket buffers nobody reads
@@ -412,7 +427,8 @@ TEST(NcclNetPlugin, AForgedHandleIsRefusedAndTheRealOneStillConnects) {
     send_comm = connect_to(net, ctx, handle);
     RANK_FAILS_IF(forged_comm == nullptr || send_comm == nullptr, 13);
     void* request = nullptr;
-    RANK_FAILS_IF(net->isend(send_comm, const_cast<char*>("real"), 5, 0, nullptr, nullptr, &request) != ncclSuccess, 14);
+    RANK_FAILS_IF(net->isend(send_comm, const_cast<char*>("real"), 5, 0, nullptr, nullptr, &request) != ncclSuccess,
+                  14);
     RANK_FAILS_IF(wait(net, request, nullptr) != ncclSuccess, 15);
     net->closeSend(forged_comm);
     return net->closeSend(send_comm) == ncclSuccess ? 0 : 16;

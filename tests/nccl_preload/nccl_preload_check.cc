@@ -50,14 +50,17 @@ std::string captured_stderr(Body&& body) {
 
 int bad_enable() {
   auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
-  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(dlsym(RTLD_DEFAULT, "onebit_tag"));
+  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(
+      dlsym(RTLD_DEFAULT, "onebit_tag"));
   if (!all_reduce || !tag) return 3;
   std::vector<float> host(100);
   if (tag("grad", host.data(), host.size(), ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 4;
   ncclResult_t r = ncclSuccess;
-  const std::string log = captured_stderr([&] { r = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr); });
+  const std::string log =
+      captured_stderr([&] { r = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr); });
   if (r != ncclInvalidArgument || log.find("ONEBIT_ENABLE") == std::string::npos) {
-    std::printf("FAIL: ONEBIT_ENABLE=banana must give ncclInvalidArgument and a message naming it; got %d\n", static_cast<int>(r));
+    std::printf("FAIL: ONEBIT_ENABLE=banana must give ncclInvalidArgument and a message naming it; got %d\n",
+                static_cast<int>(r));
     return 5;
   }
   std::printf("OK: a bad ONEBIT_ENABLE is ncclInvalidArgument with a message, not an exception\n");
@@ -68,8 +71,10 @@ int bad_enable() {
 // allreduce (which answers a NULL communicator with ncclInvalidArgument), counted as forwarded.
 int non_blocking(const char* nccl_path) {
   auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
-  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(dlsym(RTLD_DEFAULT, "onebit_tag"));
-  auto* stats = reinterpret_cast<onebit_result_t (*)(onebit_preload_stats_t*)>(dlsym(RTLD_DEFAULT, "onebit_preload_stats"));
+  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(
+      dlsym(RTLD_DEFAULT, "onebit_tag"));
+  auto* stats =
+      reinterpret_cast<onebit_result_t (*)(onebit_preload_stats_t*)>(dlsym(RTLD_DEFAULT, "onebit_preload_stats"));
   if (!all_reduce || !tag || !stats || dlopen(nccl_path, RTLD_NOW | RTLD_LOCAL) == nullptr) return 3;
   std::vector<float> host(100);
   if (tag("grad", host.data(), host.size(), ONEBIT_FLOAT32) != ONEBIT_SUCCESS) return 4;
@@ -91,8 +96,10 @@ int main(int argc, char** argv) {
   auto* all_reduce = reinterpret_cast<AllReduce>(dlsym(RTLD_DEFAULT, "ncclAllReduce"));
   auto* group_start = reinterpret_cast<Group>(dlsym(RTLD_DEFAULT, "ncclGroupStart"));
   auto* group_end = reinterpret_cast<Group>(dlsym(RTLD_DEFAULT, "ncclGroupEnd"));
-  auto* stats = reinterpret_cast<onebit_result_t (*)(onebit_preload_stats_t*)>(dlsym(RTLD_DEFAULT, "onebit_preload_stats"));
-  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(dlsym(RTLD_DEFAULT, "onebit_tag"));
+  auto* stats =
+      reinterpret_cast<onebit_result_t (*)(onebit_preload_stats_t*)>(dlsym(RTLD_DEFAULT, "onebit_preload_stats"));
+  auto* tag = reinterpret_cast<onebit_result_t (*)(const char*, void*, size_t, onebit_dtype_t)>(
+      dlsym(RTLD_DEFAULT, "onebit_tag"));
   if (!all_reduce || !group_start || !group_end || !stats || !tag) {
     std::printf("FAIL: the preload's symbols are missing (is LD_PRELOAD set?)\n");
     return 3;
@@ -109,7 +116,8 @@ int main(int argc, char** argv) {
   onebit_preload_stats_t s;
   if (stats(&s) != ONEBIT_SUCCESS || s.forwarded_calls != 2 || s.onebit.compressed_calls != 0) {
     std::printf("FAIL: stats after two forwarded calls: forwarded %llu, compressed %llu\n",
-                static_cast<unsigned long long>(s.forwarded_calls), static_cast<unsigned long long>(s.onebit.compressed_calls));
+                static_cast<unsigned long long>(s.forwarded_calls),
+                static_cast<unsigned long long>(s.onebit.compressed_calls));
     return 7;
   }
   // 2. NCCL loaded the way PyTorch loads it.
@@ -120,8 +128,9 @@ int main(int argc, char** argv) {
   }
   const ncclResult_t r = all_reduce(other.data(), other.data(), 10, ncclFloat32, ncclSum, nullptr, nullptr);
   if (r != ncclInvalidArgument) {
-    std::printf("FAIL: an untagged call with a NULL communicator must reach NCCL, which says ncclInvalidArgument; got %d\n",
-                static_cast<int>(r));
+    std::printf(
+        "FAIL: an untagged call with a NULL communicator must reach NCCL, which says ncclInvalidArgument; got %d\n",
+        static_cast<int>(r));
     return 9;
   }
   // The tagged buffer with a NULL communicator: compression needs the communicator's rank, which
@@ -167,13 +176,16 @@ int main(int argc, char** argv) {
   if (simulate_end == nullptr) return 16;
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   group_start();
-  const ncclResult_t simulated_queue = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+  const ncclResult_t simulated_queue =
+      all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
   simulate_end(&sim);
-  const ncclResult_t after_simulation = all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
+  const ncclResult_t after_simulation =
+      all_reduce(host.data(), host.data(), 100, ncclFloat32, ncclSum, nullptr, nullptr);
   if (simulated_queue != ncclSuccess || after_simulation == ncclSuccess) {
-    std::printf("FAIL: after ncclGroupStart + tagged call + ncclGroupSimulateEnd a tagged call must run at once (and "
-                "fail on a NULL communicator); got %d (queued %d)\n",
-                static_cast<int>(after_simulation), static_cast<int>(simulated_queue));
+    std::printf(
+        "FAIL: after ncclGroupStart + tagged call + ncclGroupSimulateEnd a tagged call must run at once (and "
+        "fail on a NULL communicator); got %d (queued %d)\n",
+        static_cast<int>(after_simulation), static_cast<int>(simulated_queue));
     return 17;
   }
   // The config-taking inits reach NCCL's own (which, without a GPU, answer as they do).
@@ -189,10 +201,11 @@ int main(int argc, char** argv) {
     std::printf("FAIL: ncclCommInitRankConfig must reach NCCL's pncclCommInitRankConfig\n");
     return 18;
   }
-  std::printf("OK: without NCCL calls fail with ncclSystemError; with NCCL loaded RTLD_LOCAL untagged calls reach "
-              "pncclAllReduce (ncclResult %d for a NULL comm), a tagged call fails cleanly (%d), groups pass through, "
-              "every deferred call runs and is named when it fails (group end %d), communicator calls reach NCCL, a "
-              "simulated group leaves no call deferred\n",
-              static_cast<int>(r), static_cast<int>(tagged), static_cast<int>(grouped));
+  std::printf(
+      "OK: without NCCL calls fail with ncclSystemError; with NCCL loaded RTLD_LOCAL untagged calls reach "
+      "pncclAllReduce (ncclResult %d for a NULL comm), a tagged call fails cleanly (%d), groups pass through, "
+      "every deferred call runs and is named when it fails (group end %d), communicator calls reach NCCL, a "
+      "simulated group leaves no call deferred\n",
+      static_cast<int>(r), static_cast<int>(tagged), static_cast<int>(grouped));
   return 0;
 }

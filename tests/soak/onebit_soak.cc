@@ -99,8 +99,8 @@ int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
       for (std::size_t k = 0; k < n; ++k) {
         const float out = tag_buffers[call.tag][k];
         if (std::memcmp(&out, &expected[k], sizeof(float)) != 0) {
-          std::fprintf(stderr, "rank %d call %d (compressed, tag %d, n=%zu): element %zu is %g, reference %g\n", rank, c,
-                       call.tag, n, k, out, expected[k]);
+          std::fprintf(stderr, "rank %d call %d (compressed, tag %d, n=%zu): element %zu is %g, reference %g\n", rank,
+                       c, call.tag, n, k, out, expected[k]);
           ++failures;
           break;
         }
@@ -117,8 +117,8 @@ int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
         for (int r = 0; r < world; ++r) sum += ring_value(r, c, k);
         const float expected = call.op == ONEBIT_SUM ? sum : sum / static_cast<float>(world);
         if (buffer[k] != expected) {
-          std::fprintf(stderr, "rank %d call %d (ring, n=%zu): element %zu is %g, expected %g\n", rank, c, call.count, k,
-                       buffer[k], expected);
+          std::fprintf(stderr, "rank %d call %d (ring, n=%zu): element %zu is %g, expected %g\n", rank, c, call.count,
+                       k, buffer[k], expected);
           ++failures;
           break;
         }
@@ -175,9 +175,10 @@ int main(int argc, char** argv) {
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("onebit-soak: %d rounds, %ld processes, %ld collective calls per rank (%ld compressed, %ld ring), "
-              "%.1f s: %ld rounds failed\n",
-              rounds, rank_runs, total_calls, compressed_calls, total_calls - compressed_calls, seconds, failed_rounds);
+  std::printf(
+      "onebit-soak: %d rounds, %ld processes, %ld collective calls per rank (%ld compressed, %ld ring), "
+      "%.1f s: %ld rounds failed\n",
+      rounds, rank_runs, total_calls, compressed_calls, total_calls - compressed_calls, seconds, failed_rounds);
   std::printf("%ld passed, %ld failed\n", static_cast<long>(rounds) - failed_rounds, failed_rounds);
   return failed_rounds == 0 ? 0 : 1;
 }

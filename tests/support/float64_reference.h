@@ -76,7 +76,10 @@ class Reference {
 class HierarchicalReference {
  public:
   HierarchicalReference(int hosts, int local_size, std::size_t n)
-      : hosts_(hosts), local_size_(local_size), n_(n), shard_((((n + local_size - 1) / local_size) + 7) / 8 * 8),
+      : hosts_(hosts),
+        local_size_(local_size),
+        n_(n),
+        shard_((((n + local_size - 1) / local_size) + 7) / 8 * 8),
         ambiguous_(n, 0) {
     for (int q = 0; q < local_size; ++q) rails_.emplace_back(hosts, length(q));
   }

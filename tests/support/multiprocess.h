@@ -3,11 +3,11 @@
 #pragma once
 
 #include <netinet/in.h>
-#include <signal.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,7 +47,9 @@ class SharedMemory {
   }
   ~SharedMemory() { ::munmap(data_, bytes_); }
   template <typename T>
-  T* as() { return static_cast<T*>(data_); }
+  T* as() {
+    return static_cast<T*>(data_);
+  }
 
  private:
   std::size_t bytes_;
@@ -72,18 +74,18 @@ inline char*& rank_reason_slot() {
 //   if (got != want) return RANK_FAILED(3, "got != want");
 inline int rank_failed(int code, const std::string& what, const char* file = nullptr, int line = 0) {
   const char* base = file != nullptr ? std::strrchr(file, '/') : nullptr;
-  const std::string reason = file == nullptr ? what
-                                             : std::string(base != nullptr ? base + 1 : file) + ":" +
-                                                   std::to_string(line) + ": " + what;
+  const std::string reason =
+      file == nullptr ? what
+                      : std::string(base != nullptr ? base + 1 : file) + ":" + std::to_string(line) + ": " + what;
   std::fprintf(stderr, "rank failure (exit %d): %s\n", code, reason.c_str());
   if (char* slot = rank_reason_slot()) std::snprintf(slot, kReasonBytes, "%s", reason.c_str());
   return code;
 }
 #define RANK_FAILED(code, what) ::onebit::testing::rank_failed((code), (what), __FILE__, __LINE__)
 // In a rank's body: when `bad` holds, returns `code` from the body, recording `bad` as the reason.
-#define RANK_FAILS_IF(bad, code)                      \
-  do {                                                \
-    if (bad) return RANK_FAILED((code), #bad);        \
+#define RANK_FAILS_IF(bad, code)               \
+  do {                                         \
+    if (bad) return RANK_FAILED((code), #bad); \
   } while (0)
 
 namespace detail {
@@ -95,9 +97,9 @@ inline RankOutcome outcome_of(int status, const char* slot, bool killed_at_deadl
   if (slot[0] != '\0') {
     outcome.reason = slot;
   } else if (WIFSIGNALED(status)) {
-    outcome.reason = killed_at_deadline && WTERMSIG(status) == SIGKILL ? "still running at the test's deadline: killed"
-                                                                       : std::string("killed by signal ") +
-                                                                             std::to_string(WTERMSIG(status));
+    outcome.reason = killed_at_deadline && WTERMSIG(status) == SIGKILL
+                         ? "still running at the test's deadline: killed"
+                         : std::string("killed by signal ") + std::to_string(WTERMSIG(status));
   } else {
     outcome.reason = "exit code " + std::to_string(outcome.exit_code) + " with no reason recorded";
   }
@@ -150,7 +152,8 @@ inline std::vector<RankOutcome> run_ranks(int world, const std::function<int(int
   int remaining = world;
   bool killed = false;
   while (remaining > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
     const int ready = ::poll(fds.data(), fds.size(), killed ? -1 : static_cast<int>(left < 0 ? 0 : left));
     if (ready == 0 && !killed) {
       for (int r = 0; r < world; ++r) {

@@ -55,9 +55,9 @@ TEST(BenchOptions, SizesFollowTheFactorUpToTheLargest) {
 }
 
 TEST(BenchOptions, OnebitFlags) {
-  const BenchOptions o = parse({"--algo", "compressed,gloo", "--ranks", "4", "--host", "10.0.0.2", "--gloo-store",
-                                "/tmp/s", "--link-rate", "10gbit", "--link-name", "10gbit", "--json", "r.jsonl",
-                                "--csv", "r.csv"});
+  const BenchOptions o =
+      parse({"--algo", "compressed,gloo", "--ranks", "4", "--host", "10.0.0.2", "--gloo-store", "/tmp/s", "--link-rate",
+             "10gbit", "--link-name", "10gbit", "--json", "r.jsonl", "--csv", "r.csv"});
   EXPECT_EQ(o.algos, (std::vector<std::string>{"compressed", "gloo"}));
   EXPECT_EQ(o.ranks, 4);
   EXPECT_EQ(o.host, "10.0.0.2");
@@ -83,7 +83,9 @@ TEST(BenchOptions, BadInputNamesTheFlagAndValue) {
   EXPECT_NE(error_of({"-b", "6"}).find("multiples of 4"), std::string::npos);
   EXPECT_NE(error_of({"-n", "0"}).find("-n '0' must be an integer in 1.."), std::string::npos);
   EXPECT_NE(error_of({"-c", "2"}).find("-c '2'"), std::string::npos);
-  EXPECT_NE(error_of({"--algo", "nccl"}).find("--algo 'nccl' is not compressed, ring, gloo, compressed-gloo, hierarchical or all"), std::string::npos);
+  EXPECT_NE(error_of({"--algo", "nccl"})
+                .find("--algo 'nccl' is not compressed, ring, gloo, compressed-gloo, hierarchical or all"),
+            std::string::npos);
   EXPECT_NE(error_of({"--ranks", "0"}).find("--ranks '0'"), std::string::npos);
   EXPECT_NE(error_of({"--local-size", "0"}).find("--local-size '0'"), std::string::npos);
   EXPECT_NE(error_of({"--link-rate", "fast"}).find("--link-rate 'fast'"), std::string::npos);

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/crypto.h"
-#include "common/launcher.h"
 #include "common/error.h"
+#include "common/launcher.h"
 #include "tests/support/child_output.h"
 #include "transport/tcp/bootstrap.h"
 
@@ -22,8 +22,8 @@ namespace {
 
 TEST(Crypto, HmacSha256MatchesRfc4231) {
   // RFC 4231, test case 2.
-  const auto mac = crypto::hmac_sha256(std::string_view("Jefe"), {std::string_view("what do ya want "),
-                                                                   std::string_view("for nothing?")});
+  const auto mac = crypto::hmac_sha256(std::string_view("Jefe"),
+                                       {std::string_view("what do ya want "), std::string_view("for nothing?")});
   EXPECT_EQ(crypto::hex(mac.data(), mac.size()), "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
 }
 
@@ -88,8 +88,8 @@ std::vector<std::uint8_t> reply_for(const wire::BootstrapHello& hello, const Cre
     const std::uint8_t ip[16] = {127, 0, 0, 1};
     w.put(std::uint16_t{4}).put(static_cast<std::uint16_t>(10000 + r)).bytes(ip, sizeof(ip));
   }
-  const auto mac = crypto::hmac_sha256(credentials.key, {std::string_view("reply"), hello.encode(),
-                                                          crypto::Bytes(reply.data(), reply.size())});
+  const auto mac = crypto::hmac_sha256(
+      credentials.key, {std::string_view("reply"), hello.encode(), crypto::Bytes(reply.data(), reply.size())});
   reply.insert(reply.end(), mac.begin(), mac.end());
   return reply;
 }
@@ -142,8 +142,9 @@ TEST(Bootstrap, ARankTakesOnlyTheReplyMadeForItsHello) {
 // per process).
 std::string identity_with(const std::vector<std::pair<const char*, const char*>>& variables) {
   return testing::child_output([&] {
-    for (const char* name : {"ONEBIT_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
-                             "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "MASTER_ADDR", "MASTER_PORT"}) {
+    for (const char* name :
+         {"ONEBIT_JOB_ID", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID", "SLURM_STEP_ID",
+          "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid", "MASTER_ADDR", "MASTER_PORT"}) {
       ::unsetenv(name);
     }
     for (const auto& [name, value] : variables) ::setenv(name, value, 1);
@@ -154,7 +155,9 @@ std::string identity_with(const std::vector<std::pair<const char*, const char*>>
 TEST(Launcher, JobIdentityNamesEachLaunchersJobAndAttempt) {
   EXPECT_EQ(identity_with({}), "");
   EXPECT_EQ(identity_with({{"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"}}), "master 10.0.0.1:29500");
-  EXPECT_EQ(identity_with({{"TORCHELASTIC_RUN_ID", "r7"}, {"TORCHELASTIC_RESTART_COUNT", "2"}, {"MASTER_ADDR", "h"},
+  EXPECT_EQ(identity_with({{"TORCHELASTIC_RUN_ID", "r7"},
+                           {"TORCHELASTIC_RESTART_COUNT", "2"},
+                           {"MASTER_ADDR", "h"},
                            {"MASTER_PORT", "1"}}),
             "torchrun run r7 restart 2, master h:1");
   EXPECT_EQ(identity_with({{"SLURM_JOB_ID", "88"}, {"SLURM_STEP_ID", "3"}}), "slurm job 88.3");

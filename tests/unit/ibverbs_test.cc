@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "common/error.h"
 #include "common/aligned_buffer.h"
+#include "common/error.h"
 #include "transport/ibverbs/registration_cache.h"
 #include "transport/ibverbs/rendezvous.h"
 #include "transport/ibverbs/setup.h"
@@ -43,7 +43,7 @@ TEST(VerbsWire, EndpointRoundTripsFieldByField) {
   e.job_id = 0x0102030405060708ull;
   e.from_rank = 3;
   const auto bytes = e.encode();
-  EXPECT_EQ(bytes[0], 0x31);  // little-endian magic "OBV1"
+  EXPECT_EQ(bytes[0], 0x31);   // little-endian magic "OBV1"
   EXPECT_EQ(bytes[12], 0xef);  // psn, low byte first
   const wire::VerbsEndpoint d = wire::VerbsEndpoint::decode(bytes.data(), "rank 3");
   EXPECT_EQ(d.link_layer, e.link_layer);
@@ -72,8 +72,9 @@ TEST(VerbsWire, BadEndpointsNameTheSenderAndTheField) {
   e.mtu = 3;
   e.link_layer = 0;
   bytes = e.encode();
-  EXPECT_NE(error_of([&] { wire::VerbsEndpoint::decode(bytes.data(), "rank 5"); }, ONEBIT_REMOTE_ERROR).find("link layer 0"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { wire::VerbsEndpoint::decode(bytes.data(), "rank 5"); }, ONEBIT_REMOTE_ERROR).find("link layer 0"),
+      std::string::npos);
 }
 
 TEST(VerbsWire, ClearToSendRoundTrips) {
@@ -94,8 +95,9 @@ TEST(VerbsWire, ClearToSendRoundTrips) {
   EXPECT_EQ(d.recv_id, c.recv_id);
   auto bad = bytes;
   bad[4] = 42;  // kind
-  EXPECT_NE(error_of([&] { wire::ClearToSend::decode(bad.data(), "rank 1"); }, ONEBIT_REMOTE_ERROR).find("unknown kind 42"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { wire::ClearToSend::decode(bad.data(), "rank 1"); }, ONEBIT_REMOTE_ERROR).find("unknown kind 42"),
+      std::string::npos);
 }
 
 TEST(VerbsSetup, HcaSpecsAsNcclNamesOneDevice) {
@@ -105,8 +107,10 @@ TEST(VerbsSetup, HcaSpecsAsNcclNamesOneDevice) {
   EXPECT_EQ(parse_hca("mlx5_0").port, 0);
   EXPECT_EQ(parse_hca("rxe0:2").device, "rxe0");
   EXPECT_EQ(parse_hca("rxe0:2").port, 2);
-  EXPECT_NE(error_of([] { parse_hca("mlx5_0,mlx5_1"); }, ONEBIT_INVALID_ARGUMENT).find("name one device"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_hca("^mlx5_0"); }, ONEBIT_INVALID_ARGUMENT).find("ONEBIT_IB_HCA='^mlx5_0'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_hca("mlx5_0,mlx5_1"); }, ONEBIT_INVALID_ARGUMENT).find("name one device"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_hca("^mlx5_0"); }, ONEBIT_INVALID_ARGUMENT).find("ONEBIT_IB_HCA='^mlx5_0'"),
+            std::string::npos);
   EXPECT_NE(error_of([] { parse_hca("mlx5_0:x"); }, ONEBIT_INVALID_ARGUMENT).find("port in 1..255"), std::string::npos);
   EXPECT_NE(error_of([] { parse_hca("mlx5_0:0"); }, ONEBIT_INVALID_ARGUMENT).find("port in 1..255"), std::string::npos);
   EXPECT_NE(error_of([] { parse_hca(":1"); }, ONEBIT_INVALID_ARGUMENT).find("device:port"), std::string::npos);
@@ -342,7 +346,8 @@ TEST(Rendezvous, DisagreementsAreMismatchesNamingBothRanks) {
   Request s = Request::of(true, 1, key, wire::CallShape{2000, 0, 1}, nullptr, 250);
   EXPECT_FALSE(sender.post_send(s).has_value());
   const std::string text = error_of([&] { sender.offer_arrived(receiver.post_receive(r, 0x10, 1)); }, ONEBIT_MISMATCH);
-  EXPECT_NE(text.find("rank 0 and rank 1 disagree on a worker bits message: rank 0 sends 2000 elements"), std::string::npos)
+  EXPECT_NE(text.find("rank 0 and rank 1 disagree on a worker bits message: rank 0 sends 2000 elements"),
+            std::string::npos)
       << text;
   EXPECT_NE(text.find("rank 1 expects 1000 elements"), std::string::npos) << text;
 }
@@ -375,8 +380,9 @@ TEST(Rendezvous, WritesThatWereNeverOfferedOrOfTheWrongSizeAreErrors) {
   const wire::ClearToSend offer = receiver.post_receive(r, 0x10, 1);
   EXPECT_NE(error_of([&] { receiver.write_arrived(offer.recv_id + 1, 4); }, ONEBIT_REMOTE_ERROR).find("never offered"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { receiver.write_arrived(offer.recv_id, 8); }, ONEBIT_REMOTE_ERROR).find("wrote 8 bytes into a"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { receiver.write_arrived(offer.recv_id, 8); }, ONEBIT_REMOTE_ERROR).find("wrote 8 bytes into a"),
+      std::string::npos);
   int drained = 0;
   receiver.drain([&](Request& each) {
     EXPECT_EQ(&each, &r);

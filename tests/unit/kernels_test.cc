@@ -20,8 +20,8 @@ namespace {
 
 constexpr double kSumTolerance = 1e-12;
 
-const std::vector<std::size_t> kLengths = {0, 1, 7, 8, 9, 15, 16, 17, 31, 33, 63, 64, 65, 127, 1000, 4095, 4096,
-                                           4097, 262147, 1000003};
+const std::vector<std::size_t> kLengths = {0,  1,  7,  8,   9,    15,   16,   17,   31,     33,
+                                           63, 64, 65, 127, 1000, 4095, 4096, 4097, 262147, 1000003};
 
 // A buffer whose data pointer sits `offset` elements past a 64-byte boundary, to test misaligned
 // pointers (and, at offset 8, the 32-byte head of the streaming path).
@@ -104,7 +104,8 @@ TEST_P(KernelSetTest, WorkerPassMatchesScalar) {
           for (std::size_t i = 0; i < n; ++i) e_prev[i] = random_value(rng);
           std::vector<std::uint8_t> bits_simd(packed_bytes(n) + 1, 0xAB), bits_oracle(packed_bytes(n) + 1, 0xAB);
 
-          const double sum_oracle = oracle.worker_pass(x, dtype, e_prev.data(), a_prev, e_oracle.data(), bits_oracle.data(), n);
+          const double sum_oracle =
+              oracle.worker_pass(x, dtype, e_prev.data(), a_prev, e_oracle.data(), bits_oracle.data(), n);
           const double sum_simd = simd.worker_pass(x, dtype, e_prev.data(), a_prev, e_simd.data(), bits_simd.data(), n);
 
           ASSERT_EQ(bits_oracle, bits_simd) << where;  // pad bits and the byte past the end too
@@ -126,8 +127,8 @@ TEST_P(KernelSetTest, MeanWorkerPassIsTheWorkerPassOfTheMean) {
   for (int sources = 1; sources <= 4; ++sources) {
     for (std::size_t n : kLengths) {
       for (std::size_t offset : {0, 3, 8}) {
-        const std::string where = std::to_string(sources) + " sources n=" + std::to_string(n) +
-                                  " offset=" + std::to_string(offset);
+        const std::string where =
+            std::to_string(sources) + " sources n=" + std::to_string(n) + " offset=" + std::to_string(offset);
         std::vector<Aligned<float>> inputs;
         std::vector<const float*> x;
         for (int q = 0; q < sources; ++q) {
@@ -179,7 +180,8 @@ TEST_P(KernelSetTest, ServerPassMatchesScalar) {
     for (std::size_t n : kLengths) {
       if (n > 300000 && ranks > 4) continue;  // keep the test quick; the kernel does not care
       for (std::size_t offset : {0, 1, 8}) {  // 0 and 8: the streaming path, with and without a head
-        const std::string where = "W=" + std::to_string(ranks) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
+        const std::string where =
+            "W=" + std::to_string(ranks) + " n=" + std::to_string(n) + " offset=" + std::to_string(offset);
         std::vector<std::vector<std::uint8_t>> rank_bits(ranks, std::vector<std::uint8_t>(packed_bytes(n)));
         std::vector<const std::uint8_t*> bits;
         std::vector<float> scales;
@@ -211,7 +213,8 @@ TEST_P(KernelSetTest, UnpackMatchesScalar) {
   for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16}) {
     for (std::size_t n : kLengths) {
       for (float scale : {0.0f, 1.0f, 0.3333f, 1e-30f, 70000.0f}) {
-        const std::string where = std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " scale=" + std::to_string(scale);
+        const std::string where =
+            std::string(dtype_name(dtype)) + " n=" + std::to_string(n) + " scale=" + std::to_string(scale);
         std::vector<std::uint8_t> bits(packed_bytes(n));
         for (auto& byte : bits) byte = static_cast<std::uint8_t>(rng());
         const std::size_t bytes = n * dtype_size(dtype);
@@ -260,7 +263,8 @@ TEST_P(KernelSetTest, NonFiniteInputIsReportedBySum) {
       std::vector<float> x(n, 1.0f), e(n, 0.0f), e_next(n);
       std::vector<std::uint8_t> bits(packed_bytes(n));
       x[at] = bad;
-      EXPECT_FALSE(std::isfinite(k.worker_pass(x.data(), Dtype::kFloat32, e.data(), 0.0f, e_next.data(), bits.data(), n)))
+      EXPECT_FALSE(
+          std::isfinite(k.worker_pass(x.data(), Dtype::kFloat32, e.data(), 0.0f, e_next.data(), bits.data(), n)))
           << "x[" << at << "] = " << bad;
       x[at] = 1.0f;
       e[at] = bad;  // a poisoned error state is reported the same way
@@ -393,7 +397,8 @@ TEST(Dispatch, UnknownSetIsAClearError) {
     FAIL() << "expected an error";
   } catch (const Error& error) {
     EXPECT_EQ(error.code(), ONEBIT_INVALID_ARGUMENT);
-    EXPECT_NE(std::string(error.what()).find("ONEBIT_SIMD='sse9' is not a kernel set"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("ONEBIT_SIMD='sse9' is not a kernel set"), std::string::npos)
+        << error.what();
   }
 }
 

@@ -100,7 +100,7 @@ TEST(FrozenVariance, AdamStaysWithinItsStepBound) {
 // third only just (√v = 2·eps): the floor is eps itself, not "exactly zero". The third's direction
 // 0.37 / 3e-4 is far past Adam's bound (7.27): clipped; the fourth's, 0.37 / 0.1001, is not.
 constexpr float kEps = 1e-4f;
-const std::vector<float> kFrozen = {0.0f, kEps * kEps / 4, 4 * kEps * kEps, 0.01f};
+const std::vector<float> kFrozen = {0.0f, kEps* kEps / 4, 4 * kEps* kEps, 0.01f};
 const std::vector<float> kCompressed = {0.37f, -0.37f, 0.37f, -0.37f};  // ±scale, as a 1-bit average is
 
 float bound_of(float beta1, float beta2) { return adam_step_bound(beta1, beta2); }
@@ -122,7 +122,8 @@ TEST(FrozenVariance, FreezeReportNamesTheDormantElementsByGroup) {
   EXPECT_EQ(freeze_report("onebit::OnebitAdam", 3, {{kFrozen.data(), kFrozen.size(), kEps}, {live.data(), 2, kEps}}),
             "onebit: onebit::OnebitAdam: variance frozen from step 3; 2 of 6 elements are dormant (sqrt(v) <= eps: no "
             "gradient reached them) and take no momentum step, only weight decay: group 0 (2 of 4)");
-  EXPECT_EQ(freeze_report("x", 7, {{live.data(), 2, kEps}}), "onebit: x: variance frozen from step 7; 0 of 2 elements are dormant");
+  EXPECT_EQ(freeze_report("x", 7, {{live.data(), 2, kEps}}),
+            "onebit: x: variance frozen from step 7; 0 of 2 elements are dormant");
   try {
     freeze_report("x", 0, {{kFrozen.data(), kFrozen.size(), 0.0f}});
     ADD_FAILURE() << "eps 0 was accepted";
@@ -210,7 +211,8 @@ TEST(FrozenVariance, OnebitLambLeavesDormantOutOfTheFactor) {
   EXPECT_EQ(p[1], p0[1]);
   // The factor is the live elements' max((√v+ε)/(√v_fresh+ε)) (0.855), within factor_min 0.5.
   float live = 0.0f;
-  for (std::size_t i = 2; i < 4; ++i) live = std::max(live, (std::sqrt(kFrozen[i]) + kEps) / (std::sqrt(fresh[i]) + kEps));
+  for (std::size_t i = 2; i < 4; ++i)
+    live = std::max(live, (std::sqrt(kFrozen[i]) + kEps) / (std::sqrt(fresh[i]) + kEps));
   EXPECT_EQ(layer.last_factor, std::max(0.5, static_cast<double>(live)));
   const float step = static_cast<float>(static_cast<double>(c.lr) * layer.lamb_coeff);
   for (std::size_t i = 2; i < 4; ++i) {  // not clipped: LAMB takes the dormant rule only

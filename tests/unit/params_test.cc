@@ -61,7 +61,8 @@ TEST(Params, OutOfRangeValuesAreRefusedByName) {
   for (const char* bad : {"0", "-5", "9223372036854775807"}) {
     const std::string message = read_in_child("ONEBIT_TIMEOUT_MS", bad, [] { TimeoutMs(); });
     EXPECT_NE(message.find(std::string("ONEBIT_TIMEOUT_MS='") + bad + "' is out of range: 1..31622400000"),
-              std::string::npos) << message;
+              std::string::npos)
+        << message;
   }
   EXPECT_NE(read_in_child("ONEBIT_SOCKETS_PER_PEER", "0", [] { SocketsPerPeer(); }).find("out of range: 1..64"),
             std::string::npos);

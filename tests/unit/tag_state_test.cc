@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "onebit/onebit.h"
 #include "engine/tag_registry.h"
+#include "onebit/onebit.h"
 
 namespace onebit {
 namespace {

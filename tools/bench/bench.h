@@ -28,25 +28,27 @@ inline float input_value(int rank, std::uint64_t i) {
   return static_cast<float>(z >> 40) / static_cast<float>(1 << 23) - 1.0f + 0.05f * static_cast<float>(rank);
 }
 // Integer-valued inputs whose sums are exact in fp32.
-inline float integer_value(int rank, std::uint64_t i) { return static_cast<float>((i * 31 + rank * 17) % 1000) - 500.0f; }
+inline float integer_value(int rank, std::uint64_t i) {
+  return static_cast<float>((i * 31 + rank * 17) % 1000) - 500.0f;
+}
 
 struct Row {
   std::string algo;
   std::uint64_t bytes = 0;
   const char* redop = "avg";
   double time_us = 0;
-  double algbw = 0, busbw = 0;  // GB/s, GB = 1e9
-  double wrong = -1;            // -1: not checked
-  double wire_bytes = 0;        // per rank per call (hierarchical: to other hosts only)
-  double host_bytes = 0;        // hierarchical: per rank per call, to ranks of its own host
-  double ratio = 0;             // fp32 ring bytes / wire bytes
-  double relerr = NAN;          // vs the exact average, compressed with -c 1
+  double algbw = 0, busbw = 0;            // GB/s, GB = 1e9
+  double wrong = -1;                      // -1: not checked
+  double wire_bytes = 0;                  // per rank per call (hierarchical: to other hosts only)
+  double host_bytes = 0;                  // hierarchical: per rank per call, to ranks of its own host
+  double ratio = 0;                       // fp32 ring bytes / wire bytes
+  double relerr = NAN;                    // vs the exact average, compressed with -c 1
   double wire_us = NAN, memory_us = NAN;  // lower bounds (compressed)
-  StageTimes stages;                       // per call, rank 0 (compressed)
-  int warmup_calls = 0;                    // warm-up calls made before the timed ones
-  bool settled = true;                     // false: --warmup-max was reached first
-  std::vector<double> warmup_us;           // each settling warm-up call's time, mean over ranks
-  double steal = NAN;                      // share of CPU time the hypervisor took during the timed calls
+  StageTimes stages;                      // per call, rank 0 (compressed)
+  int warmup_calls = 0;                   // warm-up calls made before the timed ones
+  bool settled = true;                    // false: --warmup-max was reached first
+  std::vector<double> warmup_us;          // each settling warm-up call's time, mean over ranks
+  double steal = NAN;                     // share of CPU time the hypervisor took during the timed calls
 };
 
 class Bench {

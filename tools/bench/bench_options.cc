@@ -41,7 +41,9 @@ std::uint64_t parse_size(const std::string& text, const char* flag) {
   if (suffix == "K" || suffix == "k") multiplier = 1ull << 10;
   else if (suffix == "M" || suffix == "m") multiplier = 1ull << 20;
   else if (suffix == "G" || suffix == "g") multiplier = 1ull << 30;
-  else ONEBIT_CHECK(suffix.empty(), ONEBIT_INVALID_ARGUMENT, flag, " '", text, "': unknown suffix '", suffix, "' (K, M or G)");
+  else
+    ONEBIT_CHECK(suffix.empty(), ONEBIT_INVALID_ARGUMENT, flag, " '", text, "': unknown suffix '", suffix,
+                 "' (K, M or G)");
   return number * multiplier;
 }
 
@@ -117,8 +119,8 @@ BenchOptions parse_options(const std::vector<std::string>& args) {
       fail(ONEBIT_INVALID_ARGUMENT, "unknown option '", flag, "' (see --help)");
     }
   }
-  ONEBIT_CHECK(o.min_bytes >= 4 && o.min_bytes % 4 == 0 && o.max_bytes % 4 == 0, ONEBIT_INVALID_ARGUMENT,
-               "-b ", o.min_bytes, " and -e ", o.max_bytes, " must be multiples of 4 bytes (float32), at least 4");
+  ONEBIT_CHECK(o.min_bytes >= 4 && o.min_bytes % 4 == 0 && o.max_bytes % 4 == 0, ONEBIT_INVALID_ARGUMENT, "-b ",
+               o.min_bytes, " and -e ", o.max_bytes, " must be multiples of 4 bytes (float32), at least 4");
   ONEBIT_CHECK(o.min_bytes <= o.max_bytes, ONEBIT_INVALID_ARGUMENT, "-b ", o.min_bytes, " is larger than -e ",
                o.max_bytes);
   ONEBIT_CHECK(o.warmup <= o.warmup_max || o.settle == 0, ONEBIT_INVALID_ARGUMENT, "-w ", o.warmup,

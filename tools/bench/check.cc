@@ -56,7 +56,7 @@ void Bench::check(Row& row, std::size_t n) {
 // b = ||z|| / sqrt(len) (`certain[k]` = 0: a sign the engine may legitimately round the other
 // way), then #wrong and the relative error against the exact mean, over every rank.
 void Bench::score(Row& row, std::size_t begin, const std::vector<double>& z, const std::vector<double>& mean,
-           const std::vector<char>& certain) {
+                  const std::vector<char>& certain) {
   double z_squares = 0;
   for (double v : z) z_squares += v * v;
   const double b = z.empty() ? 0 : std::sqrt(z_squares / z.size());

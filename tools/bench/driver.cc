@@ -164,7 +164,9 @@ Row Bench::run_one(const std::string& algo, std::uint64_t bytes) {
   // The stats calls' own barrier traffic is outside [before, after].
   const double ring_bytes = world_ > 1 ? 2.0 * (world_ - 1) / world_ * bytes : 0.0;
   row.host_bytes = static_cast<double>(host_after - host_before) / o_.iters;
-  row.wire_bytes = algo == "gloo" ? ring_bytes : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters - row.host_bytes;
+  row.wire_bytes = algo == "gloo"
+                       ? ring_bytes
+                       : static_cast<double>(after.bytes_sent - before.bytes_sent) / o_.iters - row.host_bytes;
   row.wire_bytes = reduce_sum(static_cast<float>(row.wire_bytes)) / world_;
   row.host_bytes = reduce_sum(static_cast<float>(row.host_bytes)) / world_;
   row.ratio = row.wire_bytes > 0 ? ring_bytes / row.wire_bytes : 0;

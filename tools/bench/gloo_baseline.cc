@@ -37,8 +37,7 @@ GlooAllreduce::~GlooAllreduce() = default;
 void GlooAllreduce::sum(float* data, std::size_t count) {
   gloo::AllreduceOptions options(impl_->context);
   options.setOutput<float>(data, count);
-  options.setReduceFunction(
-      static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+  options.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
   options.setTag(impl_->tag++);
   gloo::allreduce(options);
 }

@@ -47,7 +47,8 @@ int run_rank(const BenchOptions& options, CommSetup setup, const std::string& gl
   std::unique_ptr<GlooAllreduce> gloo;
   if (wants_gloo(options)) gloo = std::make_unique<GlooAllreduce>(setup.rank, setup.size, gloo_store, options.host);
   std::unique_ptr<Communicator> over_gloo;
-  if (wants(options, "compressed-gloo")) over_gloo = std::make_unique<Communicator>(gloo->pairs_transport(), comm.local_size());
+  if (wants(options, "compressed-gloo"))
+    over_gloo = std::make_unique<Communicator>(gloo->pairs_transport(), comm.local_size());
   return Bench(options, comm, gloo.get(), over_gloo.get()).run();
 }
 

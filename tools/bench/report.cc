@@ -40,15 +40,17 @@ void Bench::header() {
   // nccl-tests' columns, in its order (in-place only), so its parsers read the table unchanged;
   // the algorithm and onebit's extras come after #wrong.
   std::printf("#                                                     in-place\n");
-  std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s  %-15s %12s %7s %7s %10s %6s\n", "size", "count", "type", "redop",
-              "root", "time", "algbw", "busbw", "#wrong", "algo", "wire/rank", "ratio", "relerr", "bound", "t/bnd");
+  std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s  %-15s %12s %7s %7s %10s %6s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "algo", "wire/rank", "ratio", "relerr", "bound",
+              "t/bnd");
   std::printf("# %10s %12s %8s %6s %6s %9s %7s %7s %6s  %-15s %12s %7s %7s %10s %6s\n", "(B)", "(elements)", "", "", "",
               "(us)", "(GB/s)", "(GB/s)", "", "", "(B)", "", "", "(us)", "");
   std::fflush(stdout);
   if (!o_.json_path.empty()) json_.open(o_.json_path, std::ios::app);
   if (!o_.csv_path.empty()) {
     csv_.open(o_.csv_path, std::ios::app);
-    csv_ << "link,ranks,algo,size,count,type,redop,time_us,algbw,busbw,wrong,wire_bytes,ratio,relerr,wire_us,memory_us\n";
+    csv_ << "link,ranks,algo,size,count,type,redop,time_us,algbw,busbw,wrong,wire_bytes,ratio,relerr,wire_us,memory_"
+            "us\n";
   }
 }
 
@@ -61,14 +63,16 @@ void Bench::print(const Row& r) {
   std::snprintf(bound_text, sizeof(bound_text), std::isnan(bound) ? "-" : "%.0f", bound);
   std::snprintf(ratio_to_bound, sizeof(ratio_to_bound), std::isnan(bound) ? "-" : "%.2f", r.time_us / bound);
   std::printf("  %10llu %12llu %8s %6s %6d %9.1f %7.2f %7.2f %6s  %-15s %12.0f %6.1fx %7s %10s %6s\n",
-              static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.bytes / 4), "float", r.redop, -1,
-              r.time_us, r.algbw, r.busbw, wrong, r.algo.c_str(), r.wire_bytes, r.ratio, relerr, bound_text,
+              static_cast<unsigned long long>(r.bytes), static_cast<unsigned long long>(r.bytes / 4), "float", r.redop,
+              -1, r.time_us, r.algbw, r.busbw, wrong, r.algo.c_str(), r.wire_bytes, r.ratio, relerr, bound_text,
               ratio_to_bound);
   if (compressed(r.algo)) {
-    std::printf("#   %s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
-                " | unpack %.0f; after %d warm-up call(s)%s", r.algo.c_str(), r.stages.worker * 1e6,
-                r.stages.wait_inputs * 1e6, r.stages.server * 1e6, r.stages.wait_results * 1e6, r.stages.unpack * 1e6,
-                r.warmup_calls, r.settled ? "" : ", NOT settled (--warmup-max reached)");
+    std::printf(
+        "#   %s stages on rank 0 (us): worker %.0f | wait for inputs %.0f | server %.0f | wait for results %.0f"
+        " | unpack %.0f; after %d warm-up call(s)%s",
+        r.algo.c_str(), r.stages.worker * 1e6, r.stages.wait_inputs * 1e6, r.stages.server * 1e6,
+        r.stages.wait_results * 1e6, r.stages.unpack * 1e6, r.warmup_calls,
+        r.settled ? "" : ", NOT settled (--warmup-max reached)");
     // Stolen CPU time slows the kernels but not the wire: on a virtual machine it is the first
     // suspect when a compressed row is slower than the last run's.
     if (!std::isnan(r.steal)) std::printf("; CPU steal %.0f%%", r.steal * 100);
@@ -84,23 +88,25 @@ void Bench::print(const Row& r) {
   auto num = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
   if (json_.is_open()) {
     json_ << "{\"link\":\"" << o_.link_name << "\",\"link_bits_per_second\":" << o_.link_bits_per_second
-          << ",\"ranks\":" << world_ << ",\"algo\":\"" << r.algo << "\",\"size\":" << r.bytes << ",\"count\":" << r.bytes / 4
-          << ",\"redop\":\"" << r.redop << "\",\"time_us\":" << r.time_us << ",\"algbw\":" << r.algbw
-          << ",\"busbw\":" << r.busbw << ",\"wrong\":" << num(r.wrong < 0 ? NAN : r.wrong) << ",\"wire_bytes\":" << r.wire_bytes << ",\"host_bytes\":" << r.host_bytes
-          << ",\"ratio\":" << r.ratio << ",\"relerr\":" << num(r.relerr) << ",\"wire_us\":" << num(r.wire_us)
+          << ",\"ranks\":" << world_ << ",\"algo\":\"" << r.algo << "\",\"size\":" << r.bytes
+          << ",\"count\":" << r.bytes / 4 << ",\"redop\":\"" << r.redop << "\",\"time_us\":" << r.time_us
+          << ",\"algbw\":" << r.algbw << ",\"busbw\":" << r.busbw << ",\"wrong\":" << num(r.wrong < 0 ? NAN : r.wrong)
+          << ",\"wire_bytes\":" << r.wire_bytes << ",\"host_bytes\":" << r.host_bytes << ",\"ratio\":" << r.ratio
+          << ",\"relerr\":" << num(r.relerr) << ",\"wire_us\":" << num(r.wire_us)
           << ",\"memory_us\":" << num(r.memory_us) << ",\"memcpy_bytes_per_second\":" << memcpy_rate_
           << ",\"stages_us\":{\"worker\":" << r.stages.worker * 1e6 << ",\"wait_inputs\":" << r.stages.wait_inputs * 1e6
           << ",\"server\":" << r.stages.server * 1e6 << ",\"wait_results\":" << r.stages.wait_results * 1e6
           << ",\"unpack\":" << r.stages.unpack * 1e6 << "},\"warmup_calls\":" << r.warmup_calls
-          << ",\"settled\":" << (r.settled ? "true" : "false") << ",\"cpu_steal\":" << num(r.steal) << ",\"kernels\":\"" << kernels::cpu_kernels().name << "\"}\n";
+          << ",\"settled\":" << (r.settled ? "true" : "false") << ",\"cpu_steal\":" << num(r.steal) << ",\"kernels\":\""
+          << kernels::cpu_kernels().name << "\"}\n";
     json_.flush();
   }
   if (csv_.is_open()) {
     auto cell = [](double v) { return std::isnan(v) ? std::string() : std::to_string(v); };  // empty: not measured
-    csv_ << o_.link_name << "," << world_ << "," << r.algo << "," << r.bytes << "," << r.bytes / 4 << ",float," << r.redop
-         << "," << r.time_us << "," << r.algbw << "," << r.busbw << "," << cell(r.wrong < 0 ? NAN : r.wrong) << ","
-         << r.wire_bytes << "," << r.ratio << "," << cell(r.relerr) << "," << cell(r.wire_us) << "," << cell(r.memory_us)
-         << "\n";
+    csv_ << o_.link_name << "," << world_ << "," << r.algo << "," << r.bytes << "," << r.bytes / 4 << ",float,"
+         << r.redop << "," << r.time_us << "," << r.algbw << "," << r.busbw << "," << cell(r.wrong < 0 ? NAN : r.wrong)
+         << "," << r.wire_bytes << "," << r.ratio << "," << cell(r.relerr) << "," << cell(r.wire_us) << ","
+         << cell(r.memory_us) << "\n";
   }
 }
 
@@ -129,18 +135,22 @@ void Bench::footer(const std::vector<Row>& rows) {
   const double compressed = time_of("compressed"), ring = time_of("ring"), gloo = time_of("gloo");
   const double hierarchical = time_of("hierarchical");
   std::printf("# At %llu bytes:", static_cast<unsigned long long>(largest));
-  if (!std::isnan(compressed) && !std::isnan(gloo)) std::printf(" compressed is %.2fx faster than gloo;", gloo / compressed);
-  if (!std::isnan(compressed) && !std::isnan(ring)) std::printf(" compressed is %.2fx faster than ring;", ring / compressed);
+  if (!std::isnan(compressed) && !std::isnan(gloo))
+    std::printf(" compressed is %.2fx faster than gloo;", gloo / compressed);
+  if (!std::isnan(compressed) && !std::isnan(ring))
+    std::printf(" compressed is %.2fx faster than ring;", ring / compressed);
   if (!std::isnan(ring) && !std::isnan(gloo)) std::printf(" ring time / gloo time = %.3f;", ring / gloo);
   if (!std::isnan(hierarchical) && !std::isnan(compressed)) {
     std::printf(" hierarchical time / compressed time = %.3f;", hierarchical / compressed);
   }
-  if (!std::isnan(hierarchical) && !std::isnan(gloo)) std::printf(" hierarchical is %.2fx faster than gloo;", gloo / hierarchical);
+  if (!std::isnan(hierarchical) && !std::isnan(gloo))
+    std::printf(" hierarchical is %.2fx faster than gloo;", gloo / hierarchical);
   const double over_pairs = time_of("compressed-gloo");
   if (!std::isnan(over_pairs) && !std::isnan(compressed)) {
     std::printf(" compressed over gloo's pairs / over onebit's TCP = %.3f;", over_pairs / compressed);
   }
-  if (!std::isnan(over_pairs) && !std::isnan(gloo)) std::printf(" compressed over gloo's pairs is %.2fx faster than gloo", gloo / over_pairs);
+  if (!std::isnan(over_pairs) && !std::isnan(gloo))
+    std::printf(" compressed over gloo's pairs is %.2fx faster than gloo", gloo / over_pairs);
   std::printf("\n");
   std::fflush(stdout);
 }

@@ -16,13 +16,13 @@
 
 namespace {
 
-#define CHECK(call)                                                                          \
-  do {                                                                                       \
-    cudaError_t e = (call);                                                                  \
-    if (e != cudaSuccess) {                                                                  \
+#define CHECK(call)                                                                             \
+  do {                                                                                          \
+    cudaError_t e = (call);                                                                     \
+    if (e != cudaSuccess) {                                                                     \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
+      std::exit(1);                                                                             \
+    }                                                                                           \
   } while (0)
 
 template <typename F>
@@ -83,21 +83,28 @@ int main(int argc, char** argv) {
   CHECK(cudaMemcpy(device_rank_bits, rank_bits.data(), ranks * sizeof(void*), cudaMemcpyHostToDevice));
   const cuda::Reduction out{sum, scale};
 
-  const double copy_s = seconds_per_call([&] { CHECK(cudaMemcpyAsync(copy_dst, copy_src, n * 4, cudaMemcpyDeviceToDevice)); }, reps);
+  const double copy_s =
+      seconds_per_call([&] { CHECK(cudaMemcpyAsync(copy_dst, copy_src, n * 4, cudaMemcpyDeviceToDevice)); }, reps);
   const double copy_rate = 2.0 * n * 4 / copy_s;
-  struct Row { const char* name; double bytes, seconds; };
+  struct Row {
+    const char* name;
+    double bytes, seconds;
+  };
   std::vector<Row> rows;
   for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16, Dtype::kBFloat16}) {
-    const double s = seconds_per_call([&] {
-      CHECK(cuda::worker_pass(x, dtype, e_prev, scale, e_next, bits, n, out, workspace, nullptr));
-    }, reps);
-    rows.push_back({dtype == Dtype::kFloat32 ? "worker fp32" : dtype == Dtype::kFloat16 ? "worker fp16" : "worker bf16",
+    const double s = seconds_per_call(
+        [&] { CHECK(cuda::worker_pass(x, dtype, e_prev, scale, e_next, bits, n, out, workspace, nullptr)); }, reps);
+    rows.push_back({dtype == Dtype::kFloat32   ? "worker fp32"
+                    : dtype == Dtype::kFloat16 ? "worker fp16"
+                                               : "worker bf16",
                     n * (dtype_size(dtype) + 8.0 + 0.125), s});
   }
-  const double server_s = seconds_per_call([&] {
-    CHECK(cuda::server_pass(device_rank_bits, scales, ranks, 1.0f / ranks, s_prev, scale, s_next, bits_out, chunk, out,
-                            workspace, nullptr));
-  }, reps);
+  const double server_s = seconds_per_call(
+      [&] {
+        CHECK(cuda::server_pass(device_rank_bits, scales, ranks, 1.0f / ranks, s_prev, scale, s_next, bits_out, chunk,
+                                out, workspace, nullptr));
+      },
+      reps);
   rows.push_back({"server (one chunk)", chunk * (ranks * 0.125 + 8.0 + 0.125), server_s});
   for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16}) {
     const double s = seconds_per_call([&] { CHECK(cuda::unpack(bits, scale, 4.0f, e_next, dtype, n, nullptr)); }, reps);

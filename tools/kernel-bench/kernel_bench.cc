@@ -43,8 +43,12 @@ Buffer allocate(std::size_t bytes) {
 struct Buffers {
   Buffer x, e_prev, e_next, bits, out;
   std::vector<Buffer> rank_bits;
-  Buffers() : x(allocate(kLarge * 4)), e_prev(allocate(kLarge * 4)), e_next(allocate(kLarge * 4)),
-              bits(allocate(kLarge / 8)), out(allocate(kLarge * 4)) {
+  Buffers()
+      : x(allocate(kLarge * 4)),
+        e_prev(allocate(kLarge * 4)),
+        e_next(allocate(kLarge * 4)),
+        bits(allocate(kLarge / 8)),
+        out(allocate(kLarge * 4)) {
     std::mt19937 rng(42);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     auto* xf = reinterpret_cast<float*>(x.get());
@@ -91,7 +95,8 @@ void bm_norm(benchmark::State& state, const CpuKernels* k) {
   const std::size_t n = static_cast<std::size_t>(state.range(0));
   Buffers& b = buffers();
   double sum = 0;
-  for (auto _ : state) sum += k->norm_pass(b.x.get(), Dtype::kFloat32, reinterpret_cast<const float*>(b.e_prev.get()), 0.5f, n);
+  for (auto _ : state)
+    sum += k->norm_pass(b.x.get(), Dtype::kFloat32, reinterpret_cast<const float*>(b.e_prev.get()), 0.5f, n);
   benchmark::DoNotOptimize(sum);
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * 8));
 }
@@ -150,7 +155,9 @@ int main(int argc, char** argv) {
       bm->Arg(kLarge)->UseRealTime();
     }
     benchmark::RegisterBenchmark(("norm_pass/" + set + "/float32").c_str(), bm_norm, k)->Arg(kLarge)->UseRealTime();
-    benchmark::RegisterBenchmark(("server_pass/" + set + "/float32/W4").c_str(), bm_server, k)->Arg(kLarge)->UseRealTime();
+    benchmark::RegisterBenchmark(("server_pass/" + set + "/float32/W4").c_str(), bm_server, k)
+        ->Arg(kLarge)
+        ->UseRealTime();
     benchmark::RegisterBenchmark(("unpack/" + set + "/float32").c_str(), bm_unpack, k)->Arg(kLarge)->UseRealTime();
   }
   benchmark::Initialize(&argc, argv);
@@ -166,8 +173,8 @@ int main(int argc, char** argv) {
   std::printf("  %-40s %10.2f GB/s\n", "memcpy (2 x 256 MiB)", memcpy_rate->second / 1e9);
   for (const auto& [name, rate] : reporter.rates) {
     if (name.rfind("memcpy", 0) == 0 || name.find("/" + large + "/") == std::string::npos) continue;
-    std::printf("  %-40s %10.2f GB/s  %5.1f %% of memcpy\n", name.substr(0, name.find("/" + large)).c_str(),
-                rate / 1e9, 100.0 * rate / memcpy_rate->second);
+    std::printf("  %-40s %10.2f GB/s  %5.1f %% of memcpy\n", name.substr(0, name.find("/" + large)).c_str(), rate / 1e9,
+                100.0 * rate / memcpy_rate->second);
   }
   return 0;
 }

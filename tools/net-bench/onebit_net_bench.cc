@@ -2,7 +2,8 @@
 // plain TCP stream on the same link. Rank 0 receives, rank 1 sends; the plugin is dlopened and
 // driven through its v11 table as NCCL's proxy drives it (8 requests in flight).
 //
-//   tools/ethernet/onebit-ethernet --ranks 2 --link 10gbit --bench build/release/tools/onebit-net-bench -- [--size 64M --count 32]
+//   tools/ethernet/onebit-ethernet --ranks 2 --link 10gbit --bench build/release/tools/onebit-net-bench -- [--size 64M
+//   --count 32]
 //
 // Run by onebit-ethernet it gets --host (this rank's address) and --gloo-store (a directory both
 // ranks see), which it uses to pass the plugin's handle and the plain stream's port; ONEBIT_RANK
@@ -16,8 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cstdarg>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -61,7 +62,8 @@ void get(const std::string& dir, const std::string& name, void* data, std::size_
     if (in && in.read(static_cast<char*>(data), static_cast<std::streamsize>(bytes))) break;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
     pollfd p{watch, POLLIN, 0};
-    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) die("the other rank did not write " + name + " within 60 s");
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0)
+      die("the other rank did not write " + name + " within 60 s");
     alignas(inotify_event) char events[4096];
     if (::read(watch, events, sizeof(events)) < 0) die("reading inotify events");
   }
@@ -150,7 +152,8 @@ double run_plain(int rank, const std::string& store, const std::string& host, st
     sockaddr_in address{};
     address.sin_family = AF_INET;
     ::inet_pton(AF_INET, host.c_str(), &address.sin_addr);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 1) != 0) die("plain listen");
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(fd, 1) != 0)
+      die("plain listen");
     socklen_t length = sizeof(address);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
     put(store, "plain-address", &address, sizeof(address));

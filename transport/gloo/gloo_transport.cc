@@ -21,8 +21,8 @@ GlooTransport::GlooTransport(::gloo::Context* context) : context_(context), time
 
 std::chrono::milliseconds GlooTransport::timeout_of(::gloo::Context* context) {
   const Libgloo& gloo = libgloo();
-  ONEBIT_CHECK(gloo.allreduce != nullptr, ONEBIT_INTERNAL_ERROR, "the gloo transport needs the process's libgloo.so.0: ",
-               gloo.error);
+  ONEBIT_CHECK(gloo.allreduce != nullptr, ONEBIT_INTERNAL_ERROR,
+               "the gloo transport needs the process's libgloo.so.0: ", gloo.error);
   return gloo.get_timeout(context);
 }
 
@@ -54,8 +54,8 @@ void GlooTransport::fail(onebit_result_t code, const std::string& message) {
   ::onebit::fail(code, message);
 }
 
-void GlooTransport::start(Request& request, bool is_send, int peer, std::uint32_t channel,
-                          const wire::MessageKey& key, const wire::CallShape& shape, void* data, std::size_t bytes) {
+void GlooTransport::start(Request& request, bool is_send, int peer, std::uint32_t channel, const wire::MessageKey& key,
+                          const wire::CallShape& shape, void* data, std::size_t bytes) {
   throw_if_failed();
   ONEBIT_CHECK(peer >= 0 && peer < context_->size && peer != context_->rank, ONEBIT_INTERNAL_ERROR, "rank ",
                context_->rank, ": no peer ", peer, " in a gloo context of size ", context_->size);
@@ -121,7 +121,8 @@ void GlooTransport::wait_one(Request& request, Deadline deadline,
                            " (" + describe(request) + ")";
   if (request.state != Request::State::kPending || !request.handle) {
     request.state = Request::State::kFailed;
-    fail(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(context_->rank) + ": wait on a request that was never started: " + what);
+    fail(ONEBIT_INTERNAL_ERROR,
+         "rank " + std::to_string(context_->rank) + ": wait on a request that was never started: " + what);
   }
   auto* buffer = static_cast<::gloo::transport::UnboundBuffer*>(request.handle.get());
   // At least a millisecond: gloo treats its own timeout as the failure that breaks the context,
@@ -142,7 +143,8 @@ void GlooTransport::wait_one(Request& request, Deadline deadline,
              ": " + text);
   } catch (const std::exception& error) {  // GLOO_ENFORCE's EnforceNotMet is no gloo::Exception
     request.state = Request::State::kFailed;
-    fail(ONEBIT_INTERNAL_ERROR, "rank " + std::to_string(context_->rank) + ": " + what + " failed in gloo: " + error.what());
+    fail(ONEBIT_INTERNAL_ERROR,
+         "rank " + std::to_string(context_->rank) + ": " + what + " failed in gloo: " + error.what());
   }
   if (!done) {  // outside the try: this failure too breaks the transport, not just the call
     request.state = Request::State::kFailed;

@@ -30,7 +30,8 @@ const Libgloo& libgloo() {
     all = resolve(handle, "_ZN4gloo9allreduceERKNS_16AllreduceOptionsE", &allreduce, &l.error) && all;
     if (all) {
       l.allreduce = allreduce;
-      if (::dladdr(reinterpret_cast<void*>(allreduce), &info) != 0 && info.dli_fname != nullptr) l.path = info.dli_fname;
+      if (::dladdr(reinterpret_cast<void*>(allreduce), &info) != 0 && info.dli_fname != nullptr)
+        l.path = info.dli_fname;
     }
     return l;  // the handle stays open: the framework's library, for the process's life
   }();

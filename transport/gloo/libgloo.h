@@ -3,9 +3,9 @@
 // where its symbols shadowed the gloo that pip's PyTorch bundles, and init_process_group crashed
 // there (docs/reliability.md). Opened with RTLD_NOLOAD, it is the framework's own copy or none.
 //
-// The three besides gloo::allreduce are non-virtual member functions of gloo::Context, called through their addresses the way
-// the Itanium C++ ABI (x86-64, AArch64) passes every such call: the object as the first argument,
-// a class returned in memory through the same hidden slot as a free function's.
+// The three besides gloo::allreduce are non-virtual member functions of gloo::Context, called through their addresses
+// the way the Itanium C++ ABI (x86-64, AArch64) passes every such call: the object as the first argument, a class
+// returned in memory through the same hidden slot as a free function's.
 #pragma once
 
 #include <gloo/allreduce.h>
@@ -23,7 +23,8 @@ struct Libgloo {
   using Allreduce = void (*)(const ::gloo::AllreduceOptions&);
   using GetTimeout = std::chrono::milliseconds (*)(const ::gloo::Context*);
   using GetPair = std::unique_ptr<::gloo::transport::Pair>& (*)(::gloo::Context*, int);
-  using CreateUnboundBuffer = std::unique_ptr<::gloo::transport::UnboundBuffer> (*)(::gloo::Context*, void*, std::size_t);
+  using CreateUnboundBuffer = std::unique_ptr<::gloo::transport::UnboundBuffer> (*)(::gloo::Context*, void*,
+                                                                                    std::size_t);
 
   Allreduce allreduce = nullptr;  // libgloo's own gloo::allreduce, which the door forwards to
   GetTimeout get_timeout = nullptr;

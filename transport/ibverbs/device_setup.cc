@@ -68,8 +68,8 @@ void IbverbsTransport::open_device() {
     if (!device->context) api.close_device(context);
   }
   ONEBIT_CHECK(device->context != nullptr, ONEBIT_SYSTEM_ERROR, "ONEBIT_TRANSPORT=ibverbs: no active port",
-               spec.device.empty() ? std::string() : " on ONEBIT_IB_HCA=" + options_.hca, "; devices seen: ",
-               seen.empty() ? "none" : seen);
+               spec.device.empty() ? std::string() : " on ONEBIT_IB_HCA=" + options_.hca,
+               "; devices seen: ", seen.empty() ? "none" : seen);
 
   const bool roce = device->port_attr.link_layer == IBV_LINK_LAYER_ETHERNET;
   int gid_index = options_.gid_index;
@@ -83,15 +83,17 @@ void IbverbsTransport::open_device() {
   device->local.gid_index = gid_index;
   if (gid_index >= 0) {
     ONEBIT_CHECK(api.query_gid(device->context, device->local.port, gid_index, &device->gid) == 0, ONEBIT_SYSTEM_ERROR,
-                 "ONEBIT_TRANSPORT=ibverbs: ", device->name, " has no GID at index ", gid_index, " (ONEBIT_IB_GID_INDEX)");
+                 "ONEBIT_TRANSPORT=ibverbs: ", device->name, " has no GID at index ", gid_index,
+                 " (ONEBIT_IB_GID_INDEX)");
   }
   device->pd = api.alloc_pd(device->context);
   device->channel = device->pd ? api.create_comp_channel(device->context) : nullptr;
   const int entries = (size_ - 1) * (kSendDepth + kReceiveSlots);
   device->cq = device->channel ? api.create_cq(device->context, entries, nullptr, device->channel, 0) : nullptr;
-  ONEBIT_CHECK(device->cq != nullptr, ONEBIT_SYSTEM_ERROR, "ONEBIT_TRANSPORT=ibverbs: cannot allocate a protection "
-               "domain, completion channel or a completion queue of ", entries, " entries on ", device->name, ": ",
-               errno_text(errno));
+  ONEBIT_CHECK(device->cq != nullptr, ONEBIT_SYSTEM_ERROR,
+               "ONEBIT_TRANSPORT=ibverbs: cannot allocate a protection "
+               "domain, completion channel or a completion queue of ",
+               entries, " entries on ", device->name, ": ", errno_text(errno));
   std::array<std::uint8_t, 16> gid{};
   std::copy(device->gid.raw, device->gid.raw + 16, gid.begin());
   description_ = device->name + (roce ? " (RoCE, GID index " + std::to_string(gid_index) + " " + gid_text(gid) + ")"
@@ -127,8 +129,9 @@ void IbverbsTransport::connect_queue_pairs(const tcp::Address& root) {
     attr.pkey_index = 0;
     attr.port_num = device_->local.port;
     attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
-                 ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who, " to INIT: ", errno_text(errno));
+    ONEBIT_CHECK(
+        api.modify_qp(peer->qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0,
+        ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who, " to INIT: ", errno_text(errno));
 
     // Swap endpoints over the authenticated set-up socket: both write, then both read (48 bytes
     // fit any socket buffer, so neither waits for the other).
@@ -149,16 +152,16 @@ void IbverbsTransport::connect_queue_pairs(const tcp::Address& root) {
     ONEBIT_CHECK(theirs.job_id == mesh.job_id && theirs.from_rank == static_cast<std::uint32_t>(r), ONEBIT_REMOTE_ERROR,
                  who, " sent the verbs endpoint of rank ", theirs.from_rank, " of job ", std::hex, theirs.job_id);
     ONEBIT_CHECK(theirs.link_layer == mine.link_layer, ONEBIT_REMOTE_ERROR, who, "'s port is ",
-                 theirs.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", " and rank ", rank_, "'s is not: ",
-                 "they cannot connect (ONEBIT_IB_HCA)");
+                 theirs.link_layer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "InfiniBand", " and rank ", rank_,
+                 "'s is not: ", "they cannot connect (ONEBIT_IB_HCA)");
 
     int mask = 0;
     ibv_qp_attr rtr = ready_to_receive(device_->local, theirs, &mask);
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &rtr, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who,
-                 " to RTR (", device_->name, " -> qp ", theirs.qp_num, "): ", errno_text(errno));
+    ONEBIT_CHECK(api.modify_qp(peer->qp, &rtr, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ",
+                 who, " to RTR (", device_->name, " -> qp ", theirs.qp_num, "): ", errno_text(errno));
     ibv_qp_attr rts = ready_to_send(mine.psn, options_.ack_timeout, &mask);
-    ONEBIT_CHECK(api.modify_qp(peer->qp, &rts, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ", who,
-                 " to RTS: ", errno_text(errno));
+    ONEBIT_CHECK(api.modify_qp(peer->qp, &rts, mask) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": queue pair for ",
+                 who, " to RTS: ", errno_text(errno));
 
     peer->control.resize((kReceiveSlots + kOfferSlots) * kSlotBytes);
     peer->control_lease = cache_->acquire(peer->control.data(), (kReceiveSlots + kOfferSlots) * kSlotBytes);

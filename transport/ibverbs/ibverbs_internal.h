@@ -21,9 +21,9 @@
 
 namespace onebit::transport::ibverbs {
 
-constexpr int kSendDepth = 256;       // send work requests (writes and offers) per queue pair
-constexpr int kReceiveSlots = 128;    // control-message receives kept posted per queue pair
-constexpr int kOfferSlots = 128;      // control-message send buffers per peer
+constexpr int kSendDepth = 256;     // send work requests (writes and offers) per queue pair
+constexpr int kReceiveSlots = 128;  // control-message receives kept posted per queue pair
+constexpr int kOfferSlots = 128;    // control-message send buffers per peer
 constexpr std::size_t kSlotBytes = wire::ClearToSend::kSize;
 
 std::string errno_text(int err);
@@ -79,11 +79,11 @@ struct IbverbsTransport::Peer {
     if (qp != nullptr) verbs().destroy_qp(qp);
   }
   const int rank;
-  tcp::Fd side;              // the set-up socket; aborts and the peer's end arrive here
+  tcp::Fd side;  // the set-up socket; aborts and the peer's end arrive here
   ibv_qp* qp = nullptr;
   Rendezvous rendezvous;
-  bool closed = false;       // its side socket ended with nothing outstanding: it left the job
-  std::string side_input;    // an abort being read
+  bool closed = false;     // its side socket ended with nothing outstanding: it left the job
+  std::string side_input;  // an abort being read
 
   // Control slots: [0, kReceiveSlots) posted receives, then kOfferSlots send buffers. An engine
   // buffer, so the registration cache registers it once.
@@ -97,8 +97,8 @@ struct IbverbsTransport::Peer {
     Request* send;
     wire::ClearToSend offer;
   };
-  std::deque<PendingWrite> writes_waiting;    // no send queue room yet
-  std::map<std::uint32_t, Request*> writes;   // posted, by write id
+  std::deque<PendingWrite> writes_waiting;   // no send queue room yet
+  std::map<std::uint32_t, Request*> writes;  // posted, by write id
   std::uint32_t next_write_id = 0;
 
   std::uint8_t* slot(std::uint32_t index) { return control.data() + index * kSlotBytes; }

@@ -17,10 +17,10 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "transport/progress.h"
-#include "transport/wait_all.h"
 #include "transport/ibverbs/ibverbs_internal.h"
 #include "transport/ibverbs/verbs_api.h"
+#include "transport/progress.h"
+#include "transport/wait_all.h"
 
 namespace onebit::transport::ibverbs {
 
@@ -35,9 +35,10 @@ constexpr std::size_t kMaxMessageBytes = std::size_t{1} << 30;  // one RDMA writ
 IbverbsTransport::IbverbsTransport(int rank, int size, const tcp::Address& root, const VerbsOptions& options)
     : rank_(rank), size_(size), options_(options) {
   ONEBIT_CHECK(size >= 1, ONEBIT_INVALID_ARGUMENT, "world size ", size, " must be at least 1");
-  ONEBIT_CHECK(rank >= 0 && rank < size, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " is out of range for ", size, " ranks");
-  ONEBIT_CHECK(options.ack_timeout >= 1 && options.ack_timeout <= 31, ONEBIT_INVALID_ARGUMENT, "ONEBIT_IB_TIMEOUT=",
-               options.ack_timeout, " must be in 1..31");
+  ONEBIT_CHECK(rank >= 0 && rank < size, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " is out of range for ", size,
+               " ranks");
+  ONEBIT_CHECK(options.ack_timeout >= 1 && options.ack_timeout <= 31, ONEBIT_INVALID_ARGUMENT,
+               "ONEBIT_IB_TIMEOUT=", options.ack_timeout, " must be in 1..31");
   peers_.resize(size);
   if (size == 1) return;  // nothing to connect: no device needed
   open_device();
@@ -50,8 +51,8 @@ IbverbsTransport::IbverbsTransport(int rank, int size, const tcp::Address& root,
     epoll_event event{};
     event.events = EPOLLIN | EPOLLRDHUP;
     event.data.u64 = what;
-    ONEBIT_CHECK(::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) == 0, ONEBIT_SYSTEM_ERROR, "epoll_ctl: ",
-                 errno_text(errno));
+    ONEBIT_CHECK(::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &event) == 0, ONEBIT_SYSTEM_ERROR,
+                 "epoll_ctl: ", errno_text(errno));
   };
   // 0: wake-up; 1: completions; 2 + r: rank r's set-up socket.
   watch(wakeup_.get(), 0);
@@ -92,8 +93,8 @@ void IbverbsTransport::post_receive_slot(Peer& peer, std::uint32_t slot) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  ONEBIT_CHECK(ibv_post_recv(peer.qp, &wr, &bad) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_,
-               ": ibv_post_recv to rank ", peer.rank, " failed");
+  ONEBIT_CHECK(ibv_post_recv(peer.qp, &wr, &bad) == 0, ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": ibv_post_recv to rank ",
+               peer.rank, " failed");
 }
 
 // ---- requests ----
@@ -175,7 +176,8 @@ void IbverbsTransport::start_write(Peer& peer, Request& send, const wire::ClearT
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(peer.qp, &wr, &bad);
   if (rc != 0) {
-    fail(ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": RDMA write to rank ", peer.rank, " could not be posted: ", errno_text(rc));
+    fail(ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": RDMA write to rank ", peer.rank,
+         " could not be posted: ", errno_text(rc));
   }
   peer.writes[id] = &send;
   ++peer.sends_posted;
@@ -199,7 +201,8 @@ void IbverbsTransport::send_offer(Peer& peer, const wire::ClearToSend& offer) {
   ibv_send_wr* bad = nullptr;
   const int rc = ibv_post_send(peer.qp, &wr, &bad);
   if (rc != 0) {
-    fail(ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": an offer to rank ", peer.rank, " could not be posted: ", errno_text(rc));
+    fail(ONEBIT_SYSTEM_ERROR, "rank ", rank_, ": an offer to rank ", peer.rank,
+         " could not be posted: ", errno_text(rc));
   }
   ++peer.sends_posted;
   stats_.bytes_sent += kSlotBytes;

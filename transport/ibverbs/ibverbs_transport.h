@@ -84,8 +84,8 @@ class IbverbsTransport final : public Transport {
   void send_offer(Peer& peer, const wire::ClearToSend& offer);
   void post_receive_slot(Peer& peer, std::uint32_t slot);
   void flush_waiting(Peer& peer);
-  bool start_locked(Request& request, bool is_send, int peer, const wire::MessageKey& key,
-                    const wire::CallShape& shape, void* data, std::size_t bytes);
+  bool start_locked(Request& request, bool is_send, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
+                    void* data, std::size_t bytes);
   void complete(Request& request);
   void fail_locked(onebit_result_t code, const std::string& message);
   [[noreturn]] void throw_failure_locked() const;

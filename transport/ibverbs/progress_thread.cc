@@ -78,10 +78,13 @@ void IbverbsTransport::on_completion(const ibv_wc& wc) {
   const int rank = work_peer(wc.wr_id);
   const std::uint32_t slot = work_slot(wc.wr_id);
   if (failed_) return;  // flushed work of a broken transport: nothing to do but let it drain
-  ONEBIT_CHECK(rank >= 0 && rank < size_ && peers_[rank], ONEBIT_INTERNAL_ERROR, "a completion for unknown rank ", rank);
+  ONEBIT_CHECK(rank >= 0 && rank < size_ && peers_[rank], ONEBIT_INTERNAL_ERROR, "a completion for unknown rank ",
+               rank);
   Peer& peer = *peers_[rank];
   if (wc.status != IBV_WC_SUCCESS) {
-    const char* what = kind == Work::kWrite ? "an RDMA write to" : kind == Work::kOffer ? "an offer to" : "a receive from";
+    const char* what = kind == Work::kWrite   ? "an RDMA write to"
+                       : kind == Work::kOffer ? "an offer to"
+                                              : "a receive from";
     fail(ONEBIT_REMOTE_ERROR, what, " rank ", rank, " failed: ", verbs().wc_status_str(wc.status), " (vendor error ",
          wc.vendor_err, ")",
          wc.status == IBV_WC_RETRY_EXC_ERR || wc.status == IBV_WC_RNR_RETRY_EXC_ERR
@@ -121,8 +124,7 @@ void IbverbsTransport::on_completion(const ibv_wc& wc) {
       }
       break;
     }
-    default:
-      fail(ONEBIT_INTERNAL_ERROR, "a completion of unknown kind ", static_cast<int>(kind));
+    default: fail(ONEBIT_INTERNAL_ERROR, "a completion of unknown kind ", static_cast<int>(kind));
   }
   flush_waiting(peer);
 }
@@ -135,10 +137,12 @@ void IbverbsTransport::handle_side_socket(Peer& peer) {
     if (n > 0) {
       peer.side_input.append(buffer, static_cast<std::size_t>(n));
       if (peer.side_input.size() >= 4) {
-        const std::uint32_t length = wire::Reader(reinterpret_cast<const std::uint8_t*>(peer.side_input.data())).get<std::uint32_t>();
+        const std::uint32_t length =
+            wire::Reader(reinterpret_cast<const std::uint8_t*>(peer.side_input.data())).get<std::uint32_t>();
         ONEBIT_CHECK(length <= kMaxAbortText, ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " aborted the job");
         if (peer.side_input.size() >= 4 + length) {
-          fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " failed and left the job: ", peer.side_input.substr(4, length));
+          fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank,
+               " failed and left the job: ", peer.side_input.substr(4, length));
         }
       }
       continue;
@@ -147,7 +151,8 @@ void IbverbsTransport::handle_side_socket(Peer& peer) {
     // a peer that finished its last call and left is not taken for one that died in it.
     handle_completions();
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, peer.side.get(), nullptr);
-    if (peer.rendezvous.expecting() || peer.rendezvous.owing() || !peer.writes.empty() || !peer.writes_waiting.empty()) {
+    if (peer.rendezvous.expecting() || peer.rendezvous.owing() || !peer.writes.empty() ||
+        !peer.writes_waiting.empty()) {
       fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " closed the connection (it exited, crashed or aborted)");
     }
     peer.closed = true;

@@ -6,7 +6,8 @@
 namespace onebit::transport::ibverbs {
 
 wire::ClearToSend Rendezvous::post_receive(Request& request, std::uint64_t address, std::uint32_t rkey) {
-  if (!receive_keys_.insert(request.key).second) fail(ONEBIT_INTERNAL_ERROR, second_receive_text(me_, peer_, request.key));
+  if (!receive_keys_.insert(request.key).second)
+    fail(ONEBIT_INTERNAL_ERROR, second_receive_text(me_, peer_, request.key));
   wire::ClearToSend offer;
   offer.key = request.key;
   offer.shape = request.shape;

@@ -47,12 +47,12 @@ class Rendezvous {
   Request& write_arrived(std::uint32_t recv_id, std::size_t bytes);
 
   bool expecting() const { return !receives_.empty(); }  // a receive is waiting for the peer's write
-  bool owing() const;                                     // a send is waiting for the peer's offer
+  bool owing() const;                                    // a send is waiting for the peer's offer
 
   // Every request still held (receives offered, sends waiting), then forgets them all.
   void drain(const std::function<void(Request&)>& each);
 
- // Offers held for sends not yet posted: a call or two ahead at most. A peer that offers more is
+  // Offers held for sends not yet posted: a call or two ahead at most. A peer that offers more is
   // a broken or hostile one, and is an error naming it rather than memory without end.
   static constexpr std::size_t kMaxWaitingOffers = std::size_t{1} << 16;
 
@@ -63,7 +63,7 @@ class Rendezvous {
   const int peer_;
   std::map<wire::MessageKey, std::deque<Request*>> sends_;            // waiting for their offer
   std::map<wire::MessageKey, std::deque<wire::ClearToSend>> offers_;  // waiting for their send
-  std::size_t waiting_offers_ = 0;                                     // in offers_, bounded
+  std::size_t waiting_offers_ = 0;                                    // in offers_, bounded
   std::map<std::uint32_t, Request*> receives_;                        // offered, by recv_id
   std::set<wire::MessageKey> receive_keys_;                           // the keys of receives_
   std::uint32_t next_recv_id_ = 1;

@@ -39,15 +39,18 @@ Loaded load() {
   VerbsApi& a = loaded.api;
   std::string& e = loaded.error;
   // The library stays loaded for the life of the process: providers keep threads and state.
-  bind(library, "ibv_get_device_list", a.get_device_list, &e) && bind(library, "ibv_free_device_list", a.free_device_list, &e) &&
-      bind(library, "ibv_get_device_name", a.get_device_name, &e) && bind(library, "ibv_open_device", a.open_device, &e) &&
-      bind(library, "ibv_close_device", a.close_device, &e) &&
+  bind(library, "ibv_get_device_list", a.get_device_list, &e) &&
+      bind(library, "ibv_free_device_list", a.free_device_list, &e) &&
+      bind(library, "ibv_get_device_name", a.get_device_name, &e) &&
+      bind(library, "ibv_open_device", a.open_device, &e) && bind(library, "ibv_close_device", a.close_device, &e) &&
       bind(library, "ibv_query_device", a.query_device, &e) && bind(library, "ibv_query_port", a.query_port, &e) &&
       bind(library, "ibv_query_gid", a.query_gid, &e) && bind(library, "ibv_alloc_pd", a.alloc_pd, &e) &&
       bind(library, "ibv_dealloc_pd", a.dealloc_pd, &e) && bind(library, "ibv_reg_mr", a.reg_mr, &e) &&
-      bind(library, "ibv_dereg_mr", a.dereg_mr, &e) && bind(library, "ibv_create_comp_channel", a.create_comp_channel, &e) &&
-      bind(library, "ibv_destroy_comp_channel", a.destroy_comp_channel, &e) && bind(library, "ibv_create_cq", a.create_cq, &e) &&
-      bind(library, "ibv_destroy_cq", a.destroy_cq, &e) && bind(library, "ibv_get_cq_event", a.get_cq_event, &e) &&
+      bind(library, "ibv_dereg_mr", a.dereg_mr, &e) &&
+      bind(library, "ibv_create_comp_channel", a.create_comp_channel, &e) &&
+      bind(library, "ibv_destroy_comp_channel", a.destroy_comp_channel, &e) &&
+      bind(library, "ibv_create_cq", a.create_cq, &e) && bind(library, "ibv_destroy_cq", a.destroy_cq, &e) &&
+      bind(library, "ibv_get_cq_event", a.get_cq_event, &e) &&
       bind(library, "ibv_ack_cq_events", a.ack_cq_events, &e) && bind(library, "ibv_create_qp", a.create_qp, &e) &&
       bind(library, "ibv_modify_qp", a.modify_qp, &e) && bind(library, "ibv_destroy_qp", a.destroy_qp, &e) &&
       bind(library, "ibv_wc_status_str", a.wc_status_str, &e);

@@ -11,9 +11,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <new>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <random>
 #include <utility>
 
@@ -22,7 +22,7 @@
 namespace onebit::transport::shm {
 namespace {
 
-constexpr std::uint32_t kMagic = 0x4F425331;  // "OBS1"
+constexpr std::uint32_t kMagic = 0x4F425331;    // "OBS1"
 constexpr std::size_t kHeaderBytes = 5 * 4096;  // the Header below, in whole pages
 constexpr std::size_t kPage = 4096;
 
@@ -186,8 +186,10 @@ void HostSegment::wait(int writer, int reader, std::uint32_t count, Deadline dea
     const std::uint32_t seen = word.load(std::memory_order_acquire);
     if (arrived(seen)) return;
     const std::uint32_t aborted = header()->aborted.value.load(std::memory_order_acquire);
-    ONEBIT_CHECK(aborted == 0, ONEBIT_REMOTE_ERROR, "rank ", aborted - 1, " on this host failed its call while this "
-                 "rank waited for ", describe);
+    ONEBIT_CHECK(aborted == 0, ONEBIT_REMOTE_ERROR, "rank ", aborted - 1,
+                 " on this host failed its call while this "
+                 "rank waited for ",
+                 describe);
     const pid_t pid = header()->pids[writer];
     ONEBIT_CHECK(pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH, ONEBIT_REMOTE_ERROR, "rank ", writer_rank,
                  " (process ", pid, " on this host) has exited while this rank waited for ", describe);

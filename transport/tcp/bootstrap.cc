@@ -40,7 +40,8 @@ std::string flags_hint(std::uint16_t differing) {
   std::string hint;
   if (differing & wire::kKeyedByAuthKey) hint = "every rank must be given the same ONEBIT_AUTH_KEY, or none";
   if (differing & wire::kKeyedBySecret) {
-    hint += std::string(hint.empty() ? "" : "; ") + "every rank must join through the same rendezvous (store or gloo "
+    hint += std::string(hint.empty() ? "" : "; ") +
+            "every rank must join through the same rendezvous (store or gloo "
             "context) — or through none";
   }
   return " (" + hint + ")";
@@ -95,7 +96,8 @@ std::string refusal(const wire::BootstrapHello& hello, const wire::BootstrapChal
 }  // namespace
 
 Credentials::Credentials(const Membership& membership) {
-  const auto digest = crypto::hmac_sha256(std::string_view("onebit communicator identity"), {std::string_view(membership.identity)});
+  const auto digest =
+      crypto::hmac_sha256(std::string_view("onebit communicator identity"), {std::string_view(membership.identity)});
   std::copy_n(digest.begin(), identity.digest.size(), identity.digest.begin());
   std::string label = membership.identity;
   if (label.size() >= identity.label.size()) label = label.substr(0, identity.label.size() - 4) + "...";
@@ -167,9 +169,11 @@ std::string disagreement(const wire::BootstrapHello& hello, const std::string& w
     return "world size mismatch: " + rank + " says " + std::to_string(hello.size) + " ranks, rank 0 says " +
            std::to_string(size);
   }
-  if (hello.rank >= static_cast<std::uint32_t>(size)) return rank + " is out of range for " + std::to_string(size) + " ranks";
+  if (hello.rank >= static_cast<std::uint32_t>(size))
+    return rank + " is out of range for " + std::to_string(size) + " ranks";
   if (taken[hello.rank]) {
-    return "two processes claim " + rank + " (" + peer_address(taken[hello.rank].get()).to_string() + " and the " + who + ")";
+    return "two processes claim " + rank + " (" + peer_address(taken[hello.rank].get()).to_string() + " and the " +
+           who + ")";
   }
   if (hello.sockets_per_peer != static_cast<std::uint32_t>(sockets_per_peer)) {
     return "ONEBIT_SOCKETS_PER_PEER differs: " + rank + " uses " + std::to_string(hello.sockets_per_peer) +
@@ -229,9 +233,10 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
         for (int r = 0; r < size; ++r) {
           if (!rank_fds[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
         }
-        fail_everyone(ONEBIT_TIMEOUT, "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
-                                          " never reached the root at " + root_name +
-                                          " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)",
+        fail_everyone(ONEBIT_TIMEOUT,
+                      "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
+                          " never reached the root at " + root_name +
+                          " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)",
                       false);
         return;
       }
@@ -284,7 +289,8 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
   std::string other_root;  // the last root of another communicator found at this address
   auto fail_other_root = [&] {
     fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " serves communicator ", other_root, ", not this rank's ",
-         credentials.describe(), ": another job, process group or attempt holds the address (give each job its "
+         credentials.describe(),
+         ": another job, process group or attempt holds the address (give each job its "
          "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
   };
   for (;;) {
@@ -328,7 +334,8 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
       other_root = describe(challenge.identity);
       fd.reset();
       const auto pause = std::min<Deadline>(deadline, Clock::now() + kOtherRootRetry) - Clock::now();
-      if (pause.count() > 0) ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));
+      if (pause.count() > 0)
+        ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));
       continue;
     }
     ONEBIT_CHECK(challenge.flags == credentials.flags, ONEBIT_MISMATCH, "bootstrap: rank ", rank, " holds ",
@@ -359,14 +366,14 @@ BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire:
     const bool known = head.status >= ONEBIT_INVALID_ARGUMENT && head.status <= ONEBIT_INTERNAL_ERROR;
     fail(known ? static_cast<onebit_result_t>(head.status) : ONEBIT_REMOTE_ERROR, "bootstrap failed: ", text);
   }
-  ONEBIT_CHECK(head.size == static_cast<std::uint32_t>(size), ONEBIT_MISMATCH, "bootstrap: the root has ",
-               head.size, " ranks, this rank was told ", size);
+  ONEBIT_CHECK(head.size == static_cast<std::uint32_t>(size), ONEBIT_MISMATCH, "bootstrap: the root has ", head.size,
+               " ranks, this rank was told ", size);
   const std::size_t table_end = reply.size() + size * wire::WireAddress::kSize;
   reply.resize(table_end + 32);
   read_all(fd, reply.data() + wire::BootstrapReplyHead::kSize, reply.size() - wire::BootstrapReplyHead::kSize, deadline,
            root);
-  const auto expected =
-      crypto::hmac_sha256(credentials.key, {std::string_view("reply"), hello.encode(), crypto::Bytes(reply.data(), table_end)});
+  const auto expected = crypto::hmac_sha256(
+      credentials.key, {std::string_view("reply"), hello.encode(), crypto::Bytes(reply.data(), table_end)});
   ONEBIT_CHECK(crypto::equal(expected.data(), reply.data() + table_end, expected.size()), ONEBIT_REMOTE_ERROR,
                "bootstrap: the root's reply fails its MAC: it is not this communicator's root (another key, or a "
                "process posing as the root)");

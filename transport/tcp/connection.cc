@@ -1,6 +1,5 @@
 #include "transport/tcp/connection.h"
 
-
 #include "common/error.h"
 #include "common/log.h"
 
@@ -44,7 +43,8 @@ wire::Hello verify_hello(const std::uint8_t* bytes, const SipKey& key, const std
   return hello;
 }
 
-Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name) {
+Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline,
+           const std::string& peer_name) {
   Fd fd = connect_to(handle, deadline, peer_name);
   const auto bytes = signed_hello(hello, key);
   write_all(fd.get(), bytes.data(), bytes.size(), deadline, peer_name);

@@ -50,6 +50,7 @@ std::array<std::uint8_t, wire::Hello::kSize> signed_hello(wire::Hello hello, con
 wire::Hello verify_hello(const std::uint8_t* bytes, const SipKey& key, const std::string& who);
 
 // Opens a data connection to `handle` and sends `hello` with its MAC under `key`.
-Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline, const std::string& peer_name);
+Fd connect(const Address& handle, wire::Hello hello, const SipKey& key, Deadline deadline,
+           const std::string& peer_name);
 
 }  // namespace onebit::transport::tcp

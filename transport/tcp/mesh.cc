@@ -23,13 +23,14 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   std::thread root_service;
   if (rank == 0) {
     Fd listener = listen_on(root, 1024);
-    root_service = std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
-      try {
-        serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
-      } catch (const std::exception& error) {  // nothing may escape a thread (std::terminate); the ranks time out
-        ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
-      }
-    });
+    root_service =
+        std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
+          try {
+            serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
+          } catch (const std::exception& error) {  // nothing may escape a thread (std::terminate); the ranks time out
+            ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
+          }
+        });
   }
   BootstrapResult table;
   Fd data_listener;
@@ -66,8 +67,9 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
                  hello.job_id, ", this job is ", mesh.job_id, ")");
     ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
                  hello.to_rank);
-    ONEBIT_CHECK(hello.from_rank > static_cast<std::uint32_t>(rank) && hello.from_rank < static_cast<std::uint32_t>(size),
-                 ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
+    ONEBIT_CHECK(
+        hello.from_rank > static_cast<std::uint32_t>(rank) && hello.from_rank < static_cast<std::uint32_t>(size),
+        ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
     ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
                  " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
     const int peer = static_cast<int>(hello.from_rank);

@@ -19,7 +19,7 @@ namespace onebit::transport::tcp {
 struct TransportOptions {
   int sockets_per_peer = 2;
   std::chrono::milliseconds timeout{300000};
-  std::string ifname;  // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
+  std::string ifname;     // ONEBIT_SOCKET_IFNAME; empty: the interface that reaches the root
   Membership membership;  // who may join: identity, ONEBIT_AUTH_KEY, the rendezvous's secret (bootstrap.h)
   // ONEBIT_UNEXPECTED_MB: most bytes one peer's early messages may hold (TcpTransport).
   std::uint64_t max_unexpected_bytes = std::uint64_t{4} << 30;
@@ -28,8 +28,8 @@ struct TransportOptions {
 
 struct Mesh {
   std::uint64_t job_id = 0;
-  SipKey data_key{};                        // the job's data key (bootstrap.h)
-  std::vector<std::vector<Fd>> sockets;     // [peer][index], blocking; empty for this rank
+  SipKey data_key{};                     // the job's data key (bootstrap.h)
+  std::vector<std::vector<Fd>> sockets;  // [peer][index], blocking; empty for this rank
 };
 
 // Rank `rank` of `size` joins the job whose root listens at `root` (rank 0 serves it) and connects

@@ -16,8 +16,8 @@
 #include <fstream>
 #include <random>
 
-#include "common/log.h"
 #include "common/launcher.h"
+#include "common/log.h"
 #include "common/params.h"
 #include "transport/tcp/connection.h"
 #include "transport/tcp/net_internal.h"
@@ -76,7 +76,8 @@ std::vector<NetDevice> find_devices() {
     // One device per interface: its first IPv4 address, else its first IPv6 one.
     auto same = std::find_if(into.begin(), into.end(), [&](const NetDevice& d) { return d.name == name; });
     if (same != into.end() && !(same->address.storage.ss_family == AF_INET6 && family == AF_INET)) continue;
-    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr)) continue;
+    if (family == AF_INET6 && IN6_IS_ADDR_LINKLOCAL(&reinterpret_cast<sockaddr_in6*>(it->ifa_addr)->sin6_addr))
+      continue;
     NetDevice device;
     device.name = name;
     device.address.length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
@@ -250,7 +251,8 @@ void NetComm::on_header() {
   if (size > r->capacity[slot]) {
     fail_locked(ONEBIT_INVALID_ARGUMENT, "a message of " + std::to_string(size) + " bytes from " + peer_ +
                                              " is larger than the posted receive of " +
-                                             std::to_string(r->capacity[slot]) + " bytes (tag " + std::to_string(tag) + ")");
+                                             std::to_string(r->capacity[slot]) + " bytes (tag " + std::to_string(tag) +
+                                             ")");
   }
   if (stripes > sockets_.size() || (size == 0) != (stripes == 0)) {
     fail_locked(ONEBIT_REMOTE_ERROR, "a malformed message header from " + peer_ + " (" + std::to_string(stripes) +

@@ -38,9 +38,9 @@
 
 namespace onebit::transport::tcp {
 
-constexpr int kMaxRequests = 32;        // NCCL_NET_MAX_REQUESTS
-constexpr int kMaxRecvs = 8;            // grouped receives per irecv
-constexpr int kMaxSockets = 64;  // ONEBIT_SOCKETS_PER_PEER's range, as for the engine's mesh
+constexpr int kMaxRequests = 32;                 // NCCL_NET_MAX_REQUESTS
+constexpr int kMaxRecvs = 8;                     // grouped receives per irecv
+constexpr int kMaxSockets = 64;                  // ONEBIT_SOCKETS_PER_PEER's range, as for the engine's mesh
 constexpr std::size_t kStripeBytes = 64 * 1024;  // a stripe is at least this (except the last)
 
 // What NCCL's bootstrap carries from the listening side to the connecting one, in its 128-byte
@@ -56,7 +56,7 @@ struct NetHandle {
   void* pending;
 };
 
-constexpr std::size_t kHandleBytes = 128;   // NCCL_NET_HANDLE_MAXSIZE
+constexpr std::size_t kHandleBytes = 128;  // NCCL_NET_HANDLE_MAXSIZE
 constexpr std::size_t kHandleRecordBytes = 44;
 constexpr std::size_t kPendingOffset = 64;
 void encode_handle(const NetHandle& handle, std::uint8_t* out);  // kHandleBytes

@@ -68,8 +68,8 @@ class PendingNetConnect {
                      address_.to_string(), ": ", errno_string(error));
         out.connected = true;
       }
-      const ssize_t sent = ::send(out.fd.get(), out.hello.data() + out.sent, out.hello.size() - out.sent,
-                                  MSG_NOSIGNAL | MSG_DONTWAIT);
+      const ssize_t sent =
+          ::send(out.fd.get(), out.hello.data() + out.sent, out.hello.size() - out.sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (sent > 0) out.sent += static_cast<std::size_t>(sent);
       if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         ::onebit::fail(ONEBIT_REMOTE_ERROR, "hello to ", address_.to_string(), ": ", errno_string(errno));

@@ -56,7 +56,8 @@ std::unique_ptr<NetComm> NetListener::accept() {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) break;
       ::onebit::fail(ONEBIT_SYSTEM_ERROR, "accept on ", describe(handle_), ": ", errno_string(errno));
     }
-    incoming_.push_back(Incoming{Fd(fd), {}, 0, Clock::now() + std::min(kHelloGrace, std::chrono::milliseconds(param::TimeoutMs()))});
+    incoming_.push_back(
+        Incoming{Fd(fd), {}, 0, Clock::now() + std::min(kHelloGrace, std::chrono::milliseconds(param::TimeoutMs()))});
   }
   const auto now = Clock::now();
   for (auto it = incoming_.begin(); it != incoming_.end();) {
@@ -89,7 +90,8 @@ std::unique_ptr<NetComm> NetListener::accept() {
         group.from = from;
         group.deadline = now + std::chrono::milliseconds(param::TimeoutMs());
       }
-      ONEBIT_CHECK(!group.sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index, " came twice");
+      ONEBIT_CHECK(!group.sockets[hello.socket_index], ONEBIT_REMOTE_ERROR, "socket ", hello.socket_index,
+                   " came twice");
       group.sockets[hello.socket_index] = std::move(it->fd);
     } catch (const Error& error) {
       log_sink(true, "refused a connection from " + from + " to " + describe(handle_) + ": " + error.what());
@@ -97,7 +99,8 @@ std::unique_ptr<NetComm> NetListener::accept() {
     it = incoming_.erase(it);
   }
   for (auto it = groups_.begin(); it != groups_.end();) {
-    const auto arrived = std::count_if(it->second.sockets.begin(), it->second.sockets.end(), [](const Fd& fd) { return bool(fd); });
+    const auto arrived =
+        std::count_if(it->second.sockets.begin(), it->second.sockets.end(), [](const Fd& fd) { return bool(fd); });
     if (arrived == static_cast<long>(it->second.sockets.size())) {
       const std::string peer = peer_address(it->second.sockets[0].get()).to_string();
       auto comm = std::make_unique<NetComm>(false, std::move(it->second.sockets), peer);
@@ -107,8 +110,8 @@ std::unique_ptr<NetComm> NetListener::accept() {
     if (now >= it->second.deadline) {
       // A peer that died mid-connect: its sockets would otherwise stay open as long as the listener.
       log_sink(true, "dropped an incomplete connection from " + it->second.from + " to " + describe(handle_) + ": " +
-                         std::to_string(arrived) + " of " + std::to_string(it->second.sockets.size()) + " sockets within " +
-                         std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
+                         std::to_string(arrived) + " of " + std::to_string(it->second.sockets.size()) +
+                         " sockets within " + std::to_string(param::TimeoutMs()) + " ms (ONEBIT_TIMEOUT_MS)");
       it = groups_.erase(it);
       continue;
     }

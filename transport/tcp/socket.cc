@@ -96,8 +96,8 @@ Address parse_host_port(const std::string& text, const char* what) {
   }
   char* end = nullptr;
   const long number = std::strtol(port.c_str(), &end, 10);
-  ONEBIT_CHECK(!port.empty() && *end == '\0' && number >= 0 && number <= 65535, ONEBIT_INVALID_ARGUMENT, what,
-               "='", text, "': '", port, "' is not a port number");
+  ONEBIT_CHECK(!port.empty() && *end == '\0' && number >= 0 && number <= 65535, ONEBIT_INVALID_ARGUMENT, what, "='",
+               text, "': '", port, "' is not a port number");
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -137,7 +137,8 @@ Address interface_address(const std::string& ifname) {
   Address chosen;
   std::string seen;
   for (ifaddrs* it = list; it != nullptr; it = it->ifa_next) {
-    if (it->ifa_addr == nullptr || (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6)) continue;
+    if (it->ifa_addr == nullptr || (it->ifa_addr->sa_family != AF_INET && it->ifa_addr->sa_family != AF_INET6))
+      continue;
     if (!(it->ifa_flags & IFF_UP)) continue;
     const std::string candidate = it->ifa_name;
     seen += (seen.empty() ? "" : ", ") + candidate;

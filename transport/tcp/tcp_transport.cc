@@ -41,8 +41,8 @@ struct TcpTransport::Socket {
   Fd fd;
   int peer = -1;
   int index = 0;
-  bool writing = false;  // EPOLLOUT armed
-  bool closed = false;   // the peer closed it cleanly, with nothing of ours outstanding
+  bool writing = false;    // EPOLLOUT armed
+  bool closed = false;     // the peer closed it cleanly, with nothing of ours outstanding
   std::string abort_text;  // payload of an abort message being received
 
   struct Segment {
@@ -103,9 +103,7 @@ TcpTransport::TcpTransport(int rank, int size, const Address& root, const Transp
   progress_ = std::thread([this] { progress_loop(); });
 }
 
-TcpTransport::~TcpTransport() {
-  stop_progress_thread(progress_, mutex_, stopping_, wakeup_.get());
-}
+TcpTransport::~TcpTransport() { stop_progress_thread(progress_, mutex_, stopping_, wakeup_.get()); }
 
 std::string TcpTransport::peer_name(int peer) const { return "rank " + std::to_string(peer); }
 
@@ -144,8 +142,8 @@ void TcpTransport::fail_left_peer_locked(Request& request, int peer) {
                                        " closed the connection (it left the job or exited)");
 }
 
-void TcpTransport::isend(Request& request, int peer, std::uint32_t, const wire::MessageKey& key, const wire::CallShape& shape,
-                         const void* data, std::size_t bytes) {
+void TcpTransport::isend(Request& request, int peer, std::uint32_t, const wire::MessageKey& key,
+                         const wire::CallShape& shape, const void* data, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!start_locked(request, true, peer, key, shape, const_cast<void*>(data), bytes)) return;
   Peer& p = *peers_[peer];
@@ -165,7 +163,8 @@ void TcpTransport::isend(Request& request, int peer, std::uint32_t, const wire::
   // transport's other users.
   ONEBIT_CHECK(segment_bytes <= UINT32_MAX, ONEBIT_INVALID_ARGUMENT, "rank ", rank_, ": a message of ", bytes,
                " bytes to rank ", peer, " exceeds 4 GiB per socket (", sockets, " sockets)");
-  const int first_socket = segments == 1 ? static_cast<int>((key.part + key.seq + static_cast<int>(key.kind)) % sockets) : 0;
+  const int first_socket =
+      segments == 1 ? static_cast<int>((key.part + key.seq + static_cast<int>(key.kind)) % sockets) : 0;
   request.pending_segments = segments;
   for (int s = 0; s < segments; ++s) {
     wire::SegmentHeader header;
@@ -175,14 +174,14 @@ void TcpTransport::isend(Request& request, int peer, std::uint32_t, const wire::
     header.offset = static_cast<std::uint64_t>(s) * segment_bytes;
     header.segment_bytes = static_cast<std::uint32_t>(std::min(segment_bytes, bytes - header.offset));
     Socket& socket = *p.sockets[(first_socket + s) % sockets];
-    socket.send_queue.push_back(Socket::Segment{&request, header.encode(), 0, request.data + header.offset,
-                                                header.segment_bytes, 0});
+    socket.send_queue.push_back(
+        Socket::Segment{&request, header.encode(), 0, request.data + header.offset, header.segment_bytes, 0});
     update_interest(socket);
   }
 }
 
-void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::MessageKey& key, const wire::CallShape& shape,
-                         void* data, std::size_t bytes) {
+void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::MessageKey& key,
+                         const wire::CallShape& shape, void* data, std::size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (!start_locked(request, false, peer, key, shape, data, bytes)) return;
   Peer& p = *peers_[peer];
@@ -204,14 +203,14 @@ void TcpTransport::irecv(Request& request, int peer, std::uint32_t, const wire::
   }
   Unexpected& early = found->second;
   if (!(early.shape == request.shape) || early.data.size() != bytes) {
-    fail_locked(ONEBIT_MISMATCH, "rank " + std::to_string(rank_) + " and rank " + std::to_string(peer) +
-                                     " disagree on a " + wire::kind_name(key.kind) + " message: rank " +
-                                     std::to_string(rank_) + " expects " + std::to_string(shape.count) +
-                                     " elements of dtype " + std::to_string(shape.dtype) + " op " + std::to_string(shape.op) +
-                                     " (" + std::to_string(bytes) + " bytes), rank " + std::to_string(peer) + " sent " +
-                                     std::to_string(early.shape.count) + " elements of dtype " +
-                                     std::to_string(early.shape.dtype) + " op " + std::to_string(early.shape.op) + " (" +
-                                     std::to_string(early.data.size()) + " bytes)");
+    fail_locked(ONEBIT_MISMATCH,
+                "rank " + std::to_string(rank_) + " and rank " + std::to_string(peer) + " disagree on a " +
+                    wire::kind_name(key.kind) + " message: rank " + std::to_string(rank_) + " expects " +
+                    std::to_string(shape.count) + " elements of dtype " + std::to_string(shape.dtype) + " op " +
+                    std::to_string(shape.op) + " (" + std::to_string(bytes) + " bytes), rank " + std::to_string(peer) +
+                    " sent " + std::to_string(early.shape.count) + " elements of dtype " +
+                    std::to_string(early.shape.dtype) + " op " + std::to_string(early.shape.op) + " (" +
+                    std::to_string(early.data.size()) + " bytes)");
     return;
   }
   if (early.received == early.data.size()) {
@@ -356,14 +355,16 @@ void TcpTransport::handle_readable(Socket& socket) {
       on_end_of_stream(socket);
       return;
     }
-    if (n < 0) ::onebit::fail(ONEBIT_REMOTE_ERROR, "lost the connection to rank ", socket.peer, ": ", errno_text(errno));
+    if (n < 0)
+      ::onebit::fail(ONEBIT_REMOTE_ERROR, "lost the connection to rank ", socket.peer, ": ", errno_text(errno));
     moved += static_cast<std::size_t>(n);
     stats_.bytes_received += static_cast<std::uint64_t>(n);
     if (!socket.in_payload) {
       socket.header_received += static_cast<std::size_t>(n);
       if (socket.header_received < socket.header.size()) continue;
       socket.header_received = 0;
-      on_segment_header(socket, wire::SegmentHeader::decode(socket.header.data(), "rank " + std::to_string(socket.peer)));
+      on_segment_header(socket,
+                        wire::SegmentHeader::decode(socket.header.data(), "rank " + std::to_string(socket.peer)));
     } else {
       socket.target += n;
       socket.payload_left -= static_cast<std::size_t>(n);
@@ -411,10 +412,11 @@ void TcpTransport::on_segment_header(Socket& socket, const wire::SegmentHeader& 
   if (posted != peer.posted.end()) {
     Request& request = *posted->second;
     if (!(request.shape == header.shape) || request.bytes != header.total_bytes) {
-      ::onebit::fail(ONEBIT_MISMATCH, "rank ", rank_, " and rank ", socket.peer, " disagree on a ", wire::kind_name(header.key.kind),
-           " message: rank ", rank_, " expects ", request.shape.count, " elements of dtype ", int(request.shape.dtype),
-           " op ", int(request.shape.op), " (", request.bytes, " bytes), rank ", socket.peer, " sent ", header.shape.count,
-           " elements of dtype ", int(header.shape.dtype), " op ", int(header.shape.op), " (", header.total_bytes, " bytes)");
+      ::onebit::fail(ONEBIT_MISMATCH, "rank ", rank_, " and rank ", socket.peer, " disagree on a ",
+                     wire::kind_name(header.key.kind), " message: rank ", rank_, " expects ", request.shape.count,
+                     " elements of dtype ", int(request.shape.dtype), " op ", int(request.shape.op), " (",
+                     request.bytes, " bytes), rank ", socket.peer, " sent ", header.shape.count, " elements of dtype ",
+                     int(header.shape.dtype), " op ", int(header.shape.op), " (", header.total_bytes, " bytes)");
     }
     socket.target = request.data + header.offset;
   } else {
@@ -500,7 +502,8 @@ void TcpTransport::handle_writable(Socket& socket) {
       message.msg_iovlen = static_cast<std::size_t>(count);
       n = ::sendmsg(socket.fd.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
-      if (n < 0) ::onebit::fail(ONEBIT_REMOTE_ERROR, "lost the connection to rank ", socket.peer, ": ", errno_text(errno));
+      if (n < 0)
+        ::onebit::fail(ONEBIT_REMOTE_ERROR, "lost the connection to rank ", socket.peer, ": ", errno_text(errno));
     }
     moved += static_cast<std::size_t>(n);
     stats_.bytes_sent += static_cast<std::uint64_t>(n);

@@ -56,7 +56,6 @@ class TcpTransport final : public Transport {
   void wait_all(const std::vector<Request*>& requests, Deadline deadline,
                 const std::function<std::string(const Request&)>& describe) override;
 
-
   TransportStats stats() const override;
   void abort(onebit_result_t code, const std::string& why) override;
 
@@ -67,8 +66,8 @@ class TcpTransport final : public Transport {
 
   void bootstrap_and_connect(const Address& root);
   // Fills in a request; false (request failed) when the transport is already broken.
-  bool start_locked(Request& request, bool is_send, int peer, const wire::MessageKey& key,
-                    const wire::CallShape& shape, void* data, std::size_t bytes);
+  bool start_locked(Request& request, bool is_send, int peer, const wire::MessageKey& key, const wire::CallShape& shape,
+                    void* data, std::size_t bytes);
   void fail_left_peer_locked(Request& request, int peer);
   void progress_loop();
   void handle_readable(Socket& socket);
