@@ -63,7 +63,9 @@ std::string Address::to_string() const {
   if (storage.ss_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&storage);
     inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
-    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+    std::string text = "[";  // appended, not "[" + std::string: GCC 12 warns falsely there (-Wrestrict)
+    text += host;
+    return text + "]:" + std::to_string(ntohs(in6->sin6_port));
   }
   return "(no address)";
 }
