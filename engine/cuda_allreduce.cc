@@ -19,9 +19,11 @@ void check_cuda(cudaError_t e, const char* what) {
 }
 
 // One tag's error feedback and scratch on one communicator, in device memory, sized at its first
-// call. Stored values are double-buffered as on the CPU: a call reads [current], writes the other,
-// and the host flips `current` as it enqueues; revert_unless_finite makes a failed call's "other"
-// equal to [current] again, so the flip is always right.
+// call. Stored values are double-buffered as on the CPU, but which buffer is current is a parity in
+// device memory (kernels::cuda::ErrorBuffers): a call reads [parity] and writes the other, and its
+// last kernel flips the parity — so a call captured in a CUDA graph replays correctly, each replay
+// building on the one before. revert_unless_finite makes a failed call's "other" equal to [parity]
+// again, so the flip is always right.
 class CudaTagState final : public DeviceState {
  public:
   CudaTagState(const Tag& tag, const CudaAllreduceCall& call, int size, int rank_in_comm)
@@ -41,6 +43,7 @@ class CudaTagState final : public DeviceState {
     saved_scales = alloc<float>(2);
     sums = alloc<double>(2);
     verdict = alloc<int>(1);
+    parity = alloc<int>(1);
     workspace = alloc<std::uint8_t>(kernels::cuda::workspace_bytes(n));
     std::vector<const std::uint8_t*> host_inputs(w);
     for (int p = 0; p < geometry.world; ++p) {
@@ -48,11 +51,11 @@ class CudaTagState final : public DeviceState {
     }
     inputs = alloc<const std::uint8_t*>(w);
     check_cuda(cudaMemcpy(inputs, host_inputs.data(), w * sizeof(void*), cudaMemcpyHostToDevice), "cudaMemcpy");
-    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&failures_host), sizeof(unsigned), cudaHostAllocMapped),
+    check_cuda(cudaHostAlloc(reinterpret_cast<void**>(&counters_host), sizeof(Counters), cudaHostAllocMapped),
                "cudaHostAlloc (mapped)");
-    allocations_.host = failures_host;
-    *failures_host = 0;
-    check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&failures_device), failures_host, 0),
+    allocations_.host = counters_host;
+    *counters_host = Counters{};
+    check_cuda(cudaHostGetDevicePointer(reinterpret_cast<void**>(&counters_device), counters_host, 0),
                "cudaHostGetDevicePointer");
     if (tag.restored) {
       // The true errors of a checkpoint, stored with scale 0 (zeroed above): exact, as on the CPU.
@@ -84,6 +87,8 @@ class CudaTagState final : public DeviceState {
     const std::size_t n = geometry.n, mine = server_count();
     std::vector<float> stored_worker(n), stored_server(mine);
     float scales[2];
+    int current = 0;
+    check_cuda(cudaMemcpy(&current, parity, sizeof(int), cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(stored_worker.data(), worker[current], n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(stored_server.data(), server[current], mine * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
     check_cuda(cudaMemcpy(&scales[0], worker_scales + rank, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -95,20 +100,30 @@ class CudaTagState final : public DeviceState {
   // Calls whose scales came out non-finite since the last look (read without a sync: the
   // counter is mapped host memory the revert kernel increments).
   unsigned new_failures() {
-    const unsigned seen = *static_cast<volatile unsigned*>(failures_host);
+    const unsigned seen = static_cast<volatile Counters*>(counters_host)->failures;
     const unsigned fresh = seen - reported_failures;
     reported_failures = seen;
     return fresh;
   }
+
+  // Calls that have finished on the device so far, replays of captured graphs included (read
+  // without a sync: finish_call increments it in mapped host memory).
+  std::uint64_t completed_calls() const override {
+    return static_cast<const volatile Counters*>(counters_host)->completed;
+  }
+
+  // The device's view of each pair: both buffers and the parity that picks the current one.
+  kernels::cuda::ErrorBuffers worker_buffers() const { return {{worker[0], worker[1]}, parity}; }
+  kernels::cuda::ErrorBuffers server_buffers() const { return {{server[0], server[1]}, parity}; }
 
   const ChunkGeometry geometry;
   int rank = 0;
   int device = 0;
   float* worker[2] = {nullptr, nullptr};
   float* server[2] = {nullptr, nullptr};
-  int current = 0;
-  std::uint8_t* packed = nullptr;         // this rank's bits of the whole buffer
-  std::uint8_t* received = nullptr;       // W × chunk bits for this rank's chunk
+  int* parity = nullptr;             // which of worker/server is current: read by every kernel, flipped by the last
+  std::uint8_t* packed = nullptr;    // this rank's bits of the whole buffer
+  std::uint8_t* received = nullptr;  // W × chunk bits for this rank's chunk
   const std::uint8_t** inputs = nullptr;  // W device pointers into received (own: into packed)
   float* worker_scales = nullptr;         // W; [rank] is also the next call's a_prev
   std::uint8_t* results = nullptr;        // W × chunk bits: every server's result
@@ -117,8 +132,14 @@ class CudaTagState final : public DeviceState {
   double* sums = nullptr;                 // 2: worker, server
   int* verdict = nullptr;
   std::uint8_t* workspace = nullptr;
-  unsigned* failures_host = nullptr;
-  unsigned* failures_device = nullptr;
+  // Mapped host memory the kernels count into: reverted calls (revert_unless_finite) and finished
+  // ones (finish_call).
+  struct Counters {
+    unsigned failures;
+    unsigned long long completed;
+  };
+  Counters* counters_host = nullptr;
+  Counters* counters_device = nullptr;
   unsigned reported_failures = 0;
   // The stream of the tag's last call, and its end: a call from another stream waits for it, so
   // that two calls of one tag never share the scratch buffers at once.
@@ -149,6 +170,11 @@ class CudaTagState final : public DeviceState {
 };
 
 }  // namespace
+
+bool has_device_state(Tag& tag, std::uint64_t comm_id) {
+  std::lock_guard<std::mutex> busy(tag.busy);
+  return tag.device_states.count(comm_id) != 0;
+}
 
 namespace {
 
@@ -188,13 +214,7 @@ CudaTagState& device_state_for(Tag& tag, const CudaAllreduceCall& call, int w, i
 class CudaRound {
  public:
   CudaRound(CudaTagState& st, const CudaAllreduceCall& call, int w, int me)
-      : st_(st),
-        call_(call),
-        g_(st.geometry),
-        w_(w),
-        me_(me),
-        cur_(st.current),
-        mine_(st.results + me * g_.chunk_bytes()) {}
+      : st_(st), call_(call), g_(st.geometry), w_(w), me_(me), mine_(st.results + me * g_.chunk_bytes()) {}
 
   std::uint64_t run() {
     after_last_call();
@@ -205,9 +225,7 @@ class CudaRound {
     sent += exchange_results();
     unpack();
     revert_unless_finite();
-    st_.current = 1 - cur_;  // the next call on this stream reads what this one wrote (or restored)
-    check_cuda(cudaEventRecord(st_.last_call_done, call_.stream), "cudaEventRecord");
-    st_.last_stream = call_.stream;
+    finish();
     return sent;
   }
 
@@ -219,8 +237,9 @@ class CudaRound {
   }
 
   // A call from another stream than the tag's last one waits for that call first (on the device).
+  // Not in capture: the graph's replays are ordered by the stream it is launched on.
   void after_last_call() {
-    if (st_.last_stream != nullptr && st_.last_stream != call_.stream) {
+    if (!call_.captured && st_.last_stream != nullptr && st_.last_stream != call_.stream) {
       check_cuda(cudaStreamWaitEvent(call_.stream, st_.last_call_done, 0), "cudaStreamWaitEvent");
     }
   }
@@ -233,10 +252,10 @@ class CudaRound {
 
   // 1. Worker pass over the whole buffer; its scale lands in worker_scales[me].
   void worker_pass() {
-    check_cuda(kernels::cuda::worker_pass(call_.send, call_.dtype, st_.worker[cur_], st_.worker_scales + me_,
-                                          st_.worker[1 - cur_], st_.packed, g_.n, {st_.sums, st_.worker_scales + me_},
-                                          st_.workspace, call_.stream),
-               "worker_pass");
+    check_cuda(
+        kernels::cuda::worker_pass(call_.send, call_.dtype, st_.worker_buffers(), st_.worker_scales + me_, st_.packed,
+                                   g_.n, {st_.sums, st_.worker_scales + me_}, st_.workspace, call_.stream),
+        "worker_pass");
   }
 
   // 2. Chunk p's bits and the scale to rank p; this rank's chunk bits and scales from everyone.
@@ -254,11 +273,10 @@ class CudaRound {
 
   // 3. Server pass over this rank's chunk; its scale lands in server_scales[me].
   void server_pass() {
-    check_cuda(
-        kernels::cuda::server_pass(st_.inputs, st_.worker_scales, w_, 1.0f / static_cast<float>(w_), st_.server[cur_],
-                                   st_.server_scales + me_, st_.server[1 - cur_], mine_, g_.length(me_),
-                                   {st_.sums + 1, st_.server_scales + me_}, st_.workspace, call_.stream),
-        "server_pass");
+    check_cuda(kernels::cuda::server_pass(st_.inputs, st_.worker_scales, w_, 1.0f / static_cast<float>(w_),
+                                          st_.server_buffers(), st_.server_scales + me_, mine_, g_.length(me_),
+                                          {st_.sums + 1, st_.server_scales + me_}, st_.workspace, call_.stream),
+               "server_pass");
   }
 
   // 4. Every server's result and scale to every rank.
@@ -288,18 +306,36 @@ class CudaRound {
 
   // 6. A non-finite scale anywhere: the call changes no state (every rank sees the same scales).
   void revert_unless_finite() {
-    const kernels::cuda::Revert revert{st_.worker[cur_], st_.worker[1 - cur_],    g_.n,
-                                       st_.server[cur_], st_.server[1 - cur_],    g_.length(me_),
-                                       st_.saved_scales, st_.worker_scales + me_, st_.server_scales + me_,
-                                       st_.verdict,      st_.failures_device};
+    const kernels::cuda::ParityRevert revert{st_.worker_buffers(),
+                                             g_.n,
+                                             st_.server_buffers(),
+                                             g_.length(me_),
+                                             st_.saved_scales,
+                                             st_.worker_scales + me_,
+                                             st_.server_scales + me_,
+                                             st_.verdict,
+                                             &st_.counters_device->failures};
     check_cuda(kernels::cuda::revert_unless_finite(st_.worker_scales, st_.server_scales, w_, revert, call_.stream),
                "revert_unless_finite");
+  }
+
+  // 7. On the device, the parity flips (the next call, or the next replay, reads what this one wrote
+  // or restored) and the call is counted; on the host, the call's end is recorded for a call of
+  // this tag from another stream.
+  void finish() {
+    check_cuda(kernels::cuda::finish_call(st_.parity, &st_.counters_device->completed, call_.stream), "finish_call");
+    if (call_.captured) {
+      st_.last_stream = nullptr;  // an event recorded in capture is no event to wait on outside it
+      return;
+    }
+    check_cuda(cudaEventRecord(st_.last_call_done, call_.stream), "cudaEventRecord");
+    st_.last_stream = call_.stream;
   }
 
   CudaTagState& st_;
   const CudaAllreduceCall& call_;
   const ChunkGeometry& g_;
-  const int w_, me_, cur_;
+  const int w_, me_;
   std::uint8_t* const mine_;  // this rank's server result
 };
 

@@ -7,12 +7,13 @@
 //   rank j → server kernel → group: every server's bits and scale to every rank → unpack kernels
 //   → revert_unless_finite (a NaN/Inf anywhere leaves the error state as it was)
 //
-// No host synchronisation and no allocation after a tag's first call on a communicator. The first
-// call allocates and zeroes the device state (and applies a restored checkpoint) and synchronises
-// once. Not for CUDA graph capture: `current`, which picks the error buffers a call reads and
-// writes, is flipped on the host as the call is enqueued, so a captured call would bake one pair
-// into the graph (the front door forwards captured calls to NCCL). A call from another stream than
-// the tag's last one waits for that call on the device.
+// No host synchronisation and no allocation after a tag's first call on a communicator, so a call
+// may be captured in a CUDA graph once its tag has run outside capture: which error buffer is
+// current is a parity on the device, read by every kernel and flipped by the call's last one, so
+// each replay builds on the one before. The first call allocates and zeroes the device state (and
+// applies a restored checkpoint) and synchronises once. A call from another stream than the tag's
+// last one waits for that call on the device (not across capture: a captured call records no
+// event, and the replays are ordered by the stream the graph is launched on).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,11 +35,15 @@ struct CudaAllreduceCall {
   ncclComm_t comm;
   std::uint64_t comm_id;  // process-unique, keys the tag's device state (a reused ncclComm_t address gets a new id)
   cudaStream_t stream;
+  bool captured = false;  // enqueued into a CUDA graph being captured (replayed later, without the host)
 };
 
 // Enqueues the call. Throws onebit::Error (nothing enqueued for this call's state if it throws
 // before the first kernel). Holds tag.busy while enqueueing: a concurrent call on the same tag
 // from another thread is an error, as on the CPU path. Returns the bytes this rank sends.
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call);
+
+// Whether the tag's first call on this communicator (which allocates) has happened.
+bool has_device_state(Tag& tag, std::uint64_t comm_id);
 
 }  // namespace onebit

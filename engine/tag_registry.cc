@@ -176,6 +176,12 @@ std::unique_lock<std::mutex> claim_tag_for_call(Tag& tag, const std::string& whe
   return busy;
 }
 
+std::uint64_t Tag::calls_made() const {
+  std::uint64_t on_device = 0;
+  for (const auto& [comm, state] : device_states) on_device += state->completed_calls();
+  return std::max(calls, on_device);
+}
+
 TagState::TagState() = default;
 TagState::~TagState() = default;
 

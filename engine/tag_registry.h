@@ -58,6 +58,9 @@ struct DeviceState {
   virtual std::size_t server_count() const = 0;
   // The true errors e and s (checkpoints): waits for the state's last call to finish.
   virtual void save(float* worker, float* server) const = 0;
+  // Calls that have run to their end on the device, replays of a captured CUDA graph included
+  // (which the host never sees); may lag the calls enqueued.
+  virtual std::uint64_t completed_calls() const = 0;
 };
 
 struct Tag {
@@ -82,6 +85,9 @@ struct Tag {
   void save(float* worker, float* server) const;  // zeros before the first call
   void load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count);
   bool has_run() const { return !states.empty() || !device_states.empty(); }
+  // What onebit_tag_stats reports: the calls made — on the device, the larger of those enqueued and
+  // those finished there, so that graph replays count. The caller holds `busy`.
+  std::uint64_t calls_made() const;
 };
 
 // The preamble of every compressed call (flat, hierarchical, the NCCL door's): the tag's busy lock,

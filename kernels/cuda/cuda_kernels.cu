@@ -7,6 +7,21 @@ namespace onebit::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;  // 8 warps
+
+// Where a pass reads its stored errors and writes the new ones: two fixed buffers (the pointer
+// entry points, tested against the scalar oracle) or a pair chosen by a parity in device memory
+// (ErrorBuffers, the engine's). Every thread reads the parity once, at the kernel's start.
+struct FixedPair {
+  const float* prev_;
+  float* next_;
+  __device__ const float* prev() const { return prev_; }
+  __device__ float* next() const { return next_; }
+};
+struct ParityPair {
+  ErrorBuffers e;
+  __device__ const float* prev() const { return e.buffer[*e.parity]; }
+  __device__ float* next() const { return e.buffer[1 - *e.parity]; }
+};
 constexpr int kMaxBlocks = 4096;
 
 int blocks_for(std::size_t n) {
@@ -70,8 +85,11 @@ __device__ void signs_and_squares(std::size_t n, std::uint8_t* bits, double* par
   block_sum(squares, partial);
 }
 
-__global__ void worker_kernel(const void* x, Dtype dtype, const float* e_prev, const float* a_prev, float* e_next,
-                              std::uint8_t* bits, std::size_t n, double* partial) {
+template <typename Pair>
+__global__ void worker_kernel(const void* x, Dtype dtype, Pair e, const float* a_prev, std::uint8_t* bits,
+                              std::size_t n, double* partial) {
+  const float* e_prev = e.prev();
+  float* e_next = e.next();
   const float a = *a_prev;
   signs_and_squares(n, bits, partial, [&](std::size_t i) {
     const float y = __fadd_rn(load(x, dtype, i), true_error(e_prev[i], a));
@@ -80,9 +98,11 @@ __global__ void worker_kernel(const void* x, Dtype dtype, const float* e_prev, c
   });
 }
 
-__global__ void server_kernel(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
-                              const float* s_prev, const float* b_prev, float* s_next, std::uint8_t* bits_out,
-                              std::size_t n, double* partial) {
+template <typename Pair>
+__global__ void server_kernel(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks, Pair s,
+                              const float* b_prev, std::uint8_t* bits_out, std::size_t n, double* partial) {
+  const float* s_prev = s.prev();
+  float* s_next = s.next();
   const float b = *b_prev;
   signs_and_squares(n, bits_out, partial, [&](std::size_t i) {
     float sum = 0.0f;
@@ -126,8 +146,17 @@ __global__ void unpack_kernel(const std::uint8_t* bits, const float* scale, floa
   }
 }
 
+// What a revert needs besides the two error pairs (Revert's and ParityRevert's common part).
+struct RevertScales {
+  const float* saved_scales;
+  float* worker_scale;
+  float* server_scale;
+  int* verdict;
+  unsigned* failures;
+};
+
 // One thread: decides, and restores the two scales (which the copy kernel does not read).
-__global__ void verdict_kernel(const float* worker_scales, const float* server_scales, int ranks, Revert r) {
+__global__ void verdict_kernel(const float* worker_scales, const float* server_scales, int ranks, RevertScales r) {
   bool finite = true;
   for (int p = 0; p < ranks; ++p) finite = finite && isfinite(worker_scales[p]) && isfinite(server_scales[p]);
   *r.verdict = finite ? 0 : 1;
@@ -138,23 +167,77 @@ __global__ void verdict_kernel(const float* worker_scales, const float* server_s
   }
 }
 
-__global__ void revert_kernel(Revert r) {
-  if (*r.verdict == 0) return;
+template <typename Pair>
+__global__ void revert_kernel(const int* verdict, Pair e, std::size_t n, Pair s, std::size_t server_n) {
+  if (*verdict == 0) return;
+  const float* e_prev = e.prev();
+  float* e_next = e.next();
+  const float* s_prev = s.prev();
+  float* s_next = s.next();
   const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.n; i += stride) {
-    r.e_next[i] = r.e_prev[i];
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    e_next[i] = e_prev[i];
   }
-  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < r.server_n; i += stride) {
-    r.s_next[i] = r.s_prev[i];
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < server_n; i += stride) {
+    s_next[i] = s_prev[i];
   }
+}
+
+template <typename Pair>
+cudaError_t launch_revert(const float* worker_scales, const float* server_scales, int ranks, RevertScales scales,
+                          Pair e, std::size_t n, Pair s, std::size_t server_n, cudaStream_t stream) {
+  verdict_kernel<<<1, 1, 0, stream>>>(worker_scales, server_scales, ranks, scales);
+  revert_kernel<<<blocks_for(n > server_n ? n : server_n), kThreads, 0, stream>>>(scales.verdict, e, n, s, server_n);
+  return cudaGetLastError();
+}
+
+// One thread, the call's last kernel: what it wrote becomes current; the call is counted.
+__global__ void finish_call_kernel(int* parity, unsigned long long* completed) {
+  *parity = 1 - *parity;
+  atomicAdd(completed, 1ull);
+}
+
+template <typename Pair>
+cudaError_t launch_worker(const void* x, Dtype dtype, Pair e, const float* a_prev, std::uint8_t* bits, std::size_t n,
+                          Reduction out, void* workspace, cudaStream_t stream) {
+  const int blocks = blocks_for(n);
+  auto* partial = static_cast<double*>(workspace);
+  worker_kernel<<<blocks, kThreads, 0, stream>>>(x, dtype, e, a_prev, bits, n, partial);
+  finish_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, n, out);
+  return cudaGetLastError();
+}
+
+template <typename Pair>
+cudaError_t launch_server(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks, Pair s,
+                          const float* b_prev, std::uint8_t* bits_out, std::size_t n, Reduction out, void* workspace,
+                          cudaStream_t stream) {
+  const int blocks = blocks_for(n);
+  auto* partial = static_cast<double*>(workspace);
+  server_kernel<<<blocks, kThreads, 0, stream>>>(bits, scales, ranks, inv_ranks, s, b_prev, bits_out, n, partial);
+  finish_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, n, out);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
                                  const Revert& revert, cudaStream_t stream) {
-  verdict_kernel<<<1, 1, 0, stream>>>(worker_scales, server_scales, ranks, revert);
-  revert_kernel<<<blocks_for(revert.n > revert.server_n ? revert.n : revert.server_n), kThreads, 0, stream>>>(revert);
+  const RevertScales scales{revert.saved_scales, revert.worker_scale, revert.server_scale, revert.verdict,
+                            revert.failures};
+  return launch_revert(worker_scales, server_scales, ranks, scales, FixedPair{revert.e_prev, revert.e_next}, revert.n,
+                       FixedPair{revert.s_prev, revert.s_next}, revert.server_n, stream);
+}
+
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
+                                 const ParityRevert& revert, cudaStream_t stream) {
+  const RevertScales scales{revert.saved_scales, revert.worker_scale, revert.server_scale, revert.verdict,
+                            revert.failures};
+  return launch_revert(worker_scales, server_scales, ranks, scales, ParityPair{revert.worker}, revert.n,
+                       ParityPair{revert.server}, revert.server_n, stream);
+}
+
+cudaError_t finish_call(int* parity, unsigned long long* completed, cudaStream_t stream) {
+  finish_call_kernel<<<1, 1, 0, stream>>>(parity, completed);
   return cudaGetLastError();
 }
 
@@ -162,22 +245,25 @@ std::size_t workspace_bytes(std::size_t n) { return static_cast<std::size_t>(blo
 
 cudaError_t worker_pass(const void* x, Dtype dtype, const float* e_prev, const float* a_prev, float* e_next,
                         std::uint8_t* bits, std::size_t n, Reduction out, void* workspace, cudaStream_t stream) {
-  const int blocks = blocks_for(n);
-  auto* partial = static_cast<double*>(workspace);
-  worker_kernel<<<blocks, kThreads, 0, stream>>>(x, dtype, e_prev, a_prev, e_next, bits, n, partial);
-  finish_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, n, out);
-  return cudaGetLastError();
+  return launch_worker(x, dtype, FixedPair{e_prev, e_next}, a_prev, bits, n, out, workspace, stream);
+}
+
+cudaError_t worker_pass(const void* x, Dtype dtype, const ErrorBuffers& e, const float* a_prev, std::uint8_t* bits,
+                        std::size_t n, Reduction out, void* workspace, cudaStream_t stream) {
+  return launch_worker(x, dtype, ParityPair{e}, a_prev, bits, n, out, workspace, stream);
 }
 
 cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
                         const float* s_prev, const float* b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n,
                         Reduction out, void* workspace, cudaStream_t stream) {
-  const int blocks = blocks_for(n);
-  auto* partial = static_cast<double*>(workspace);
-  server_kernel<<<blocks, kThreads, 0, stream>>>(bits, scales, ranks, inv_ranks, s_prev, b_prev, s_next, bits_out, n,
-                                                 partial);
-  finish_kernel<<<1, kThreads, 0, stream>>>(partial, blocks, n, out);
-  return cudaGetLastError();
+  return launch_server(bits, scales, ranks, inv_ranks, FixedPair{s_prev, s_next}, b_prev, bits_out, n, out, workspace,
+                       stream);
+}
+
+cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
+                        const ErrorBuffers& s, const float* b_prev, std::uint8_t* bits_out, std::size_t n,
+                        Reduction out, void* workspace, cudaStream_t stream) {
+  return launch_server(bits, scales, ranks, inv_ranks, ParityPair{s}, b_prev, bits_out, n, out, workspace, stream);
 }
 
 cudaError_t unpack(const std::uint8_t* bits, const float* scale, float factor, void* out, Dtype dtype, std::size_t n,

@@ -30,16 +30,32 @@ struct Reduction {
   float* scale;         // sqrt(Σ v² / n); 0 for n = 0
 };
 
+// A double-buffered error state whose current buffer is chosen on the device: a call reads
+// buffer[*parity] and writes buffer[1 − *parity], and finish_call, the call's last kernel, makes
+// what it wrote current. So a call captured in a CUDA graph replays correctly — each replay reads
+// what the one before it wrote — with no host step between replays. The entry points taking
+// ErrorBuffers are the pointer ones with the pair chosen there; the pointer ones are what the
+// tests hold against the scalar oracle.
+struct ErrorBuffers {
+  float* buffer[2];
+  const int* parity;
+};
+
 // y = x + (e_prev − a_prev·sign(e_prev)); e_next = y; bits = sign bits of y. a_prev is read from
 // device memory (the previous call's scale, where the last call left it).
 cudaError_t worker_pass(const void* x, Dtype dtype, const float* e_prev, const float* a_prev, float* e_next,
                         std::uint8_t* bits, std::size_t n, Reduction out, void* workspace, cudaStream_t stream);
+cudaError_t worker_pass(const void* x, Dtype dtype, const ErrorBuffers& e, const float* a_prev, std::uint8_t* bits,
+                        std::size_t n, Reduction out, void* workspace, cudaStream_t stream);
 
 // z = (Σ_r ±scales[r])·inv_ranks + (s_prev − b_prev·sign(s_prev)), ranks summed in order from 0;
 // bits is a device array of `ranks` device pointers, scales a device array of ranks floats.
 // inv_ranks is 1.0f / ranks as the host computes it.
 cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
                         const float* s_prev, const float* b_prev, float* s_next, std::uint8_t* bits_out, std::size_t n,
+                        Reduction out, void* workspace, cudaStream_t stream);
+cudaError_t server_pass(const std::uint8_t* const* bits, const float* scales, int ranks, float inv_ranks,
+                        const ErrorBuffers& s, const float* b_prev, std::uint8_t* bits_out, std::size_t n,
                         Reduction out, void* workspace, cudaStream_t stream);
 
 // out[i] = bit i ? s : −s with s = (*scale)·factor, in dtype (fp16/bf16 rounded to nearest even).
@@ -71,5 +87,25 @@ struct Revert {
 // copy, which returns at once when the verdict is "finite".
 cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
                                  const Revert& revert, cudaStream_t stream);
+
+// The same over parity-chosen buffers: "prev" and "next" are buffer[*parity] and the other.
+struct ParityRevert {
+  ErrorBuffers worker;
+  std::size_t n;
+  ErrorBuffers server;
+  std::size_t server_n;
+  const float* saved_scales;
+  float* worker_scale;
+  float* server_scale;
+  int* verdict;
+  unsigned* failures;
+};
+cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
+                                 const ParityRevert& revert, cudaStream_t stream);
+
+// A call's last kernel (one thread): *parity = 1 − *parity, so that what the call wrote (or
+// restored) is what the next call reads, and ++*completed (mapped host memory: the calls that ran
+// on the device, replays of a captured graph included).
+cudaError_t finish_call(int* parity, unsigned long long* completed, cudaStream_t stream);
 
 }  // namespace onebit::kernels::cuda

@@ -181,7 +181,7 @@ onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* by
     auto tag = onebit::TagRegistry::instance().find_name(name);
     ONEBIT_CHECK(tag != nullptr, ONEBIT_INVALID_ARGUMENT, "no tag named '", name, "'");
     std::lock_guard<std::mutex> lock(tag->busy);
-    *calls = tag->calls;
+    *calls = tag->calls_made();
     *bytes_sent = tag->bytes_sent;
   });
 }

@@ -16,8 +16,10 @@
 // a collective outside them reaches the door ungrouped.) A simulated group runs nothing, in NCCL
 // or here. Non-blocking communicators (config.blocking = 0, NCCL_COMM_BLOCKING=0,
 // TORCH_NCCL_USE_COMM_NONBLOCKING=1) keep NCCL's own allreduce: the device path could be left
-// half queued by an ncclInProgress. Calls during CUDA graph capture go to NCCL uncompressed too
-// (identically on every rank, as every rank captures the same graph): see compresses().
+// half queued by an ncclInProgress. A tag's first call on a communicator allocates its device
+// state; if that call comes during CUDA graph capture it goes to NCCL uncompressed (identically on
+// every rank, as every rank captures the same graph). Later captured calls are compressed, and
+// their replays build on each other: the device state's parity lives on the device.
 //
 // Every entry point runs inside nccl_guard (plugin/capi/nccl_guard.h): nothing throws across the
 // ABI, and errors become NCCL's codes by the table the NCCL_NET plugin uses too.
@@ -69,6 +71,7 @@ struct AllReduceCall {
   cudaStream_t stream;
   std::shared_ptr<Tag> tag;  // null: untagged
   kernels::Dtype dtype = kernels::Dtype::kFloat32;
+  bool captured = false;  // the stream is capturing a CUDA graph
 };
 
 thread_local int group_depth = 0;
@@ -198,14 +201,13 @@ bool compresses(AllReduceCall& call) {
   // where NCCL may answer ncclInProgress they could be left half queued. Such communicators keep
   // NCCL's own allreduce (TORCH_NCCL_USE_COMM_NONBLOCKING=1, NCCL_COMM_BLOCKING=0).
   if (!communicators().blocking(call.comm)) return forward("the communicator is non-blocking");
-  // Inside CUDA graph capture NCCL's own allreduce is recorded: the device path picks its error
-  // buffers by a parity the host flips as it enqueues, so a captured call would bake one pair into
-  // the graph and every replay would read the error from before the capture — error feedback that
-  // no longer accumulates. Until the parity lives on the device, captured calls are not compressed
-  // (identically on every rank, as every rank captures the same graph).
+  // A tag's first call on a communicator allocates (and synchronises): not while a graph is captured.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) capture = cudaStreamCaptureStatusNone;
-  if (capture != cudaStreamCaptureStatusNone) return forward("inside CUDA graph capture");
+  call.captured = capture != cudaStreamCaptureStatusNone;
+  if (call.captured && !has_device_state(*call.tag, communicators().id_of(call.comm))) {
+    return forward("first call inside CUDA graph capture");
+  }
   return true;  // in place or not: the worker reads send, the unpack writes recv
 }
 
@@ -223,7 +225,7 @@ void run_compressed(const AllReduceCall& call) {
   try {
     const std::uint64_t sent = cuda_compressed_allreduce(
         *call.tag, CudaAllreduceCall{call.send, call.recv, call.count, call.dtype, call.op == ncclSum, call.comm,
-                                     communicators().id_of(call.comm), call.stream});
+                                     communicators().id_of(call.comm), call.stream, call.captured});
     counters().compressed_calls += 1;
     counters().compressed_bytes += sent;
   } catch (const Error& error) {

@@ -105,6 +105,65 @@ TEST(CudaKernels, WorkerPassMatchesTheScalarOracle) {
   }
 }
 
+// The engine's entry points choose the pair by a parity on the device (what makes captured calls
+// replay correctly): with parity 1 the worker and server passes read buffer[1] and write buffer[0],
+// exactly as the pointer passes with those two; a revert restores buffer[0] from buffer[1]; then
+// finish_call flips the parity to 0 and counts the call in mapped host memory.
+TEST(CudaKernels, ParityChosenPairsMatchThePointerPassesAndFinishCallFlips) {
+  SKIP_WITHOUT_GPU();
+  const std::size_t n = 4097;
+  const auto x = normal(n, 3);
+  const auto stored = normal(n, 5);
+  const float a_prev = 0.25f;
+  DeviceArray<float> dx(n), pair0(n), pair1(n), fixed_next(n), da(1), dscale(1);
+  DeviceArray<std::uint8_t> bits_parity(packed_bytes(n)), bits_fixed(packed_bytes(n)),
+      workspace(cuda::workspace_bytes(n));
+  DeviceArray<double> dsum(1);
+  DeviceArray<int> parity(1);
+  dx.put(x.data());
+  pair1.put(stored.data());
+  da.put(&a_prev);
+  const int one = 1;
+  parity.put(&one);
+  const cuda::ErrorBuffers e{{pair0.ptr, pair1.ptr}, parity.ptr};
+  ASSERT_EQ(cuda::worker_pass(dx.ptr, Dtype::kFloat32, e, da.ptr, bits_parity.ptr, n, {dsum.ptr, dscale.ptr},
+                              workspace.ptr, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cuda::worker_pass(dx.ptr, Dtype::kFloat32, pair1.ptr, da.ptr, fixed_next.ptr, bits_fixed.ptr, n,
+                              {dsum.ptr, dscale.ptr}, workspace.ptr, nullptr),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(pair0.get(), fixed_next.get()) << "parity 1: the pass writes buffer[0] from buffer[1]";
+  EXPECT_EQ(bits_parity.get(), bits_fixed.get());
+  EXPECT_EQ(pair1.get(), stored) << "parity 1: buffer[1] is read, not written";
+
+  // A revert (a NaN scale) copies buffer[1] back over buffer[0].
+  const float nan = NAN, saved[2] = {0.5f, 0.75f};
+  DeviceArray<float> worker_scales(1), server_scales(1), dsaved(2);
+  DeviceArray<int> verdict(1);
+  DeviceArray<unsigned> failures(1);
+  worker_scales.put(&nan);
+  server_scales.put(&a_prev);
+  dsaved.put(saved);
+  const unsigned zero = 0;
+  failures.put(&zero);
+  const cuda::ParityRevert revert{e, n, e, 0, dsaved.ptr, worker_scales.ptr, dscale.ptr, verdict.ptr, failures.ptr};
+  ASSERT_EQ(cuda::revert_unless_finite(worker_scales.ptr, server_scales.ptr, 1, revert, nullptr), cudaSuccess);
+
+  unsigned long long* completed = nullptr;
+  ASSERT_EQ(cudaHostAlloc(reinterpret_cast<void**>(&completed), sizeof(*completed), cudaHostAllocMapped), cudaSuccess);
+  *completed = 0;
+  unsigned long long* completed_device = nullptr;
+  ASSERT_EQ(cudaHostGetDevicePointer(reinterpret_cast<void**>(&completed_device), completed, 0), cudaSuccess);
+  ASSERT_EQ(cuda::finish_call(parity.ptr, completed_device, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(pair0.get(), stored) << "the revert restores the written buffer from the read one";
+  EXPECT_EQ(failures.get()[0], 1u);
+  EXPECT_EQ(parity.get()[0], 0) << "finish_call flips the parity";
+  EXPECT_EQ(*completed, 1ull) << "and counts the call";
+  cudaFreeHost(completed);
+}
+
 TEST(CudaKernels, ServerPassMatchesTheScalarOracle) {
   SKIP_WITHOUT_GPU();
   for (int ranks : {1, 2, 3, 8}) {

@@ -23,8 +23,10 @@ struct FakeDeviceState : DeviceState {
     for (std::size_t i = 0; i < n; ++i) worker[i] = 0.5f + static_cast<float>(i);
     for (std::size_t i = 0; i < server; ++i) server_out[i] = -0.25f - static_cast<float>(i);
   }
+  std::uint64_t completed_calls() const override { return completed; }
   std::size_t n, server;
   bool* destroyed;
+  std::uint64_t completed = 0;
 };
 
 TEST(TagState, ADetachedAddressIsUntaggedButItsNameKeepsTheTag) {
@@ -108,6 +110,27 @@ TEST(TagState, AnAbortDoesNotWaitForATagInACall) {
   EXPECT_TRUE(busy_freed);
   ASSERT_EQ(onebit_untag(busy_buffer.data()), ONEBIT_SUCCESS);
   ASSERT_EQ(onebit_untag(idle_buffer.data()), ONEBIT_SUCCESS);
+}
+
+// Replays of a captured CUDA graph run on the device without the host: the calls a tag reports
+// are the larger of those the host enqueued and those that finished on the device.
+TEST(TagState, ReplaysThatFinishedOnTheDeviceCountAsCalls) {
+  std::vector<float> x(8);
+  ASSERT_EQ(onebit_tag("replays/m", x.data(), x.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  bool destroyed = false;
+  auto tag = TagRegistry::instance().find(x.data());
+  auto state = std::make_unique<FakeDeviceState>(8, 8, &destroyed);
+  FakeDeviceState* device = state.get();
+  tag->device_states[11] = std::move(state);
+  tag->calls = 2;         // enqueued by the host: the first call and the one captured
+  device->completed = 1;  // the device lags
+  std::uint64_t calls = 0, bytes = 0;
+  ASSERT_EQ(onebit_tag_stats("replays/m", &calls, &bytes), ONEBIT_SUCCESS);
+  EXPECT_EQ(calls, 2u);
+  device->completed = 5;  // the captured call replayed three times
+  ASSERT_EQ(onebit_tag_stats("replays/m", &calls, &bytes), ONEBIT_SUCCESS);
+  EXPECT_EQ(calls, 5u);
+  ASSERT_EQ(onebit_untag(x.data()), ONEBIT_SUCCESS);
 }
 
 TEST(TagState, ACheckpointOfADeviceTagSavesItsStateNotZeros) {

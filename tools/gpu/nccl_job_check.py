@@ -8,6 +8,9 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
   - a NaN in one rank's input makes that call's result non-finite on both ranks and leaves the
     error state as it was: the next call equals the reference that never saw the NaN call;
   - untag + re-tag of the name with fewer elements starts from fresh state (the reference anew);
+  - a tagged all_reduce captured once in a CUDA graph and replayed 3 times: every replay equals the
+    reference's next call (the error feedback builds from replay to replay), and the tag's calls
+    (onebit_tag_stats) count the replays;
   - onebit.stats() counts the compressed calls.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR
@@ -44,6 +47,48 @@ def tagged_calls(rank, name, n, dtype, tolerance, reference, calls, start=0):
         if bad > n // 10000 + 1:
             fail(rank, f"tagged {dtype} '{name}' call {call}: {bad} of {n} elements off the float64 reference")
     return t
+
+
+def tag_calls(rank, name):
+    """onebit_tag_stats' call count for `name` (replays of a captured call included)."""
+    import ctypes
+    import onebit
+    lib = onebit._library()
+    calls, sent = ctypes.c_uint64(0), ctypes.c_uint64(0)
+    if lib.onebit_tag_stats(name.encode(), ctypes.byref(calls), ctypes.byref(sent)) != 0:
+        fail(rank, f"onebit_tag_stats('{name}') failed")
+    return calls.value
+
+
+def graph_replays(rank):
+    """One tagged call outside capture (it allocates the device state), one captured on a side
+    stream, three replays with new inputs: each replay is the reference's next call."""
+    import torch
+    import torch.distributed as dist
+    import onebit
+    from reference import Reference, inputs_of, mismatches
+    reference = Reference(2, N)
+    t = tagged_calls(rank, "graph", N, torch.float32, 1e-4, reference, 1)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph):
+            dist.all_reduce(t)  # recorded, not run: the device state does not move
+    torch.cuda.current_stream().wait_stream(side)
+    for call in (1, 2, 3):
+        t.copy_(inputs_of("graph", N, rank, call))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = reference.step([inputs_of("graph", N, r, call) for r in range(2)])
+        bad = mismatches(t, want, 1e-4)
+        if bad > N // 10000 + 1:
+            fail(rank, f"graph replay {call}: {bad} of {N} elements off the float64 reference (error feedback does "
+                 "not carry from replay to replay?)")
+    calls = tag_calls(rank, "graph")
+    if calls != 4:
+        fail(rank, f"the tag counts {calls} calls after 1 call and 3 replays, want 4")
+    onebit.untag(t)
+    return 2  # compressed calls the door saw: the first, and the captured one
 
 
 def rank_main(rank, store):
@@ -83,6 +128,7 @@ def rank_main(rank, store):
     t = tagged_calls(rank, "retag", 1001, torch.float32, 1e-4, Reference(2, 1001), 2, start=5)
     onebit.untag(t)
     compressed += 4
+    compressed += graph_replays(rank)
     stats = onebit.stats()
     if stats["compressed_calls"] != compressed:
         fail(rank, f"stats count {stats['compressed_calls']} compressed calls, want {compressed}: {stats}")
@@ -132,7 +178,8 @@ def main():
         return 1
     print("nccl job: over onebit's NCCL_NET plugin (2 ranks, one GPU, distinct NCCL_HOSTID): untagged all_reduces "
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
-          "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh")
+          "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
+          "3 graph replays each match the reference's next call")
     return 0
 
 
