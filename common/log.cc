@@ -42,16 +42,7 @@ struct Logger {
 
     const std::string& pattern = param::DebugFile();
     if (!pattern.empty()) {
-      std::string path;
-      for (size_t i = 0; i < pattern.size(); ++i) {
-        if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'h') {
-          path += host_name(), ++i;
-        } else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
-          path += std::to_string(getpid()), ++i;
-        } else {
-          path += pattern[i];
-        }
-      }
+      const std::string path = expand_file_pattern(pattern);
       if (std::FILE* file = std::fopen(path.c_str(), "a")) {
         out = file;
       } else {
@@ -97,6 +88,20 @@ void log_write(LogLevel level, const std::string& message) {
   std::lock_guard<std::mutex> lock(log.mutex);
   std::fwrite(line.data(), 1, line.size(), log.out);
   std::fflush(log.out);
+}
+
+std::string expand_file_pattern(const std::string& pattern) {
+  std::string path;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'h') {
+      path += host_name(), ++i;
+    } else if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
+      path += std::to_string(getpid()), ++i;
+    } else {
+      path += pattern[i];
+    }
+  }
+  return path;
 }
 
 }  // namespace onebit

@@ -17,6 +17,9 @@ LogLevel log_level();
 // Writes one line atomically with respect to other onebit log lines of this process.
 void log_write(LogLevel level, const std::string& message);
 
+// A file name pattern as ONEBIT_DEBUG_FILE takes it: `%h` becomes the host name, `%p` the process id.
+std::string expand_file_pattern(const std::string& pattern);
+
 }  // namespace onebit
 
 #define ONEBIT_LOG(level, ...)                                                               \

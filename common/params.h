@@ -17,6 +17,11 @@
   X(DebugFile, Str, "DEBUG_FILE", "",                                                              \
     "Write the log to this file instead of stderr. `%h` is replaced by the host name and `%p` "    \
     "by the process id, so each rank can have its own file.")                                      \
+  X(NetStatsFile, Str, "NET_STATS_FILE", "",                                                       \
+    "The NCCL_NET plugin (libnccl-net-onebit.so) appends one line to this file per closed "        \
+    "connection: `host:pid closeSend|closeRecv peer=ADDRESS bytes=N messages=M`, the payload "     \
+    "bytes and messages it moved (measured, not modelled). `%h` and `%p` as in "                   \
+    "ONEBIT_DEBUG_FILE. Empty: no file; the same numbers go to NCCL's log at INFO.")               \
   X(Simd, Str, "SIMD", "",                                                                         \
     "CPU kernel set: `scalar`, `avx2` or `avx512`. Empty: the best one this CPU runs. Naming a "   \
     "set the CPU cannot run is an error (ONEBIT_INVALID_ARGUMENT), not a crash.")                  \

@@ -260,11 +260,37 @@ ncclResult_t net_test(void* request, int* done, int* sizes) {
   });
 }
 
+// What a comm moved, measured: one INFO line at its close, and a line in ONEBIT_NET_STATS_FILE when set.
+void report_close(const char* call, NetComm* comm) {
+  const NetCommStats stats = comm->stats();
+  const std::string text = std::string(call) + " peer=" + comm->peer() + " bytes=" + std::to_string(stats.bytes) +
+                           " messages=" + std::to_string(stats.messages);
+  log_line(NCCL_LOG_INFO, text);
+  const std::string& pattern = param::NetStatsFile();
+  if (pattern.empty()) return;
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  const std::string path = expand_file_pattern(pattern);
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  if (file == nullptr) {
+    log_line(NCCL_LOG_WARN, "ONEBIT_NET_STATS_FILE='" + pattern + "': cannot open '" + path + "'");
+    return;
+  }
+  std::fprintf(file, "%s %s\n", expand_file_pattern("%h:%p").c_str(), text.c_str());
+  std::fclose(file);
+}
+
 ncclResult_t close_send(void* send_comm) {
-  return guard("closeSend", [&] { delete static_cast<NetComm*>(send_comm); });
+  return guard("closeSend", [&] {
+    if (send_comm != nullptr) report_close("closeSend", static_cast<NetComm*>(send_comm));
+    delete static_cast<NetComm*>(send_comm);
+  });
 }
 ncclResult_t close_recv(void* recv_comm) {
-  return guard("closeRecv", [&] { delete static_cast<NetComm*>(recv_comm); });
+  return guard("closeRecv", [&] {
+    if (recv_comm != nullptr) report_close("closeRecv", static_cast<NetComm*>(recv_comm));
+    delete static_cast<NetComm*>(recv_comm);
+  });
 }
 ncclResult_t close_listen(void* listen_comm) {
   return guard("closeListen", [&] { delete static_cast<NetListener*>(listen_comm); });

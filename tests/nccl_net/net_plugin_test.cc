@@ -36,13 +36,23 @@ bool warned(const std::string& text) {
   return false;
 }
 
+// Every INFO line, in order.
+std::vector<std::string>& infos() {
+  static std::vector<std::string> lines;
+  return lines;
+}
+
 void quiet_logger(ncclDebugLogLevel level, unsigned long, const char*, int, const char* fmt, ...) {
-  if (level != NCCL_LOG_WARN) return;
+  if (level != NCCL_LOG_WARN && level != NCCL_LOG_INFO) return;
   char line[2048];
   va_list args;
   va_start(args, fmt);
   std::vsnprintf(line, sizeof(line), fmt, args);
   va_end(args);
+  if (level == NCCL_LOG_INFO) {
+    infos().push_back(line);
+    return;
+  }
   std::fprintf(stderr, "[nccl logger] %s\n", line);
   warnings().push_back(line);
 }
@@ -355,6 +365,81 @@ TEST(NcclNetPlugin, Version8AdaptersCarryIntSizes) {
   });
   EXPECT_EQ(outcomes[0].exit_code, 0) << "receiver";
   EXPECT_EQ(outcomes[1].exit_code, 0) << "sender";
+}
+
+// Measured, not modelled: each comm counts the payload bytes and messages it finished, says so at
+// close in NCCL's log, and appends a line to ONEBIT_NET_STATS_FILE (%p: one file per process).
+TEST(NcclNetPlugin, CountsBytesAndMessagesPerComm) {
+  const std::vector<std::size_t> sizes = {0, 1, 1000, 200000, 1u << 20};
+  const std::size_t group_sizes[2] = {300, 5000};
+  const std::string expected = "bytes=1254877 messages=7";  // the sum of all seven, each buffer a message
+  char dir[] = "/tmp/onebit-net-stats-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string pattern = std::string(dir) + "/stats-%p.txt";
+  ::setenv("ONEBIT_NET_STATS_FILE", pattern.c_str(), 1);  // read at the children's first close
+  auto said = [&](const char* call) {
+    for (const std::string& line : infos()) {
+      if (line.find(std::string(call) + " peer=") != std::string::npos && line.find(expected) != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+  auto receiver = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    void* listen_comm = nullptr;
+    void* recv_comm = accept_one(net, ctx, pipe, &listen_comm);
+    RANK_FAILS_IF(recv_comm == nullptr, 4);
+    std::vector<std::uint8_t> buffer(1u << 20), second(8192);
+    for (std::size_t k = 0; k < sizes.size(); ++k) {
+      void* data = buffer.data();
+      std::size_t capacity = buffer.size();
+      int tag = static_cast<int>(k), got = -1;
+      void* request = nullptr;
+      RANK_FAILS_IF(net->irecv(recv_comm, 1, &data, &capacity, &tag, nullptr, nullptr, &request) != ncclSuccess, 5);
+      RANK_FAILS_IF(wait(net, request, &got) != ncclSuccess || got != static_cast<int>(sizes[k]), 6);
+    }
+    void* datas[2] = {buffer.data(), second.data()};
+    std::size_t capacities[2] = {buffer.size(), second.size()};
+    int tags[2] = {10, 11}, got[2] = {-1, -1};
+    void* request = nullptr;
+    RANK_FAILS_IF(net->irecv(recv_comm, 2, datas, capacities, tags, nullptr, nullptr, &request) != ncclSuccess, 7);
+    RANK_FAILS_IF(wait(net, request, got) != ncclSuccess || got[0] != 300 || got[1] != 5000, 8);
+    RANK_FAILS_IF(!close_receiver(net, recv_comm, listen_comm), 9);
+    RANK_FAILS_IF(!said("closeRecv"), 10);
+    return net->finalize(ctx) == ncclSuccess ? 0 : 11;
+  };
+  auto sender = [&](const ncclNet_v11_t* net, void* ctx, HandlePipe& pipe) -> int {
+    char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+    RANK_FAILS_IF(!pipe.receive(handle), 20);
+    void* send_comm = connect_to(net, ctx, handle);
+    RANK_FAILS_IF(send_comm == nullptr, 21);
+    std::vector<std::uint8_t> buffer(1u << 20);
+    for (std::size_t k = 0; k < sizes.size() + 2; ++k) {
+      const std::size_t size = k < sizes.size() ? sizes[k] : group_sizes[k - sizes.size()];
+      const int tag = k < sizes.size() ? static_cast<int>(k) : static_cast<int>(10 + k - sizes.size());
+      void* request = nullptr;
+      RANK_FAILS_IF(net->isend(send_comm, buffer.data(), size, tag, nullptr, nullptr, &request) != ncclSuccess, 22);
+      RANK_FAILS_IF(wait(net, request, nullptr) != ncclSuccess, 23);
+    }
+    RANK_FAILS_IF(net->closeSend(send_comm) != ncclSuccess, 24);
+    RANK_FAILS_IF(!said("closeSend"), 25);
+    return net->finalize(ctx) == ncclSuccess ? 0 : 26;
+  };
+  run_pair(receiver, sender);
+  ::unsetenv("ONEBIT_NET_STATS_FILE");
+  // One file per process, one line per closed comm: `host:pid closeSend peer=… bytes=… messages=…`.
+  std::string lines;
+  const std::string listing = std::string("cat ") + dir + "/stats-*.txt";
+  if (std::FILE* cat = ::popen(listing.c_str(), "r")) {
+    char chunk[512];
+    while (std::fgets(chunk, sizeof(chunk), cat) != nullptr) lines += chunk;
+    ::pclose(cat);
+  }
+  std::system((std::string("rm -rf ") + dir).c_str());
+  EXPECT_NE(lines.find(" closeSend peer="), std::string::npos) << lines;
+  EXPECT_NE(lines.find(" closeRecv peer="), std::string::npos) << lines;
+  std::size_t counted = 0;
+  for (std::size_t at = lines.find(expected); at != std::string::npos; at = lines.find(expected, at + 1)) ++counted;
+  EXPECT_EQ(counted, 2u) << lines;
 }
 
 TEST(NcclNetPlugin, AKilledPeerFailsTheReceiveInsteadOfHanging) {

@@ -7,31 +7,46 @@ untagged calls, and counts them).
   onebit: DDP + onebit.ddp_comm_hook + onebit.OnebitAdam (freeze after the warmup steps; from then
           on DDP sends nothing and the momentum goes compressed through the preload)
 
-A model of ~100 M parameters (a stack of square Linear layers), the same seed and data on both.
-Reports per run: the median step time over the measured steps (all in the compression stage for
-onebit), the bytes this rank put on the wire per measured step (from onebit.stats(): NCCL's ring
-sends 2(W-1)/W of each forwarded buffer, onebit counts what it sent), and whether both ranks'
-parameters are bitwise equal at the end. With --link RATE (root, network namespaces) the two ranks
-run behind an emulated link (tools/ethernet/onebit-ethernet's Emulation: veth + tc tbf).
+A model of square Linear layers (--width 2880 --layers 12: ~100 M parameters; 1440: ~25 M), the
+same seed and data on both. Steps: --warmup, then the first compressed step (timed apart: it sets
+up the compressed path), then --measured timed ones. Reports per run and per rank: the first
+compressed step's time, min / median / max of the timed steps, the bytes the NET plugin measured on
+the wire over the whole run (set-up, warmup, every step, the final check: ONEBIT_NET_STATS_FILE,
+one line per closed connection, sent and received), and whether both ranks' parameters are bitwise
+equal at the end (a 64-bit digest of each). With --link RATE (root, network namespaces) the two ranks
+run behind an emulated link (tools/ethernet/onebit-ethernet's Emulation: veth + bridge + tc tbf).
 
     python3 tools/gpu/ddp_step_check.py BUILD_DIR [--link 10gbit] [--width 2880 --layers 12]
+                                        [--logs DIR] [--timeout SECONDS]
 
 --cpu runs the same script on CPU ranks (gloo, libonebit-preload.so): what CI uses to keep this
-script honest on machines without a GPU; its times mean nothing.
+script honest on machines without a GPU; its times mean nothing, and no NET plugin is in the way.
 """
 import argparse
 import importlib.machinery
 import importlib.util
 import json
 import os
+import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
+sys.path.insert(0, HERE)
+from ranks import Ranks, nccl_env, python_command  # noqa: E402
+
+
+def digest(model):
+    """Two 64-bit sums of the parameters' bit patterns (plain and position-weighted): equal on both
+    ranks when the parameters are bitwise equal, without putting the whole model on the wire."""
+    import torch
+    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).float()
+    bits = flat.view(torch.int32).to(torch.int64)
+    weights = torch.arange(bits.numel(), device=bits.device, dtype=torch.int64) % 65521 + 1
+    return torch.stack([bits.sum(), (bits * weights).sum()])
 
 
 def rank_main(config):
@@ -60,7 +75,7 @@ def rank_main(config):
         optimizer = torch.optim.Adam(ddp.parameters(), lr=1e-4)
     generator = torch.Generator(device=device).manual_seed(100 + rank)
     times, stats_before = [], None
-    for step in range(warmup + measured):
+    for step in range(warmup + 1 + measured):
         if step == warmup:
             stats_before = onebit.stats()
         x = torch.randn(64, width, device=device, generator=generator)
@@ -71,17 +86,16 @@ def rank_main(config):
         loss.backward()
         optimizer.step()
         sync()
-        if step >= warmup:
-            times.append(time.perf_counter() - start)
+        times.append(time.perf_counter() - start)
+        print(f"step {step}: {times[-1] * 1e3:.1f} ms", flush=True)
     after = onebit.stats()
-    wire = (after["compressed_bytes_sent"] - stats_before["compressed_bytes_sent"]) + \
-        (after["forwarded_bytes"] - stats_before["forwarded_bytes"]) * 2 * (2 - 1) / 2
-    flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    gathered = [torch.zeros_like(flat) for _ in range(2)]
-    dist.all_gather(gathered, flat)
-    equal = bool(torch.equal(gathered[0], gathered[1]))
-    result = dict(optimizer=config["optimizer"], rank=rank, params=params, median_s=statistics.median(times),
-                  wire_bytes_per_step=wire / measured, ranks_equal=equal,
+    mine = digest(model)
+    gathered = [torch.zeros_like(mine) for _ in range(2)]
+    dist.all_gather(gathered, mine)
+    timed = times[warmup + 1:]
+    result = dict(optimizer=config["optimizer"], rank=rank, params=params, first_compressed_s=times[warmup],
+                  min_s=min(timed), median_s=statistics.median(timed), max_s=max(timed),
+                  ranks_equal=bool(torch.equal(gathered[0], gathered[1])),
                   compressed_calls=after["compressed_calls"] - stats_before["compressed_calls"])
     with open(config["out"], "w") as f:
         json.dump(result, f)
@@ -90,9 +104,29 @@ def rank_main(config):
     dist.destroy_process_group()
 
 
-def launch(build, optimizer, args, emulation=None):
+def wire_bytes(path):
+    """The NET plugin's lines in one rank's ONEBIT_NET_STATS_FILE: bytes sent and received, and the
+    connections closed. None when there is no file (CPU ranks; or the ranks never closed)."""
+    if not os.path.exists(path):
+        return None
+    sent = received = comms = 0
+    with open(path) as f:
+        for line in f:
+            match = re.search(r" (closeSend|closeRecv) peer=\S+ bytes=(\d+) messages=(\d+)", line)
+            if match:
+                comms += 1
+                if match.group(1) == "closeSend":
+                    sent += int(match.group(2))
+                else:
+                    received += int(match.group(2))
+    return dict(sent=sent, received=received, comms=comms)
+
+
+def launch(build, optimizer, args, seconds, emulation=None):
+    """Both ranks' results (with their measured wire bytes), or None."""
     with tempfile.TemporaryDirectory() as tmp:
-        procs, logs = [], []
+        ranks = Ranks(args.logs or tmp, f"ddp step check: {optimizer}, {args.width}x{args.layers}"
+                      f"{', emulated ' + args.link if args.link else ''}")
         for rank in range(2):
             config = dict(rank=rank, store=os.path.join(tmp, "store"), optimizer=optimizer, width=args.width,
                           layers=args.layers, warmup=args.warmup, measured=args.measured,
@@ -100,36 +134,63 @@ def launch(build, optimizer, args, emulation=None):
             if args.cpu:
                 env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-preload.so"), OMP_NUM_THREADS="1")
             else:
-                env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"),
-                           NCCL_NET_PLUGIN="onebit", NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1",
-                           NCCL_P2P_DISABLE="1", NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                           LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+                env = nccl_env(build, rank)
+                env["ONEBIT_NET_STATS_FILE"] = os.path.join(tmp, f"net-stats{rank}.txt")
             env.pop("ONEBIT_FREEZE_STEP", None)
-            command = [sys.executable, os.path.abspath(__file__), "--rank-config", json.dumps(config)]
+            command = python_command(__file__, "--rank-config", json.dumps(config))
             if emulation is not None:
                 env.update(NCCL_SOCKET_IFNAME="eth0", ONEBIT_SOCKET_IFNAME="eth0", GLOO_SOCKET_IFNAME="eth0")
                 command = ["ip", "netns", "exec", emulation.rank_ns[rank]] + command
-            log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
-        try:
-            codes = [p.wait(timeout=args.timeout) for p in procs]
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            codes = [p.wait() for p in procs]
-            print(f"ddp step check: {optimizer}: timed out after {args.timeout} s")
-        text = ""
-        for log in logs:
-            log.seek(0)
-            text += log.read()
+            ranks.start(rank, command, env)
+        codes = ranks.wait(seconds)
+        text = ranks.text()
         via_plugin = args.cpu or "NET/onebit" in text
-        if any(codes) or not via_plugin:
+        if any(code != 0 for code in codes) or not via_plugin:
             print(f"ddp step check: {optimizer}: exit codes {codes}, NET/onebit in NCCL's log: {via_plugin}")
-            print(text[-3000:])
+            print(ranks.tails(30))
             return None
-        with open(os.path.join(tmp, "rank0.json")) as f:
-            return json.load(f)
+        results = []
+        for rank in range(2):
+            with open(os.path.join(tmp, f"rank{rank}.json")) as f:
+                result = json.load(f)
+            result["wire"] = wire_bytes(os.path.join(tmp, f"net-stats{rank}.txt"))
+            if result["wire"] is not None:
+                with open(os.path.join(tmp, f"net-stats{rank}.txt")) as f:
+                    print(f"ddp step check: {optimizer}: rank {rank}'s ONEBIT_NET_STATS_FILE:\n{f.read().rstrip()}")
+            results.append(result)
+        return results
+
+
+def megabytes(wire, key):
+    return "n/a" if wire is None else f"{wire[key] / 1e6:.1f}"
+
+
+def report(where, args, results):
+    adam, one = results["adam"], results["onebit"]
+    print(f"ddp step check ({where}; {adam[0]['params'] / 1e6:.1f} M parameters, 2 ranks, {args.warmup} warmup "
+          f"steps, the first compressed one apart, {args.measured} timed):")
+    print(f"  {'optimizer':<24} {'rank':>4} {'1st compressed':>15} {'min':>9} {'median':>9} {'max':>9} "
+          f"{'MB sent':>9} {'MB recv':>9} {'equal':>6}")
+    for name, runs in (("DDP + Adam", adam), ("DDP + hook + OnebitAdam", one)):
+        for r in runs:
+            first = "-" if name == "DDP + Adam" else f"{r['first_compressed_s'] * 1e3:.1f} ms"
+            print(f"  {name:<24} {r['rank']:>4} {first:>15} {r['min_s'] * 1e3:>6.1f} ms {r['median_s'] * 1e3:>6.1f} ms "
+                  f"{r['max_s'] * 1e3:>6.1f} ms {megabytes(r['wire'], 'sent'):>9} {megabytes(r['wire'], 'received'):>9} "
+                  f"{str(r['ranks_equal']):>6}")
+    ratio = statistics.median(r["median_s"] for r in adam) / statistics.median(r["median_s"] for r in one)
+    line = f"  median step-time ratio Adam / OnebitAdam: {ratio:.2f}x"
+    if all(r["wire"] is not None for r in adam + one):
+        sent = [sum(r["wire"]["sent"] for r in runs) for runs in (adam, one)]
+        line += (f"; bytes on the wire, whole run, both ranks (NET plugin, measured): Adam {sent[0] / 1e6:.1f} MB, "
+                 f"OnebitAdam {sent[1] / 1e6:.1f} MB ({sent[0] / max(sent[1], 1):.1f}x; the {args.warmup} warmup "
+                 f"steps are full precision in both)")
+    print(line)
+    want = args.measured + 1
+    bad = [r for r in one if not r["ranks_equal"] or r["compressed_calls"] != want]
+    for r in bad:
+        print(f"  FAIL: OnebitAdam rank {r['rank']}: ranks equal {r['ranks_equal']}, compressed calls "
+              f"{r['compressed_calls']} (want {want})")
+    return 0 if not bad else 1
 
 
 def main():
@@ -141,12 +202,14 @@ def main():
     parser.add_argument("--layers", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--measured", type=int, default=8)
-    parser.add_argument("--timeout", type=int, default=150)
+    parser.add_argument("--logs", help="folder for rank0.log and rank1.log (appended); default: a temporary one")
+    parser.add_argument("--timeout", type=float, default=150, help="seconds both runs may take in all")
     parser.add_argument("--cpu", action="store_true", help="CPU ranks over gloo (a check of this script, not a measurement)")
     args = parser.parse_args()
     if args.rank_config:
         rank_main(json.loads(args.rank_config))
         return 0
+    deadline = time.monotonic() + args.timeout
     build = os.path.abspath(args.build)
     emulation = None
     if args.link:
@@ -162,28 +225,18 @@ def main():
     if emulation is not None:
         emulation.__enter__()
     try:
-        for optimizer in ("adam", "onebit"):
-            results[optimizer] = launch(build, optimizer, args, emulation)
+        for index, optimizer in enumerate(("adam", "onebit")):
+            # Each run gets its share of what is left: the first half, the second all of it.
+            seconds = (deadline - time.monotonic()) / (2 - index)
+            results[optimizer] = launch(build, optimizer, args, seconds, emulation)
+            if results[optimizer] is None:
+                break
     finally:
         if emulation is not None:
             emulation.__exit__(None, None, None)
-    if not all(results.values()):
+    if len(results) < 2 or not all(results.values()):
         return 1
-    adam, one = results["adam"], results["onebit"]
-    print(f"ddp step check ({where}; {adam['params'] / 1e6:.1f} M parameters, 2 ranks, "
-          f"{args.measured} measured steps after {args.warmup}):")
-    print(f"  {'optimizer':<24} {'median step':>12} {'wire/step/rank':>16} {'ranks bitwise equal':>20}")
-    for name, r in (("DDP + Adam", adam), ("DDP + hook + OnebitAdam", one)):
-        print(f"  {name:<24} {r['median_s'] * 1e3:>10.1f} ms {r['wire_bytes_per_step'] / 1e6:>13.2f} MB "
-              f"{str(r['ranks_equal']):>20}")
-    ratio = adam["median_s"] / one["median_s"]
-    volume = adam["wire_bytes_per_step"] / max(one["wire_bytes_per_step"], 1)
-    print(f"  step-time ratio Adam / OnebitAdam: {ratio:.2f}x; wire bytes ratio: {volume:.1f}x")
-    ok = one["ranks_equal"] and one["compressed_calls"] == args.measured
-    if not ok:
-        print(f"  FAIL: OnebitAdam ranks equal {one['ranks_equal']}, compressed calls {one['compressed_calls']} "
-              f"(want {args.measured})")
-    return 0 if ok else 1
+    return report(where, args, results)
 
 
 if __name__ == "__main__":

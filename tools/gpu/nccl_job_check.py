@@ -13,16 +13,17 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     (onebit_tag_stats) count the replays;
   - onebit.stats() counts the compressed calls.
 
-    python3 tools/gpu/nccl_job_check.py BUILD_DIR
+    python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
+import argparse
 import os
-import subprocess
 import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+from ranks import Ranks, nccl_env, python_command  # noqa: E402
 
 N = 5003
 
@@ -146,34 +147,23 @@ def main():
     if len(sys.argv) == 4 and sys.argv[1] == "rank":
         rank_main(int(sys.argv[2]), sys.argv[3])
         return 0
-    build = os.path.abspath(sys.argv[1])
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("build")
+    parser.add_argument("--logs", help="folder for rank0.log and rank1.log (appended); default: a temporary one")
+    parser.add_argument("--timeout", type=float, default=240, help="seconds the ranks may take in all")
+    args = parser.parse_args()
+    build = os.path.abspath(args.build)
     with tempfile.TemporaryDirectory() as tmp:
+        ranks = Ranks(args.logs or tmp, "nccl job")
         store = os.path.join(tmp, "store")
-        procs, logs = [], []
         for rank in range(2):
-            env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"), NCCL_NET_PLUGIN="onebit",
-                       NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1",
-                       NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="INIT,NET",
-                       LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
-            log = open(os.path.join(tmp, f"rank{rank}.log"), "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen([sys.executable, __file__, "rank", str(rank), store], env=env, stdout=log,
-                                          stderr=subprocess.STDOUT))
-        try:
-            codes = [p.wait(timeout=240) for p in procs]
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            codes = [p.wait() for p in procs]
-            print("nccl job: timed out after 240 s (a hang)")
-        text = ""
-        for log in logs:
-            log.seek(0)
-            text += log.read()
+            ranks.start(rank, python_command(__file__, "rank", str(rank), store), nccl_env(build, rank))
+        codes = ranks.wait(args.timeout)
+        text = ranks.text()
     used = "NET/onebit" in text
     print(f"nccl job: exit codes {codes}; NET/onebit in NCCL's log: {used}")
     failures = [line for line in text.splitlines() if "FAIL" in line]
-    if not used or any(codes):
+    if not used or any(code != 0 for code in codes):
         print("\n".join(failures) if failures else text[-4000:])
         return 1
     print("nccl job: over onebit's NCCL_NET plugin (2 ranks, one GPU, distinct NCCL_HOSTID): untagged all_reduces "

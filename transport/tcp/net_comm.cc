@@ -313,11 +313,18 @@ bool NetComm::test(NetRequest* r, int* sizes) {
   progress_locked();
   const bool done = r->pending_pieces == 0 && (r->kind == NetRequest::Kind::kSend || r->matched_count == r->n);
   if (!done) return false;
-  if (sizes != nullptr) {
-    for (int i = 0; i < r->n; ++i) sizes[i] = static_cast<int>(std::min<std::size_t>(r->sizes[i], INT_MAX));
+  for (int i = 0; i < r->n; ++i) {
+    if (sizes != nullptr) sizes[i] = static_cast<int>(std::min<std::size_t>(r->sizes[i], INT_MAX));
+    stats_.bytes += r->sizes[i];
   }
+  stats_.messages += static_cast<std::uint64_t>(r->n);
   r->kind = NetRequest::Kind::kFree;
   return true;
+}
+
+NetCommStats NetComm::stats() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
 }
 
 }  // namespace onebit::transport::tcp

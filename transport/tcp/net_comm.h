@@ -91,6 +91,13 @@ struct NetRequest {
   std::array<std::uint8_t, wire::NetMessageHeader::kSize> header{};
 };
 
+// What one comm has moved: payload bytes and messages of finished requests (each buffer of a grouped
+// receive is a message). The wire adds a 16-byte header per message.
+struct NetCommStats {
+  std::uint64_t bytes = 0;
+  std::uint64_t messages = 0;
+};
+
 // One direction of one connection, either end.
 class NetComm {
  public:
@@ -104,6 +111,8 @@ class NetComm {
   bool test(NetRequest* request, int* sizes);
 
   const std::string& peer() const { return peer_; }
+  bool sending() const { return sending_; }
+  NetCommStats stats();
 
  private:
   struct Piece {
@@ -134,6 +143,7 @@ class NetComm {
   std::deque<NetRequest*> posted_;  // receives with unmatched slots, oldest first
   std::array<std::uint8_t, wire::NetMessageHeader::kSize> incoming_header_{};
   std::size_t header_read_ = 0;
+  NetCommStats stats_;
   bool failed_ = false;
   onebit_result_t failure_code_ = ONEBIT_SUCCESS;
   std::string failure_;

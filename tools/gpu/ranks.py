@@ -1,0 +1,71 @@
+"""The two rank processes of a GPU check: started with unbuffered output appended to rank0.log and
+rank1.log in a log folder (tools/gpu-check.sh's --out, so that a hang leaves its last lines there;
+a temporary folder otherwise), waited for within the check's own deadline, killed past it.
+"""
+import os
+import subprocess
+import sys
+import time
+
+
+def nccl_env(build, rank):
+    """A rank's environment for torch's NCCL backend through onebit's NCCL_NET plugin, the NCCL
+    preload loaded: distinct NCCL_HOSTID per rank (two hosts to NCCL), SHM and P2P off (the network
+    it is), NCCL's INFO log on the rank's output (never in NCCL_DEBUG_FILE: the checks read it)."""
+    env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"), NCCL_NET_PLUGIN="onebit",
+               NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1", NCCL_DEBUG="INFO",
+               NCCL_DEBUG_SUBSYS="INIT,NET", LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    env.pop("NCCL_DEBUG_FILE", None)
+    return env
+
+
+class Ranks:
+    def __init__(self, log_dir, title):
+        self.log_dir, self.title = log_dir, title
+        self.procs, self.logs, self.offsets = [], [], []
+
+    def start(self, rank, command, env):
+        """Runs `command` (argv) as rank `rank`, its output appended to rank<rank>.log."""
+        path = os.path.join(self.log_dir, f"rank{rank}.log")
+        log = open(path, "a+")
+        log.write(f"=== {self.title}, rank {rank}, {time.strftime('%H:%M:%S')}\n")
+        log.flush()
+        self.offsets.append(log.tell())
+        self.logs.append(log)
+        env = dict(env, PYTHONUNBUFFERED="1")
+        self.procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
+
+    def wait(self, seconds):
+        """Exit codes, every rank waited for at most `seconds` in all; None for each when past it
+        (then all are killed and the reason printed)."""
+        deadline = time.monotonic() + max(seconds, 1)
+        try:
+            return [p.wait(timeout=max(deadline - time.monotonic(), 0.1)) for p in self.procs]
+        except subprocess.TimeoutExpired:
+            for p in self.procs:
+                p.kill()
+            for p in self.procs:
+                p.wait()
+            print(f"{self.title}: timed out after {seconds:.0f} s (a hang?); the last lines of each rank:", flush=True)
+            print(self.tails(20), flush=True)
+            return [None for _ in self.procs]
+
+    def text(self):
+        """What the ranks wrote in this run, rank 0 first."""
+        text = ""
+        for log, offset in zip(self.logs, self.offsets):
+            log.seek(offset)
+            text += log.read()
+        return text
+
+    def tails(self, lines):
+        out = []
+        for rank, (log, offset) in enumerate(zip(self.logs, self.offsets)):
+            log.seek(offset)
+            out.append(f"--- rank {rank}, last {lines} lines:")
+            out.extend(log.read().splitlines()[-lines:])
+        return "\n".join(out)
+
+
+def python_command(script, *args):
+    return [sys.executable, "-u", os.path.abspath(script), *args]
