@@ -81,7 +81,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
     """What onebit's optimizers share: one flat fp32 buffer of every parameter (each group a
     contiguous range of it, in param_groups order) and one of their gradients, filled at every step
     from the parameters as they are then and written back after it (the parameters own their
-    storage: frameworks that move or swap it, and safetensors, see ordinary tensors); the gradient
+    storage: frameworks that move or swap it, and safetensors, see ordinary tensors) — or, for an
+    elementwise rule on the CPU (OnebitAdam), each parameter updated where it lies; the gradient
     average of the full-precision steps; the tagged buffer's error-feedback state in state_dict();
     and the DDP hook's question: does the next step want averaged gradients?"""
 
@@ -248,11 +249,70 @@ class _FlatOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         self._consolidated = None
-        self._read_parameters()
-        self._gather_gradients()
+        self._in_place = self._steps_in_place and self._in_place_parameters()
+        if not self._in_place:
+            self._read_parameters()
+            self._gather_gradients()
         self._flat_step()
-        self._write_parameters()
+        if self._in_place:
+            for p in self._params():
+                _increment_version(p)  # as the copy back would have: autograd sees the parameter changed
+        else:
+            self._write_parameters()
         return loss
+
+    # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
+    # parameter where it lies and reads each gradient where it lies (_in_place_parameters,
+    # _pieces, _local_gradient), with the same arithmetic as over the flat copies — the rule is
+    # elementwise, so the values are bit for bit those of the copy, step and copy back — and none of
+    # the three passes over every parameter that the copies cost.
+    _steps_in_place = False
+    _in_place = False
+
+    def _in_place_parameters(self):
+        """Whether this step can update the parameters where they are: on the CPU, every parameter a
+        contiguous float32 CPU tensor of its size, no two sharing memory (tied storage goes through
+        the flat buffer, as before: one update, the last copy back wins). Otherwise the flat path,
+        which also names a parameter that was moved, cast or resized."""
+        if self._device.type != "cpu":
+            return False
+        spans = []
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            if p.device.type != "cpu" or p.dtype != torch.float32 or p.numel() != hi - lo or not p.is_contiguous():
+                return False
+            if hi > lo:
+                spans.append((p.data_ptr(), p.data_ptr() + 4 * (hi - lo)))
+        spans.sort()
+        return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+    def _pieces(self, group_index):
+        """Where group `group_index`'s update runs: (the parameters' memory, its offset in the flat
+        buffers, its length, its parameter or None) — the flat buffer's range of the group, or, in
+        place, each of its parameters."""
+        lo, hi = self._ranges[group_index]
+        if not self._in_place:
+            return [(_ptr(self._flat[lo:]), lo, hi - lo, None)]
+        first = sum(len(g["params"]) for g in self.param_groups[:group_index])
+        return [(_ptr(p), at, end - at, p)
+                for p, (at, end) in zip(self.param_groups[group_index]["params"], self._slices[first:])]
+
+    def _local_gradient(self, p, lo, hi):
+        """This rank's gradient of `p` where it lies, when the C core can read it there; else copied
+        into the flat gradient buffer (None: zeros), as _gather_gradients does."""
+        g = p.grad
+        if (g is not None and g.device.type == "cpu" and g.dtype == torch.float32 and g.is_contiguous()
+                and g.numel() == hi - lo):
+            return g
+        if g is None:
+            return self._grad[lo:hi].zero_()
+        return self._grad[lo:hi].copy_(g.reshape(-1))
+
+    def _warn_if_no_gradient(self, without_grad):
+        if without_grad == len(self._slices) and not self._warned_no_gradient:
+            self._warned_no_gradient = True
+            print(f"onebit: WARNING: {self._who}: step() found no gradient on any of its {without_grad} parameters: "
+                  "were they replaced after the optimizer was made (load_state_dict(assign=True), a new model)? "
+                  "Make the optimizer from the parameters the model trains.", file=sys.stderr, flush=True)
 
     def _read_parameters(self):
         """The parameters as they are now — wherever a framework has put their storage since (a
@@ -279,11 +339,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 without_grad += 1
             else:
                 self._grad[lo:hi].copy_(p.grad.reshape(-1))
-        if without_grad == len(self._slices) and not self._warned_no_gradient:
-            self._warned_no_gradient = True
-            print(f"onebit: WARNING: {self._who}: step() found no gradient on any of its {without_grad} parameters: "
-                  "were they replaced after the optimizer was made (load_state_dict(assign=True), a new model)? "
-                  "Make the optimizer from the parameters the model trains.", file=sys.stderr, flush=True)
+        self._warn_if_no_gradient(without_grad)
 
     def _average_gradients(self):
         """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
@@ -300,14 +356,29 @@ class _FlatOptimizer(torch.optim.Optimizer):
         checks that onebit took the call (_warn_if_not_compressed)."""
         if self._world > 1:
             before = None if self._checked_compression else stats()["compressed_calls"]
+            averages = self._backend_averages()
             try:
-                dist.all_reduce(buffer, group=self._group)
+                if averages:
+                    dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=self._group)
+                else:
+                    dist.all_reduce(buffer, group=self._group)
             except RuntimeError as error:
                 raise self._step_failure(error, step, stage) from error
-            buffer.div_(self._world)
+            if not averages:
+                buffer.div_(self._world)
             self._compressed = True
             if before is not None:
                 self._warn_if_not_compressed(before, step, buffer)
+
+    def _backend_averages(self):
+        """Whether the tagged all_reduce can return the average itself (op AVG), saving the pass of
+        div_ over the buffer: on the onebit backend (which gives AVG to onebit; gloo, under the
+        preload, has no AVG) with a power-of-two world — where the compressed SUM's ±(scale x W)
+        divided by W is exactly AVG's ±scale, so the values are bit for bit those of SUM and div_."""
+        if not hasattr(self, "_averages"):
+            self._averages = (self._world & (self._world - 1) == 0 and self._device.type == "cpu"
+                              and dist.get_backend(self._group) == "onebit")
+        return self._averages
 
     def _warn_if_not_compressed(self, before, step, buffer):
         """The first compressed all_reduce: when onebit's count did not move, the group runs neither
@@ -462,6 +533,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
 
 class OnebitAdam(_FlatOptimizer):
+    _steps_in_place = True  # its rule is elementwise: on the CPU each parameter is updated where it lies
+
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
                  process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
                  max_freeze_step=None, deepspeed_schedule=False, bias_correction=False):
@@ -590,43 +663,59 @@ class OnebitAdam(_FlatOptimizer):
         if self._deepspeed_schedule and self._step == 0:
             self._step = 1  # DeepSpeed's initialising call: counted, nothing moves
             return
+        # On the CPU the C core runs over _pieces(): the flat copies, or each parameter in place.
         if not self.compressing:
+            # In place, the gradients are read where they lie when DDP's hook (or a world of one)
+            # has averaged them; else they are gathered to be averaged here, as on the flat path.
+            gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
+            if self._in_place and gathered:
+                self._gather_gradients()
+            elif self._in_place:
+                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
             self._average_gradients()
-            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 if self._device.type == "cuda":
                     _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
                     beta2 = group["betas"][1]
                     self._v[lo:hi].mul_(beta2).addcmul_(self._grad[lo:hi], self._grad[lo:hi], value=1.0 - beta2)
                     _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
                     continue
-                _check(lib, lib.onebit_adam_warmup_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
-                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._grad[lo:]),
-                                                        ctypes.c_size_t(hi - lo)))
+                config = ctypes.byref(self._config(group))
+                for params, at, n, p in self._pieces(index):
+                    grad = self._grad[at:] if gathered else self._local_gradient(p, at, at + n)
+                    _check(lib, lib.onebit_adam_warmup_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
+                                                            _ptr(grad), ctypes.c_size_t(n)))
         else:
             if self._step == self._freeze_step:
                 self._report_freeze(self._step, self._v)
             self._m_before.copy_(self._m)
-            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+            if self._in_place:
+                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 if self._device.type == "cuda":
                     _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
                     continue
-                _check(lib, lib.onebit_adam_momentum_step(ctypes.byref(self._config(group)), _ptr(self._m[lo:]),
-                                                          _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
+                config = ctypes.byref(self._config(group))
+                for _, at, n, p in self._pieces(index):
+                    grad = self._grad[at:] if p is None else self._local_gradient(p, at, at + n)
+                    _check(lib, lib.onebit_adam_momentum_step(config, _ptr(self._m[at:]), _ptr(grad),
+                                                              ctypes.c_size_t(n)))
             try:
                 self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:
                 self._m.copy_(self._m_before)  # a failed step changes nothing
                 raise
-            for group, (lo, hi) in zip(self.param_groups, self._ranges):
+            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 if self._device.type == "cuda":
                     bound = lib.onebit_adam_step_bound(ctypes.c_float(group["betas"][0]),
                                                        ctypes.c_float(group["betas"][1]))
                     _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi],
                                      bound)
                     continue
-                _check(lib, lib.onebit_adam_apply_step(ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
-                                                       _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                                                       ctypes.c_size_t(hi - lo)))
+                config = ctypes.byref(self._config(group))
+                for params, at, n, _ in self._pieces(index):
+                    _check(lib, lib.onebit_adam_apply_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
+                                                           ctypes.c_size_t(n)))
         self._step += 1
         if self._auto is not None and self._freeze_step == _UNDECIDED:
             self._measure_variance(self._step - 1)  # the step is taken; this decides the next one's stage
@@ -663,6 +752,14 @@ class OnebitAdam(_FlatOptimizer):
     def close(self):
         """Untags the momentum (frees its error-feedback state)."""
         self._drop_tag()
+
+
+def _increment_version(tensor):
+    """Bumps `tensor`'s version counter (written in place by the C core), as an in-place torch
+    operation would; torch 1.x has no public call for it, and there it stays as it was."""
+    bump = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+    if bump is not None:
+        bump(tensor)
 
 
 def _untag_address(address):
