@@ -36,33 +36,21 @@ using round_layout::kResultHead;
 
 namespace {
 
-// Server j's result head: its scale, and the first member whose input was not finite (or -1).
-struct ResultHead {
-  float scale;
-  std::int32_t first_bad;
-};
-
-ResultHead result_head(const RoundScratch& round, const ChunkGeometry& geometry, int j) {
-  ResultHead head;
-  const std::uint8_t* at = round.results.data() + j * round_layout::result_stride(geometry);
-  std::memcpy(&head.scale, at, 4);
-  std::memcpy(&head.first_bad, at + 4, 4);
-  return head;
-}
-
 // Every server's verdict before anything is written: a member's non-finite input, or a non-finite
 // server scale, fails the call alike on every rank with nothing changed.
 void check_verdicts(const std::string& where, const Tag& tag, const RoundScratch& round, const ChunkGeometry& geometry,
                     std::uint64_t seq) {
-  for (int p = 0; p < geometry.world; ++p) {
-    const ResultHead head = result_head(round, geometry, p);
-    if (head.first_bad >= 0) {
-      fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", head.first_bad,
-           "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any rank");
-    }
-    ONEBIT_CHECK(std::isfinite(head.scale), ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ",
-                 seq, "): server rank ", p, "'s scale is ", head.scale, "; no buffer or error state changed");
-  }
+  round_layout::check_verdicts(
+      round.results.data(), geometry,
+      [&](int, std::int32_t member) {
+        fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", member,
+             "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any "
+             "rank");
+      },
+      [&](int p, float scale) {
+        fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): server rank ", p,
+             "'s scale is ", scale, "; no buffer or error state changed");
+      });
 }
 
 }  // namespace
@@ -360,11 +348,7 @@ void Communicator::flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t
   const ChunkGeometry geometry(n, world);
   check_verdicts(where(), tag, *st.round, geometry, seq);
   const float factor = op == ReduceOp::kSum ? static_cast<float>(world) : 1.0f;
-  for (int j = 0; j < world; ++j) {
-    const ResultHead head = result_head(*st.round, geometry, j);
-    kernels_.unpack(st.round->results.data() + j * round_layout::result_stride(geometry) + kResultHead,
-                    head.scale * factor, x + geometry.begin(j) * element, dtype, geometry.length(j));
-  }
+  round_layout::unpack_round(kernels_, st.round->results.data(), geometry, factor, x, dtype);
   commit_round(st, round, 0.0, unpack_start);
 }
 

@@ -4,7 +4,9 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -55,6 +57,46 @@ inline std::vector<Block> worker_order(const ChunkGeometry& geometry, int me) {
     }
   }
   return order;
+}
+
+// Server j's result head: its scale, and the first member whose input was not finite (or -1).
+struct ResultHead {
+  float scale;
+  std::int32_t first_bad;
+};
+
+// The head of server j's result in a round's results (`results`: every server's, result_stride apart).
+inline ResultHead result_head(const std::uint8_t* results, const ChunkGeometry& geometry, int j) {
+  ResultHead head;
+  const std::uint8_t* at = results + j * result_stride(geometry);
+  std::memcpy(&head.scale, at, 4);
+  std::memcpy(&head.first_bad, at + 4, 4);
+  return head;
+}
+
+// Every server's verdict, in server order, before anything is written — the same on every rank,
+// since every rank holds the same heads: bad_input(p, member) for a server whose head names a
+// member's non-finite input, bad_scale(p, scale) for a non-finite server scale. Both throw.
+template <typename BadInput, typename BadScale>
+void check_verdicts(const std::uint8_t* results, const ChunkGeometry& geometry, BadInput&& bad_input,
+                    BadScale&& bad_scale) {
+  for (int p = 0; p < geometry.world; ++p) {
+    const ResultHead head = result_head(results, geometry, p);
+    if (head.first_bad >= 0) bad_input(p, head.first_bad);
+    if (!std::isfinite(head.scale)) bad_scale(p, head.scale);
+  }
+}
+
+// Every server's result unpacked into `out` (the round's first element), each chunk at its place:
+// ±scale·factor per bit, in dtype.
+inline void unpack_round(const kernels::CpuKernels& kernels, const std::uint8_t* results, const ChunkGeometry& geometry,
+                         float factor, std::uint8_t* out, kernels::Dtype dtype) {
+  const std::size_t element = kernels::dtype_size(dtype);
+  for (int j = 0; j < geometry.world; ++j) {
+    kernels.unpack(results + j * result_stride(geometry) + kResultHead,
+                   result_head(results, geometry, j).scale * factor, out + geometry.begin(j) * element, dtype,
+                   geometry.length(j));
+  }
 }
 
 }  // namespace round_layout

@@ -417,35 +417,28 @@ class Communicator::HostCall {
   // Every rail's results, in local-index order: the same verdict, in the same order, on every rank.
   void check_verdicts() const {
     for (int q = 0; q < local_size_; ++q) {
-      const std::size_t stride = round_layout::result_stride(rails_[q]);
-      for (int p = 0; p < hosts_; ++p) {
-        float scale;
-        std::int32_t bad;
-        std::memcpy(&scale, results_of(q) + p * stride, 4);
-        std::memcpy(&bad, results_of(q) + p * stride + 4, 4);
-        if (bad >= 0) {
-          fail(ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_,
-               "): the input of host ", bad, " (ranks ", bad * local_size_, "..", bad * local_size_ + local_size_ - 1,
-               ") holds NaN or Inf in shard ", q, " (elements ", shards_.begin(q), "..",
-               shards_.begin(q) + shards_.length(q), "); no buffer or error state changed on any rank");
-        }
-        ONEBIT_CHECK(std::isfinite(scale), ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name,
-                     "' (call ", seq_, "): the scale of rank ", p * local_size_ + q, " (server of rail ", q, ") is ",
-                     scale, "; no buffer or error state changed on any rank");
-      }
+      round_layout::check_verdicts(
+          results_of(q), rails_[q],
+          [&](int, std::int32_t bad) {
+            fail(ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_,
+                 "): the input of host ", bad, " (ranks ", bad * local_size_, "..", bad * local_size_ + local_size_ - 1,
+                 ") holds NaN or Inf in shard ", q, " (elements ", shards_.begin(q), "..",
+                 shards_.begin(q) + shards_.length(q), "); no buffer or error state changed on any rank");
+          },
+          [&](int p, float scale) {
+            fail(ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_,
+                 "): the scale of rank ", p * local_size_ + q, " (server of rail ", q, ") is ", scale,
+                 "; no buffer or error state changed on any rank");
+          });
     }
   }
 
+  // Every rail's results into its shard of the caller's buffer.
   void unpack() {
     const float factor = op_ == ReduceOp::kSum ? static_cast<float>(world_) : 1.0f;
     for (int q = 0; q < local_size_; ++q) {
-      const std::size_t stride = round_layout::result_stride(rails_[q]);
-      for (int p = 0; p < hosts_; ++p) {
-        float scale;
-        std::memcpy(&scale, results_of(q) + p * stride, 4);
-        comm_.kernels_.unpack(results_of(q) + p * stride + kResultHead, scale * factor,
-                              x_ + (shards_.begin(q) + rails_[q].begin(p)) * element_, dtype_, rails_[q].length(p));
-      }
+      round_layout::unpack_round(comm_.kernels_, results_of(q), rails_[q], factor, x_ + shards_.begin(q) * element_,
+                                 dtype_);
     }
   }
 
