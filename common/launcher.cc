@@ -92,8 +92,13 @@ std::string launcher_master_addr() { return variable("MASTER_ADDR"); }
 std::string nccl_socket_ifname() { return variable("NCCL_SOCKET_IFNAME"); }
 
 int nccl_comm_blocking() {
+  // As NCCL reads it: an integer (strtoll, so "00" is 0); only 0 and 1 override a config.
   const std::string value = variable("NCCL_COMM_BLOCKING");
-  return value == "0" ? 0 : value == "1" ? 1 : -1;
+  if (value.empty()) return -1;
+  char* end = nullptr;
+  const long long parsed = std::strtoll(value.c_str(), &end, 0);
+  if (end == value.c_str()) return -1;
+  return parsed == 0 || parsed == 1 ? static_cast<int>(parsed) : -1;
 }
 
 std::string launcher_job_identity() {

@@ -141,9 +141,11 @@ class CudaTagState final : public DeviceState {
   Counters* counters_host = nullptr;
   Counters* counters_device = nullptr;
   unsigned reported_failures = 0;
-  // The stream of the tag's last call, and its end: a call from another stream waits for it, so
-  // that two calls of one tag never share the scratch buffers at once.
-  cudaStream_t last_stream = nullptr;
+  // The end of the tag's last call made outside capture: every later one waits for it on its own
+  // stream (free on the same stream), so that two calls of one tag never share the scratch buffers
+  // at once, whichever streams they come from — stream handles are no identity (0 is the legacy
+  // stream, and a destroyed stream's handle comes back).
+  bool has_last_call = false;
   cudaEvent_t last_call_done = nullptr;
 
  private:
@@ -172,8 +174,10 @@ class CudaTagState final : public DeviceState {
 }  // namespace
 
 bool has_device_state(Tag& tag, std::uint64_t comm_id) {
-  std::lock_guard<std::mutex> busy(tag.busy);
-  return tag.device_states.count(comm_id) != 0;
+  // Never waits: a tag in a call on another thread is answered "yes", and the call that asked then
+  // fails at once in claim_tag_for_call, naming the overlap.
+  std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
+  return !busy.owns_lock() || tag.device_states.count(comm_id) != 0;
 }
 
 namespace {
@@ -236,10 +240,11 @@ class CudaRound {
     check_cuda(cudaMemcpyAsync(to, from, bytes, cudaMemcpyDeviceToDevice, call_.stream), "cudaMemcpyAsync");
   }
 
-  // A call from another stream than the tag's last one waits for that call first (on the device).
-  // Not in capture: the graph's replays are ordered by the stream it is launched on.
+  // A call waits, on the device, for the tag's last call made outside capture. Not in capture
+  // (an event recorded outside a graph is no node of it): a graph's replays are ordered by the
+  // stream it is launched on.
   void after_last_call() {
-    if (!call_.captured && st_.last_stream != nullptr && st_.last_stream != call_.stream) {
+    if (!call_.captured && st_.has_last_call) {
       check_cuda(cudaStreamWaitEvent(call_.stream, st_.last_call_done, 0), "cudaStreamWaitEvent");
     }
   }
@@ -320,16 +325,13 @@ class CudaRound {
   }
 
   // 7. On the device, the parity flips (the next call, or the next replay, reads what this one wrote
-  // or restored) and the call is counted; on the host, the call's end is recorded for a call of
-  // this tag from another stream.
+  // or restored) and the call is counted; outside capture, the call's end is recorded for the tag's
+  // next call.
   void finish() {
     check_cuda(kernels::cuda::finish_call(st_.parity, &st_.counters_device->completed, call_.stream), "finish_call");
-    if (call_.captured) {
-      st_.last_stream = nullptr;  // an event recorded in capture is no event to wait on outside it
-      return;
-    }
+    if (call_.captured) return;  // an event recorded in capture is no event to wait on outside it
     check_cuda(cudaEventRecord(st_.last_call_done, call_.stream), "cudaEventRecord");
-    st_.last_stream = call_.stream;
+    st_.has_last_call = true;
   }
 
   CudaTagState& st_;

@@ -88,22 +88,49 @@ std::size_t TagRegistry::forget_communicator(std::uint64_t comm_id, InFlight in_
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [name, tag] : by_name_) tags.push_back(tag);
   }
-  std::size_t kept = 0;
+  std::size_t in_a_call = 0;
   for (const std::shared_ptr<Tag>& tag : tags) {
     std::unique_lock<std::mutex> busy(tag->busy, std::defer_lock);
     if (in_flight == InFlight::kWait) {
       busy.lock();
-    } else if (!busy.try_lock()) {
-      ++kept;  // whether it has a state there is not known without the lock
-      ONEBIT_LOG(WARN, "tag '", tag->name, "' is in a call while communicator ", comm_id,
-                 " is aborted: any state "
-                 "it has there is kept until the tag is untagged");
-      continue;
+      tag->states.erase(comm_id);
+      tag->device_states.erase(comm_id);
+    } else if (busy.try_lock()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      set_aside(*tag, comm_id);
+    } else {
+      ++in_a_call;
+      ONEBIT_LOG(WARN, "tag '", tag->name, "' is in a call while communicator ", comm_id, " is aborted: any state ",
+                 "it has there is dropped at its next use");
     }
-    tag->states.erase(comm_id);
-    tag->device_states.erase(comm_id);
   }
-  return kept;
+  std::vector<std::unique_ptr<TagState>> states;
+  std::vector<std::unique_ptr<DeviceState>> device_states;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (in_a_call > 0) aborted_.push_back(comm_id);
+    if (in_flight == InFlight::kWait) {  // freed below, outside the lock
+      states.swap(aside_states_);
+      device_states.swap(aside_device_states_);
+    }
+  }
+  return in_a_call;
+}
+
+void TagRegistry::set_aside(Tag& tag, std::uint64_t comm_id) {
+  if (auto it = tag.states.find(comm_id); it != tag.states.end()) {
+    aside_states_.push_back(std::move(it->second));
+    tag.states.erase(it);
+  }
+  if (auto it = tag.device_states.find(comm_id); it != tag.device_states.end()) {
+    aside_device_states_.push_back(std::move(it->second));
+    tag.device_states.erase(it);
+  }
+}
+
+void TagRegistry::drop_aborted_states(Tag& tag) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::uint64_t comm_id : aborted_) set_aside(tag, comm_id);
 }
 
 namespace {
@@ -173,6 +200,7 @@ std::unique_lock<std::mutex> claim_tag_for_call(Tag& tag, const std::string& whe
   std::unique_lock<std::mutex> busy(tag.busy, std::try_to_lock);
   ONEBIT_CHECK(busy.owns_lock(), ONEBIT_INVALID_ARGUMENT, where, where.empty() ? "" : ": ", "tag '", tag.name,
                "' is already in an allreduce on another thread; calls on one tag must not overlap");
+  TagRegistry::instance().drop_aborted_states(tag);
   return busy;
 }
 

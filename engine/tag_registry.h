@@ -111,22 +111,36 @@ class TagRegistry {
   // The tag of exactly this pointer, or null.
   std::shared_ptr<Tag> find(const void* ptr) const;
   std::shared_ptr<Tag> find_name(const std::string& name) const;
-  // How forget_communicator treats a tag whose call is running right now (its busy lock held).
+  // How forget_communicator ends a communicator's states.
   enum class InFlight {
-    kWait,  // wait for the call (a destroy: the communicator's calls are over, or about to be)
-    kKeep,  // keep that tag's state, freed when the tag is untagged (an abort: never wait on a
-            // call that may be the one stuck; the communicator's id is never reused)
+    // A destroy: waits for a tag's call in flight, frees the states at once — and the states that
+    // earlier aborts set aside.
+    kWait,
+    // An abort (PyTorch's watchdog, on a communicator that may be stuck): never waits and never
+    // frees, since freeing device memory waits for the whole device. States are set aside, freed
+    // at the next destroy; a tag in a call keeps its state until its next use (drop_aborted_states).
+    kKeep,
   };
-  // Frees every state a communicator owns (on destroy or abort); returns how many were kept.
-  // Holds the registry's lock only to list the tags, never while waiting on a call.
+  // Ends every state a communicator owns (on destroy or abort); returns how many tags were in a
+  // call (kKeep: their states are dropped at their next use). Holds the registry's lock only to
+  // list the tags and set states aside, never while waiting on a call.
   std::size_t forget_communicator(std::uint64_t comm_id, InFlight in_flight = InFlight::kWait);
+  // Sets aside the tag's states on communicators aborted while it was in a call, so that they
+  // count for nothing (checkpoints, has_run, the one-communicator rule). Under the tag's busy lock:
+  // claim_tag_for_call and the C API's tag-state calls call it.
+  void drop_aborted_states(Tag& tag);
 
   static std::uint64_t id_of(const std::string& name);
 
  private:
+  void set_aside(Tag& tag, std::uint64_t comm_id);  // under mutex_ and the tag's busy lock
+
   mutable std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Tag>> by_name_;
   std::map<const void*, std::shared_ptr<Tag>> by_ptr_;
+  std::vector<std::uint64_t> aborted_;                   // communicators aborted while a tag of theirs was in a call
+  std::vector<std::unique_ptr<TagState>> aside_states_;  // of aborted communicators, freed at a destroy
+  std::vector<std::unique_ptr<DeviceState>> aside_device_states_;
 };
 
 }  // namespace onebit

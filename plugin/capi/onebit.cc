@@ -181,6 +181,7 @@ onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* by
     auto tag = onebit::TagRegistry::instance().find_name(name);
     ONEBIT_CHECK(tag != nullptr, ONEBIT_INVALID_ARGUMENT, "no tag named '", name, "'");
     std::lock_guard<std::mutex> lock(tag->busy);
+    onebit::TagRegistry::instance().drop_aborted_states(*tag);
     *calls = tag->calls_made();
     *bytes_sent = tag->bytes_sent;
   });
@@ -201,6 +202,7 @@ onebit_result_t onebit_tag_state_size(const char* name, size_t* worker_count, si
                  "a count pointer is NULL");
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
+    onebit::TagRegistry::instance().drop_aborted_states(*tag);
     tag->saved_sizes(worker_count, server_count);
   });
 }
@@ -209,6 +211,7 @@ onebit_result_t onebit_tag_state_save(const char* name, float* worker, float* se
   return onebit::abi_guard("onebit_tag_state_save", [&] {
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
+    onebit::TagRegistry::instance().drop_aborted_states(*tag);
     tag->save(worker, server);
   });
 }
@@ -218,6 +221,7 @@ onebit_result_t onebit_tag_state_load(const char* name, const float* worker, siz
   return onebit::abi_guard("onebit_tag_state_load", [&] {
     auto tag = named_tag(name);
     std::lock_guard<std::mutex> lock(tag->busy);
+    onebit::TagRegistry::instance().drop_aborted_states(*tag);
     tag->load(worker, worker_count, server, server_count);
   });
 }

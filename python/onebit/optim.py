@@ -274,12 +274,13 @@ class _FlatOptimizer(torch.optim.Optimizer):
         contiguous float32 CPU tensor of its size, no two sharing memory (tied storage goes through
         the flat buffer, as before: one update, the last copy back wins). Otherwise the flat path,
         which also names a parameter that was moved, cast or resized."""
-        if self._device.type != "cpu":
-            return False
+        if self._device.type != "cpu" or _version_bump() is None:
+            return False  # without torch's version bump (torch < 2.1) the copy back is what tells autograd
         spans = []
         for p, (lo, hi) in zip(self._params(), self._slices):
-            if p.device.type != "cpu" or p.dtype != torch.float32 or p.numel() != hi - lo or not p.is_contiguous():
-                return False
+            if (type(p.data) is not torch.Tensor or p.device.type != "cpu" or p.dtype != torch.float32
+                    or p.numel() != hi - lo or not p.is_contiguous()):
+                return False  # tensor subclasses, other devices and dtypes, strided views: the flat path
             if hi > lo:
                 spans.append((p.data_ptr(), p.data_ptr() + 4 * (hi - lo)))
         spans.sort()
@@ -356,7 +357,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         checks that onebit took the call (_warn_if_not_compressed)."""
         if self._world > 1:
             before = None if self._checked_compression else stats()["compressed_calls"]
-            averages = self._backend_averages()
+            averages = self._backend_averages(buffer)
             try:
                 if averages:
                     dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=self._group)
@@ -370,15 +371,18 @@ class _FlatOptimizer(torch.optim.Optimizer):
             if before is not None:
                 self._warn_if_not_compressed(before, step, buffer)
 
-    def _backend_averages(self):
-        """Whether the tagged all_reduce can return the average itself (op AVG), saving the pass of
-        div_ over the buffer: on the onebit backend (which gives AVG to onebit; gloo, under the
-        preload, has no AVG) with a power-of-two world — where the compressed SUM's ±(scale x W)
-        divided by W is exactly AVG's ±scale, so the values are bit for bit those of SUM and div_."""
-        if not hasattr(self, "_averages"):
-            self._averages = (self._world & (self._world - 1) == 0 and self._device.type == "cpu"
-                              and dist.get_backend(self._group) == "onebit")
-        return self._averages
+    def _backend_averages(self, buffer):
+        """Whether this all_reduce can return the average itself (op AVG), saving the pass of div_
+        over the buffer: a tagged buffer on the onebit backend (which gives AVG to onebit; gloo, which
+        gets untagged buffers there and everything under the preload, has no AVG) with a power-of-two
+        world — where the compressed SUM's ±(scale x W) divided by W is exactly AVG's ±scale, so the
+        values are bit for bit those of SUM and div_. Asked at every call: a closed optimizer's buffer
+        is no longer tagged."""
+        if not hasattr(self, "_averaging_backend"):
+            self._averaging_backend = (self._world & (self._world - 1) == 0 and self._device.type == "cpu"
+                                       and dist.get_backend(self._group) == "onebit")
+        import onebit
+        return self._averaging_backend and onebit._tagged_dtype(buffer) is not None
 
     def _warn_if_not_compressed(self, before, step, buffer):
         """The first compressed all_reduce: when onebit's count did not move, the group runs neither
@@ -754,12 +758,16 @@ class OnebitAdam(_FlatOptimizer):
         self._drop_tag()
 
 
+def _version_bump():
+    """torch's call that bumps a tensor's version counter (torch >= 2.1), or None."""
+    return getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
+
 def _increment_version(tensor):
     """Bumps `tensor`'s version counter (written in place by the C core), as an in-place torch
-    operation would; torch 1.x has no public call for it, and there it stays as it was."""
-    bump = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
-    if bump is not None:
-        bump(tensor)
+    operation would, so that autograd refuses a graph that saw the old values. Only called where
+    torch has the call: without it the step takes the flat path, whose copy back bumps it."""
+    _version_bump()(tensor)
 
 
 def _untag_address(address):

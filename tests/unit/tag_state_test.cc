@@ -81,18 +81,20 @@ TEST(TagState, ForgettingACommunicatorDropsItsDeviceState) {
   ASSERT_EQ(onebit_untag(x.data()), ONEBIT_SUCCESS);
 }
 
-// ncclCommAbort is how PyTorch's watchdog ends a stuck communicator: forgetting its states must not
-// wait on a tag whose call holds the busy lock (it may be the stuck one). That tag keeps its state
-// (freed with the tag); every other tag's goes; a later forget, with the call over, takes it.
-TEST(TagState, AnAbortDoesNotWaitForATagInACall) {
+// ncclCommAbort is how PyTorch's watchdog ends a stuck communicator: ending its states must not
+// wait on a tag whose call holds the busy lock (it may be the stuck one), nor free device memory
+// (which waits for the whole device). An idle tag's state is set aside at once; a tag in a call
+// keeps its state until its next use; the next destroy frees what was set aside.
+TEST(TagState, AnAbortNeitherWaitsForATagInACallNorFrees) {
+  constexpr std::uint64_t kAborted = 0xab0127, kDestroyed = 0xde0127;
   std::vector<float> busy_buffer(8), idle_buffer(8);
   ASSERT_EQ(onebit_tag("abort/busy", busy_buffer.data(), 8, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
   ASSERT_EQ(onebit_tag("abort/idle", idle_buffer.data(), 8, ONEBIT_FLOAT32), ONEBIT_SUCCESS);
   auto busy_tag = TagRegistry::instance().find(busy_buffer.data());
   auto idle_tag = TagRegistry::instance().find(idle_buffer.data());
   bool busy_freed = false, idle_freed = false;
-  busy_tag->device_states[9] = std::make_unique<FakeDeviceState>(8, 8, &busy_freed);
-  idle_tag->device_states[9] = std::make_unique<FakeDeviceState>(8, 8, &idle_freed);
+  busy_tag->device_states[kAborted] = std::make_unique<FakeDeviceState>(8, 8, &busy_freed);
+  idle_tag->device_states[kAborted] = std::make_unique<FakeDeviceState>(8, 8, &idle_freed);
 
   std::promise<void> holding, release;
   std::thread call([&] {  // a call in flight on the busy tag
@@ -101,15 +103,20 @@ TEST(TagState, AnAbortDoesNotWaitForATagInACall) {
     release.get_future().wait();
   });
   holding.get_future().wait();
-  EXPECT_EQ(TagRegistry::instance().forget_communicator(9, TagRegistry::InFlight::kKeep), 1u);
-  EXPECT_TRUE(idle_freed);
-  EXPECT_FALSE(busy_freed) << "the state of a tag in a call is kept, not freed under it";
+  EXPECT_EQ(TagRegistry::instance().forget_communicator(kAborted, TagRegistry::InFlight::kKeep), 1u);
+  EXPECT_EQ(idle_tag->device_states.count(kAborted), 0u) << "the idle tag's state is set aside at once";
+  EXPECT_FALSE(idle_freed) << "an abort frees nothing";
   release.set_value();
   call.join();
-  EXPECT_EQ(TagRegistry::instance().forget_communicator(9, TagRegistry::InFlight::kKeep), 0u);
+  EXPECT_EQ(busy_tag->device_states.count(kAborted), 1u) << "kept while its call ran";
+  { const auto next_use = claim_tag_for_call(*busy_tag, ""); }
+  EXPECT_EQ(busy_tag->device_states.count(kAborted), 0u) << "set aside at the tag's next use";
+  EXPECT_FALSE(busy_freed);
+  TagRegistry::instance().forget_communicator(kDestroyed, TagRegistry::InFlight::kWait);
+  EXPECT_TRUE(idle_freed) << "a destroy frees what aborts set aside";
   EXPECT_TRUE(busy_freed);
-  ASSERT_EQ(onebit_untag(busy_buffer.data()), ONEBIT_SUCCESS);
-  ASSERT_EQ(onebit_untag(idle_buffer.data()), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_untag(busy_buffer.data()), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_untag(idle_buffer.data()), ONEBIT_SUCCESS);
 }
 
 // Replays of a captured CUDA graph run on the device without the host: the calls a tag reports
