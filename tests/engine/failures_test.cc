@@ -230,9 +230,7 @@ TEST(Errors, StalledPeerTimesOutNamingIt) {
   auto outcomes = run_ranks(
       world,
       [&](int rank) {
-        onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
-        onebit_comm_t comm = nullptr;
-        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        onebit_comm_t comm = join_loopback(rank, world, port, 1500);
         std::vector<float> buffer(1000, 1.0f);
         if (rank == 1) {  // never calls: waits until rank 0 has given up
           char byte;
@@ -316,9 +314,7 @@ TEST(Errors, StoppedPeerTimesOutAndTheCommunicatorIsDestroyedCleanly) {
   auto outcomes = run_ranks(
       world,
       [&](int rank) {
-        onebit_config_t config{1500, 0, nullptr, nullptr, nullptr, nullptr};
-        onebit_comm_t comm = nullptr;
-        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        onebit_comm_t comm = join_loopback(rank, world, port, 1500);
         std::vector<float> buffer(100000, 1.0f);
         onebit_tag("s", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
         if (rank == 2) {
@@ -357,9 +353,7 @@ TEST(Errors, ConnectionCutMidCallFailsBothSides) {
   auto outcomes = run_ranks(
       world,
       [&](int rank) {
-        onebit_config_t config{20000, 0, nullptr, nullptr, nullptr, nullptr};
-        onebit_comm_t comm = nullptr;
-        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        onebit_comm_t comm = join_loopback(rank, world, port, 20000);
         std::vector<float> buffer(1 << 20, 1.0f);
         onebit_tag("c", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
         if (rank == 0) {
@@ -409,9 +403,7 @@ void expect_destroy_fails_the_call_in_flight(bool tagged) {
   auto outcomes = run_ranks(
       world,
       [&](int rank) {
-        onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
-        onebit_comm_t comm = nullptr;
-        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        onebit_comm_t comm = join_loopback(rank, world, port, 60000);
         if (rank == 1) {  // never calls
           char byte;
           const bool released = ::read(release[0], &byte, 1) == 1;
@@ -456,9 +448,7 @@ TEST(Errors, AFlatRankAmongHierarchicalOnesIsNamedAtTheFirstTaggedCall) {
         ::setenv("ONEBIT_LOCAL_SIZE", rank == 0 ? "1" : "2", 1);
         ::unsetenv("LOCAL_WORLD_SIZE");
         ::unsetenv("LOCAL_RANK");
-        onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
-        onebit_comm_t comm = nullptr;
-        RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config) != ONEBIT_SUCCESS, 9);
+        onebit_comm_t comm = join_loopback(rank, world, port, 60000);
         std::vector<float> buffer(4096, 1.0f);
         onebit_tag("topology", buffer.data(), buffer.size(), ONEBIT_FLOAT32);
         records[rank].set(onebit_allreduce(comm, buffer.data(), buffer.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
