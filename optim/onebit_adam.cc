@@ -33,11 +33,24 @@ void momentum_step(const AdamConfig& c, float* m, const float* g, std::size_t n)
   for (std::size_t i = 0; i < n; ++i) m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
 }
 
-void apply_step(const AdamConfig& c, float* p, float* m, const float* v, std::size_t n) {
+void momentum_step_keeping(const AdamConfig& c, float* m, float* m_before, const float* g, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) {
+    m_before[i] = m[i];
+    m[i] = c.beta1 * m_before[i] + (1.0f - c.beta1) * g[i];
+  }
+}
+
+// Compute-bound (a square root and a division per element): one clone per vector width, chosen
+// when the library loads. -ffp-contract=off (CMakeLists.txt) keeps every clone's arithmetic the
+// scalar rule's, so all give the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void apply_step(const AdamConfig& c, float* p, float* m,
+                                                                             const float* v, std::size_t n) {
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    if (dormant(v[i], c.eps)) m[i] = 0.0f;  // then the update is weight decay alone
-    p[i] = p[i] - c.lr * (frozen_direction(m[i], v[i], c.eps, bound) + c.weight_decay * p[i]);
+    // Stored whether or not it changes: a loop without a conditional store vectorises.
+    const float momentum = dormant(v[i], c.eps) ? 0.0f : m[i];  // dormant: the update is weight decay alone
+    m[i] = momentum;
+    p[i] = p[i] - c.lr * (frozen_direction(momentum, v[i], c.eps, bound) + c.weight_decay * p[i]);
   }
 }
 

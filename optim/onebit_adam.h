@@ -31,6 +31,8 @@ void warmup_step(const AdamConfig& config, float* p, float* m, float* v, const f
 
 // Compression stage, before the allreduce: m ← β1·m + (1−β1)·g with the local gradient.
 void momentum_step(const AdamConfig& config, float* m, const float* g, std::size_t n);
+// momentum_step, writing m as it was into m_before in the same pass (to undo a failed average).
+void momentum_step_keeping(const AdamConfig& config, float* m, float* m_before, const float* g, std::size_t n);
 
 // Compression stage, after the allreduce averaged m (optim/frozen_variance.h): m ← 0 where
 // the element is dormant (√v ≤ eps); p ← p − lr·(clip(m / (sqrt(v) + eps), ±C) + wd·p) with C

@@ -191,6 +191,11 @@ ONEBIT_API onebit_result_t onebit_adam_warmup_step(const onebit_adam_config_t* c
                                                    float* v, const float* grad, size_t count);
 ONEBIT_API onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, float* m, const float* grad,
                                                      size_t count);
+/* onebit_adam_momentum_step that also writes m as it was into m_before, in the same pass: what a
+ * shim keeps to undo a failed all_reduce of the momentum, for one pass over the arrays fewer than a
+ * copy and then the step. m_before must not overlap m. */
+ONEBIT_API onebit_result_t onebit_adam_momentum_step_keeping(const onebit_adam_config_t* config, float* m,
+                                                             float* m_before, const float* grad, size_t count);
 /* After the average, the two rules below: m <- 0 for every dormant element, then
  * p <- p - lr*(clip(m/(sqrt(v)+eps), +-C) + wd*p). */
 ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, float* m,

@@ -126,10 +126,10 @@ class OnebitAdam {
       }
     } else {
       if (step_ == groups_[0].config.freeze_step) report_freeze(comm_, "onebit::OnebitAdam", step_, frozen_variance());
-      std::copy(m_.begin(), m_.end(), m_before_.begin());
       for (std::size_t i = 0; i < groups_.size(); ++i) {
-        check(onebit_adam_momentum_step(&groups_[i].config, m_.data() + layout_.offset(i),
-                                        grad_.data() + layout_.offset(i), groups_[i].count));
+        check(onebit_adam_momentum_step_keeping(&groups_[i].config, m_.data() + layout_.offset(i),
+                                                m_before_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
+                                                groups_[i].count));
       }
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {

@@ -90,6 +90,19 @@ onebit_result_t onebit_adam_momentum_step(const onebit_adam_config_t* config, fl
   });
 }
 
+onebit_result_t onebit_adam_momentum_step_keeping(const onebit_adam_config_t* config, float* m, float* m_before,
+                                                  const float* grad, size_t count) {
+  return onebit::abi_guard("onebit_adam_momentum_step_keeping", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {m, m_before, grad});
+    const auto at = reinterpret_cast<std::uintptr_t>(m), kept_at = reinterpret_cast<std::uintptr_t>(m_before);
+    const std::uintptr_t bytes = count * sizeof(float);
+    ONEBIT_CHECK(kept_at + bytes <= at || at + bytes <= kept_at, ONEBIT_INVALID_ARGUMENT, "m_before overlaps m (",
+                 count, " elements): it must be a separate array");
+    onebit::optim::momentum_step_keeping(c, m, m_before, grad, count);
+  });
+}
+
 onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, float* m, const float* v,
                                        size_t count) {
   return onebit::abi_guard("onebit_adam_apply_step", [&] {

@@ -692,7 +692,8 @@ class OnebitAdam(_FlatOptimizer):
         else:
             if self._step == self._freeze_step:
                 self._report_freeze(self._step, self._v)
-            self._m_before.copy_(self._m)
+            if self._device.type == "cuda":
+                self._m_before.copy_(self._m)  # on the CPU the momentum step keeps it, in the same pass
             if self._in_place:
                 self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
@@ -702,8 +703,9 @@ class OnebitAdam(_FlatOptimizer):
                 config = ctypes.byref(self._config(group))
                 for _, at, n, p in self._pieces(index):
                     grad = self._grad[at:] if p is None else self._local_gradient(p, at, at + n)
-                    _check(lib, lib.onebit_adam_momentum_step(config, _ptr(self._m[at:]), _ptr(grad),
-                                                              ctypes.c_size_t(n)))
+                    _check(lib, lib.onebit_adam_momentum_step_keeping(config, _ptr(self._m[at:]),
+                                                                      _ptr(self._m_before[at:]), _ptr(grad),
+                                                                      ctypes.c_size_t(n)))
             try:
                 self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:

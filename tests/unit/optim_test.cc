@@ -58,6 +58,63 @@ TEST(OnebitAdam, UpdatesFollowTheFormulas) {
   }
 }
 
+// The momentum step that keeps the momentum as it was (what a shim restores after a failed
+// average): the same new momentum as momentum_step, bit for bit, and m_before the old one; through
+// the ABI, an m_before overlapping m is refused, naming it, with both arrays untouched.
+TEST(OnebitAdam, MomentumStepKeepingKeepsTheOldMomentumAndStepsAsMomentumStep) {
+  const onebit_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> m(1027), g(1027);
+  for (std::size_t i = 0; i < m.size(); ++i) m[i] = normal(rng), g[i] = normal(rng);
+  std::vector<float> stepped = m, kept(m.size()), old = m;
+  ASSERT_EQ(onebit_adam_momentum_step(&c, stepped.data(), g.data(), m.size()), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_adam_momentum_step_keeping(&c, m.data(), kept.data(), g.data(), m.size()), ONEBIT_SUCCESS);
+  EXPECT_EQ(m, stepped);
+  EXPECT_EQ(kept, old);
+
+  const std::vector<float> before = m;
+  EXPECT_EQ(onebit_adam_momentum_step_keeping(&c, m.data(), m.data() + 10, g.data(), 100), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("m_before overlaps m (100 elements)"), std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_adam_momentum_step_keeping(&c, m.data(), nullptr, g.data(), 100), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(m, before);
+}
+
+// The compression-stage update over enough elements that its vector loop runs (in whichever clone
+// this CPU selects: avx512f, avx2 or the default), not only its scalar tail: every element equal to
+// the rule written out here — dormant elements, clipped directions, weight decay, and an unaligned
+// start and length.
+TEST(OnebitAdam, ApplyStepsVectorLoopGivesTheScalarRulesBits) {
+  AdamConfig c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 0};
+  const float bound = adam_step_bound(c.beta1, c.beta2);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> exponent(-20.0f, 1.0f);
+  const std::size_t n = 4099;
+  std::vector<float> p(n + 1), m(n + 1), v(n + 1);
+  for (std::size_t i = 0; i <= n; ++i) {
+    p[i] = normal(rng);
+    m[i] = normal(rng) * 0.1f;
+    v[i] = i % 7 == 0 ? 0.0f : std::pow(10.0f, exponent(rng));  // dormant, tiny (clipped) and ordinary
+  }
+  std::vector<float> p2 = p, m2 = m;
+  apply_step(c, p.data() + 1, m.data() + 1, v.data() + 1, n);
+  std::size_t dormant_seen = 0, clipped_seen = 0;
+  for (std::size_t i = 1; i <= n; ++i) {
+    const bool asleep = std::sqrt(v[i]) <= c.eps;
+    const float momentum = asleep ? 0.0f : m2[i];
+    const float direction = std::clamp(momentum / (std::sqrt(v[i]) + c.eps), -bound, bound);
+    dormant_seen += asleep;
+    clipped_seen += std::fabs(direction) == bound;
+    ASSERT_EQ(m[i], momentum) << "element " << i;
+    ASSERT_EQ(p[i], p2[i] - c.lr * (direction + c.weight_decay * p2[i])) << "element " << i;
+  }
+  EXPECT_EQ(p[0], p2[0]);  // the element before the range is untouched
+  EXPECT_GT(dormant_seen, 0u);
+  EXPECT_GT(clipped_seen, 0u);
+}
+
 // Adam's own steps never exceed the bound, whatever the gradients: 200 steps of Adam from zero on
 // gradients that swing over 12 orders of magnitude and vanish, for several betas; and the bound is
 // nearly reached (a gradient that grows geometrically at the rate that makes Cauchy–Schwarz tight).
