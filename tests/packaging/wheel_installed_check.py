@@ -169,6 +169,11 @@ def check_launcher(venv, site, has_preload, cwd, env):
     if out != want:
         fail(f"onebit-run --nccl-net --print-env printed {out!r}, want {want!r}")
 
+    _, out = run([launcher, "--nccl-net", "--print-env"], "onebit-run --nccl-net over another NCCL_NET_PLUGIN",
+                 cwd=cwd, env=dict(env, NCCL_NET_PLUGIN="ib"))
+    if "warning: NCCL_NET_PLUGIN was 'ib'" not in out or want not in out:
+        fail(f"onebit-run --nccl-net replaced NCCL_NET_PLUGIN=ib without the warning, or not at all:\n{out}")
+
     code, out = run([launcher, "--nccl-net", "--", sys.executable, "-c",
                      "import os, sys; print(os.environ['NCCL_NET_PLUGIN']); sys.exit(7)"],
                     "onebit-run --nccl-net -- COMMAND (exit 7)", ok=(7,), cwd=cwd, env=env)
