@@ -29,5 +29,12 @@ fi
 "$venv/bin/python" -W ignore -c "import transformers, accelerate, lightning" 2>/dev/null ||
   "$venv/bin/pip" install -q --disable-pip-version-check transformers==5.25.0 accelerate==1.16.0 lightning==2.6.6 ||
   echo "tools/pip-torch.sh: could not install transformers, accelerate and lightning; their checks will skip" >&2
+# The wheel's build backend and auditwheel: packaging.wheel_installed builds the wheel with this
+# venv's Python (pip wheel --no-build-isolation) and records `auditwheel show` (without PyPI it skips).
+"$venv/bin/python" -W ignore -c "import scikit_build_core, auditwheel" 2>/dev/null ||
+  "$venv/bin/pip" install -q --disable-pip-version-check scikit-build-core auditwheel ||
+  echo "tools/pip-torch.sh: could not install scikit-build-core and auditwheel; the wheel's check will skip" >&2
+# The pure-Python shim of python/ (the tests here load the build tree's libraries through
+# ONEBIT_LIBRARY); the wheel of the repository root is tested in a venv of its own.
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation ./python >/dev/null || exit 1
 echo "tools/pip-torch.sh: $("$venv/bin/python" -W ignore -c 'import torch; print("torch", torch.__version__)') in $venv"

@@ -3,7 +3,7 @@
 Two ways in (docs/usage.md):
   - PyTorch 2.x from pip (its gloo is bundled in libtorch_cpu.so): the "onebit" backend,
         onebit.register_backend(); dist.init_process_group("onebit", ...)
-    with libonebit.so found through ONEBIT_LIBRARY or the checkout's build tree;
+    with libonebit.so from the wheel (lib_dir()), ONEBIT_LIBRARY or the checkout's build tree;
   - a PyTorch linked with the system libgloo.so.0 (Debian's python3-torch): the training script
     run with LD_PRELOAD=/path/to/libonebit-preload.so and the gloo backend.
 
@@ -18,7 +18,7 @@ import os
 import sys
 
 __all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb", "ddp_comm_hook",
-           "register_backend"]
+           "register_backend", "lib_dir", "nccl_net_plugin_path", "nccl_preload_path"]
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
@@ -116,10 +116,50 @@ def _check_preload_fits_torch(process):
             "dist.init_process_group(\"onebit\", ...) (docs/usage.md)")
 
 
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# A checkout's build tree, for developers who run the package from python/ of a built checkout.
+_CHECKOUT_BUILD = os.path.normpath(os.path.join(_HERE, "..", "..", "build", "release"))
+
+
+def lib_dir():
+    """The folder of onebit's shared libraries that belong to this package: the wheel's onebit/lib
+    (``pip install .``), else the build tree of the checkout the package sits in; None when neither
+    holds libonebit.so (python/'s shim installed alone: set ONEBIT_LIBRARY, or preload a front door)."""
+    from importlib import resources
+    try:
+        shipped = os.fspath(resources.files(__name__).joinpath("lib"))
+    except TypeError:  # a package that is not a folder (a zip): nothing to load from
+        shipped = os.path.join(_HERE, "lib")
+    for folder in (shipped, _CHECKOUT_BUILD):
+        if os.path.isfile(os.path.join(folder, "libonebit.so")):
+            return folder
+    return None
+
+
+def nccl_net_plugin_path():
+    """The absolute path of libnccl-net-onebit.so for NCCL_NET_PLUGIN (every wheel ships it).
+    Raises OnebitNotLoaded, saying where it looked, when this package has no libraries."""
+    folder = lib_dir()
+    path = os.path.join(folder, "libnccl-net-onebit.so") if folder else None
+    if path is None or not os.path.isfile(path):
+        raise OnebitNotLoaded(
+            f"libnccl-net-onebit.so is not part of this onebit package (looked in {_HERE}/lib and "
+            f"{_CHECKOUT_BUILD}): install the wheel (pip install . from the repository) or build the checkout")
+    return path
+
+
+def nccl_preload_path():
+    """The absolute path of libonebit-nccl-preload.so (the ncclAllReduce front door, for LD_PRELOAD),
+    or None when this package has none: a wheel built where no CUDA compiler or nccl.h was found."""
+    folder = lib_dir()
+    path = os.path.join(folder, "libonebit-nccl-preload.so") if folder else None
+    return path if path and os.path.isfile(path) else None
+
+
 def _library():
-    """onebit's C library: the front door preloaded into this process if there is one, else
-    libonebit.so (ONEBIT_LIBRARY, the build tree of the checkout this package sits in, or the
-    loader's search path)."""
+    """onebit's C library, mapped once per process: the front door preloaded into this process if
+    there is one (its copy of the C ABI is the one whose tags the interposed calls see), else
+    ONEBIT_LIBRARY, else this package's own libonebit.so (lib_dir()), else the loader's search path."""
     global _loaded
     if _loaded is not None:
         return _loaded
@@ -128,22 +168,24 @@ def _library():
         _check_preload_fits_torch(process)
         lib = process
     else:
-        here = os.path.dirname(os.path.abspath(__file__))
+        folder = lib_dir()
         candidates = [os.environ.get("ONEBIT_LIBRARY"),
-                      os.path.join(here, "..", "..", "build", "release", "libonebit.so"),
+                      os.path.join(folder, "libonebit.so") if folder else None,
                       ctypes.util.find_library("onebit")]
-        lib = None
+        lib, failures = None, []
         for candidate in candidates:
             if candidate and (os.path.exists(candidate) or not os.path.isabs(candidate)):
                 try:
                     lib = ctypes.CDLL(candidate)
                     break
-                except OSError:
-                    continue
+                except OSError as error:
+                    failures.append(f"{candidate}: {error}")
         if lib is None:
+            tried = ("; tried " + "; ".join(failures)) if failures else ""
             raise OnebitNotLoaded(
-                "onebit's C library was not found: set ONEBIT_LIBRARY=/path/to/libonebit.so (with the onebit "
-                "backend), or run with LD_PRELOAD=/path/to/libonebit-preload.so (Debian's torch, gloo backend)")
+                "onebit's C library was not found: install the wheel (pip install . from the repository), set "
+                "ONEBIT_LIBRARY=/path/to/libonebit.so (with the onebit backend), or run with "
+                f"LD_PRELOAD=/path/to/libonebit-preload.so (Debian's torch, gloo backend){tried}")
     lib.onebit_last_error.restype = ctypes.c_char_p
     _loaded = lib
     return lib

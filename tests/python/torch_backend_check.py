@@ -10,6 +10,10 @@ ranks as processes over a file store. Each rank checks, naming what failed:
 
     PYTHON tests/python/torch_backend_check.py BUILD_DIR [RANKS[:PER_HOST] ...]
         (default: 2 and 3 ranks, and 4 ranks as 2 hosts of 2 with ONEBIT_LOCAL_SIZE=2)
+    PYTHON torch_backend_check.py --installed [RANKS[:PER_HOST] ...]
+        the onebit that PYTHON imports from its own environment (an installed wheel), with
+        reference.py copied next to this script: nothing is taken from a checkout, and each rank
+        checks that its onebit and libonebit.so lie inside sys.prefix
 
 Exit 77 (a skip, with the reason) when this PYTHON's torch has no c10d Backend class (torch < 2.0).
 """
@@ -20,8 +24,10 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..")
-sys.path.insert(0, os.path.join(ROOT, "python"))
-sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
+INSTALLED = "--installed" in sys.argv
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    sys.path.insert(0, os.path.join(ROOT, "tools", "gpu"))
 
 N, HALF, STEPS, FREEZE = 5003, 4099, 8, 3
 
@@ -37,6 +43,11 @@ def rank_main(rank, world, store):
     import onebit
     from reference import HierarchicalReference, Reference, inputs_of, mismatches
     local = int(os.environ.get("ONEBIT_LOCAL_SIZE", "1"))
+    if INSTALLED:
+        library = onebit._library()._name or "(a preloaded copy)"
+        for what, path in (("the onebit package", onebit.__file__), ("libonebit.so", library)):
+            if not os.path.realpath(path).startswith(os.path.realpath(sys.prefix) + os.sep):
+                fail(rank, f"{what} comes from {path}, outside this environment ({sys.prefix})")
     onebit.register_backend()
     dist.init_process_group("onebit", init_method=f"file://{store}", rank=rank, world_size=world)
     plain = dist.new_group(backend="gloo")
@@ -110,7 +121,9 @@ def run_job(world, local=1):
         if local > 1:  # hierarchical: 2 "hosts" of `local` ranks (docs/usage.md)
             env["ONEBIT_LOCAL_SIZE"] = str(local)
         env.pop("LD_PRELOAD", None)
-        procs = [subprocess.Popen([sys.executable, "-W", "ignore", __file__, "rank", str(r), str(world), store], env=env,
+        mode = ["--installed"] if INSTALLED else []
+        procs = [subprocess.Popen([sys.executable, "-W", "ignore", __file__, "rank", str(r), str(world), store] + mode,
+                                  env=env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(world)]
         outputs = []
         for p in procs:
@@ -138,7 +151,8 @@ def main():
     if not hasattr(torch._C._distributed_c10d, "Backend"):
         print(f"SKIP: torch {torch.__version__} at {sys.executable} has no c10d Backend class (torch >= 2.0 needed)")
         return 77
-    os.environ["ONEBIT_LIBRARY"] = os.path.join(os.path.abspath(sys.argv[1]), "libonebit.so")
+    if not INSTALLED:
+        os.environ["ONEBIT_LIBRARY"] = os.path.join(os.path.abspath(sys.argv[1]), "libonebit.so")
     print(f"torch {torch.__version__} from {os.path.dirname(torch.__file__)}")
     # WORLD or WORLD:RANKS_PER_HOST; the default's last job runs hierarchically.
     jobs = [tuple(int(v) for v in arg.split(":")) for arg in sys.argv[2:]] or [(2,), (3,), (4, 2)]
