@@ -107,6 +107,15 @@ typedef struct {
 ONEBIT_API onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size, const char* root,
                                                    const onebit_config_t* config);
 
+/* For a launcher that publishes the root's address itself (a store, a rendezvous, a fork): on rank
+ * 0, before onebit_comm_init*, listens on `where` ("host:0" for a port the kernel picks, or
+ * "host:port") and writes the address it listens on ("host:port", "[v6]:port") into `root`
+ * (root_size bytes, NUL included). Publish it, then pass it as this rank's `root` to
+ * onebit_comm_init*: the communicator serves the bootstrap on that listener, so no other process
+ * can take the port between the choice and the bind (no probe that binds, closes and binds
+ * again). A listener no communicator takes stays open until the process ends. */
+ONEBIT_API onebit_result_t onebit_root_listen(const char* where, char* root, size_t root_size);
+
 /* As onebit_comm_init, with rank, size and root from the environment: ONEBIT_RANK,
  * ONEBIT_WORLD_SIZE, ONEBIT_ROOT; else the launcher's RANK / WORLD_SIZE / MASTER_ADDR (torchrun),
  * OMPI_COMM_WORLD_RANK / _SIZE (OpenMPI), SLURM_PROCID / SLURM_NTASKS (Slurm); the port with

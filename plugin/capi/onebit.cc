@@ -3,12 +3,15 @@
 // optimizer_abi.cc.
 #include "onebit/onebit.h"
 
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "engine/communicator.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
+#include "transport/tcp/root_listener.h"
 
 namespace onebit {
 
@@ -98,6 +101,19 @@ extern "C" {
 
 onebit_result_t onebit_comm_init(onebit_comm_t* comm, int rank, int size, const char* root) {
   return onebit_comm_init_config(comm, rank, size, root, nullptr);
+}
+
+onebit_result_t onebit_root_listen(const char* where, char* root, size_t root_size) {
+  return onebit::abi_guard("onebit_root_listen", [&] {
+    ONEBIT_CHECK(where != nullptr && root != nullptr, ONEBIT_INVALID_ARGUMENT, "where or root is NULL");
+    namespace tcp = onebit::transport::tcp;
+    const tcp::Address wanted = tcp::parse_host_port(where, "onebit_root_listen's where");
+    // Refused before the listener opens: a buffer too small leaves nothing open.
+    ONEBIT_CHECK(root_size > wanted.to_string().size() + 5, ONEBIT_INVALID_ARGUMENT, "root_size ", root_size,
+                 " cannot hold an address of ", where, " with its port (give 64 bytes)");
+    const std::string bound = tcp::open_root_listener(wanted).to_string();
+    std::snprintf(root, root_size, "%s", bound.c_str());
+  });
 }
 
 onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank, int size, const char* root,

@@ -38,6 +38,7 @@
 #include "plugin/capi/abi_guard.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/gloo/libgloo.h"
+#include "transport/tcp/root_listener.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::front::gloo {
@@ -169,11 +170,9 @@ Invitation invitation_from_rank_0() {
     // route there, which every rank of the job reaches.
     if (root_taken_before) any = transport::tcp::address_toward(any);
     any.set_port(0);
-    // A free port on rank 0's host, for the bootstrap root.
-    const transport::tcp::Address root = [&] {
-      transport::tcp::Fd probe = transport::tcp::listen_on(any, 1);
-      return transport::tcp::local_address(probe.get());
-    }();
+    // A port the kernel picks on rank 0's host, held open for the communicator (root_listener.h):
+    // no other process can take it before the bootstrap serves there.
+    const transport::tcp::Address root = transport::tcp::open_root_listener(any);
     std::snprintf(invitation.root, sizeof(invitation.root), "%s", root.to_string().c_str());
   }
   std::uint8_t id[8], secret[32];

@@ -12,8 +12,9 @@ Every collective goes to a gloo process group made on the same store (so untagge
 bit-identical to a plain gloo job), except all_reduce of a tagged tensor (onebit.tag; float32,
 float16 or bfloat16; SUM), which runs onebit's compressed allreduce over onebit's own TCP
 transport (libonebit.so's C API), bootstrapped over the same store: rank 0 serves the bootstrap
-at ONEBIT_ROOT (first group), or on a free port of ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1
-when unset), and publishes it in the store with a random identity and secret for the group.
+at ONEBIT_ROOT (first group), or on a port the kernel picks and libonebit holds open for it
+(onebit_root_listen) on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1 when unset), and publishes it
+in the store with a random identity and secret for the group.
 
 The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
 package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
@@ -48,12 +49,14 @@ def _work_done(result):
     return torch._C._distributed_c10d._create_work_from_future(future)
 
 
-def _free_port_on(host):
-    # Closed again before the bootstrap binds it, so another process could take it in between (then
-    # the bootstrap fails, naming the address): set ONEBIT_ROOT where ports are contended.
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+def _listen_for_root(where):
+    """Rank 0's bootstrap listener on `where` ("host:0": a port the kernel picks), held open by
+    libonebit for the communicator made next (onebit_root_listen): the address returned is
+    published and served as it is, so no other process can take the port in between."""
+    lib = _library()
+    root = ctypes.create_string_buffer(128)
+    _check(lib, lib.onebit_root_listen(where.encode(), root, ctypes.sizeof(root)))
+    return root.value.decode()
 
 
 def _address_toward(host):
@@ -80,12 +83,12 @@ def _invitation(store, rank):
             root = configured
         else:
             # The first group's rank 0 runs on MASTER_ADDR's host (torchrun's rule). A later group
-            # (a subgroup) takes a free port of its own rank 0, on that host's address on the route
+            # (a subgroup) takes a port the kernel picks for its own rank 0, on that host's address on the route
             # to ONEBIT_ROOT's or MASTER_ADDR's, so that two groups never wait at one address.
             host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
             if _root_taken:
                 host = _address_toward(host)
-            root = f"[{host}]:{_free_port_on(host)}" if ":" in host else f"{host}:{_free_port_on(host)}"
+            root = _listen_for_root(f"[{host}]:0" if ":" in host else f"{host}:0")
         store.set("onebit/root", root)
         store.set("onebit/identity", f"torch process group {os.urandom(8).hex()}")
         store.set("onebit/secret", os.urandom(32).hex())

@@ -108,5 +108,51 @@ TEST(Access, OldProtocolPeerAtTheRootIsIgnored) {
   expect_job_survives_stranger_at_root(hello);
 }
 
+// onebit_root_listen: rank 0's root listener opened ahead, for a launcher that publishes the address
+// itself. While it waits for the communicator the port is held (another bind fails, as it would
+// not after a probe that binds and closes), and the communicator made with that root serves on it:
+// a 2-rank job's sum is exact. Bad input is refused, naming it, and opens nothing.
+TEST(Access, ARootListenedForAheadIsHeldAndServedByTheCommunicator) {
+  char root[64] = {0};
+  ASSERT_EQ(onebit_root_listen("127.0.0.1:0", root, sizeof(root)), ONEBIT_SUCCESS) << onebit_last_error();
+  const std::string address = root;
+  ASSERT_EQ(address.rfind("127.0.0.1:", 0), 0u) << address;
+  const int port = std::stoi(address.substr(address.find(':') + 1));
+  ASSERT_GT(port, 0);
+
+  // Held: neither another socket nor a second onebit_root_listen can bind it.
+  sockaddr_in taken{};
+  taken.sin_family = AF_INET;
+  taken.sin_port = htons(static_cast<std::uint16_t>(port));
+  taken.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int other = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_NE(::bind(other, reinterpret_cast<sockaddr*>(&taken), sizeof(taken)), 0);
+  EXPECT_EQ(errno, EADDRINUSE);
+  ::close(other);
+  char again[64];
+  EXPECT_EQ(onebit_root_listen(address.c_str(), again, sizeof(again)), ONEBIT_SYSTEM_ERROR);
+
+  // Refusals: a buffer that cannot hold the address, an address that does not parse, NULLs.
+  char small[8];
+  EXPECT_EQ(onebit_root_listen("127.0.0.1:0", small, sizeof(small)), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("root_size 8"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_root_listen("no port here", again, sizeof(again)), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_root_listen(nullptr, again, sizeof(again)), ONEBIT_INVALID_ARGUMENT);
+
+  // Forked ranks inherit the listener; rank 0's communicator serves the bootstrap on it.
+  auto outcomes = run_ranks(2, [&](int rank) {
+    onebit_config_t config{10000, 0, nullptr, nullptr, "root listened ahead", nullptr};
+    onebit_comm_t comm = nullptr;
+    RANK_FAILS_IF(onebit_comm_init_config(&comm, rank, 2, address.c_str(), &config) != ONEBIT_SUCCESS, 2);
+    std::vector<float> buffer(16, static_cast<float>(rank + 1));
+    const bool ok =
+        onebit_allreduce(comm, buffer.data(), 16, ONEBIT_FLOAT32, ONEBIT_SUM) == ONEBIT_SUCCESS && buffer[15] == 3.0f;
+    onebit_comm_destroy(comm);
+    return ok ? 0 : 3;
+  });
+  EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].reason;
+  EXPECT_EQ(outcomes[1].exit_code, 0) << outcomes[1].reason;
+}
+
 }  // namespace
 }  // namespace onebit::testing

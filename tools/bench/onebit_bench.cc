@@ -25,6 +25,7 @@
 #include "tools/bench/bench.h"
 #include "tools/bench/bench_options.h"
 #include "tools/bench/gloo_baseline.h"
+#include "transport/tcp/root_listener.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::bench {
@@ -52,18 +53,15 @@ int run_rank(const BenchOptions& options, CommSetup setup, const std::string& gl
   return Bench(options, comm, gloo.get(), over_gloo.get()).run();
 }
 
-int free_loopback_port() {
-  transport::tcp::Address any = transport::tcp::parse_host_port("127.0.0.1:0", "loopback");
-  transport::tcp::Fd fd = transport::tcp::listen_on(any, 1);
-  return transport::tcp::local_address(fd.get()).port();
-}
-
 // --ranks N: fork N ranks on loopback, each its own process, as a launcher would.
 int spawn_local(const BenchOptions& options) {
   char store_template[] = "/tmp/onebit-bench-gloo-XXXXXX";
   ONEBIT_CHECK(::mkdtemp(store_template) != nullptr, ONEBIT_SYSTEM_ERROR, "mkdtemp: ", std::strerror(errno));
   const std::string store = store_template;
-  const std::string root = "127.0.0.1:" + std::to_string(free_loopback_port());
+  // The root's listener opened here, before the fork: rank 0 serves it as it is (root_listener.h),
+  // so no other process can take the port in between.
+  const std::string root =
+      transport::tcp::open_root_listener(transport::tcp::parse_host_port("127.0.0.1:0", "loopback")).to_string();
   std::vector<pid_t> children;
   for (int r = 0; r < options.ranks; ++r) {
     const pid_t pid = ::fork();
@@ -71,6 +69,7 @@ int spawn_local(const BenchOptions& options) {
     if (pid == 0) {
       int code = 1;
       try {
+        if (r != 0) transport::tcp::close_root_listeners();  // rank 0's, inherited
         CommSetup setup;
         setup.rank = r;
         setup.size = options.ranks;
@@ -85,6 +84,7 @@ int spawn_local(const BenchOptions& options) {
     }
     children.push_back(pid);
   }
+  transport::tcp::close_root_listeners();  // rank 0 holds its own copy
   int worst = 0;
   for (pid_t pid : children) {
     int status = 0;

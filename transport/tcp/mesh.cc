@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/root_listener.h"
 
 namespace onebit::transport::tcp {
 
@@ -17,12 +18,14 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   mesh.sockets.resize(size);
   auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };
 
-  // Rank 0 serves the root. Its listener is bound before anyone connects, so a port in use is an
-  // immediate error on rank 0 rather than a timeout everywhere.
+  // Rank 0 serves the root: on the listener opened for it ahead (root_listener.h), else on one
+  // bound here, before anyone connects, so a port in use is an immediate error on rank 0 rather
+  // than a timeout everywhere.
   const Credentials credentials(options.membership);
   std::thread root_service;
   if (rank == 0) {
-    Fd listener = listen_on(root, 1024);
+    Fd listener = take_root_listener(root);
+    if (!listener) listener = listen_on(root, 1024);
     root_service =
         std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
           try {
