@@ -23,9 +23,11 @@
 #include <cstddef>
 #include <limits>
 
+#include "optim/adam_elementwise.h"
+
 namespace onebit::optim {
 
-inline bool dormant(float v, float eps) { return std::sqrt(v) <= eps; }
+inline bool dormant(float v, float eps) { return elementwise::dormant(v, eps); }
 
 inline std::size_t count_dormant(const float* v, std::size_t n, float eps) {
   std::size_t count = 0;
@@ -46,7 +48,7 @@ inline float adam_step_bound(float beta1, float beta2) {
 // An element's direction under a frozen variance: m/(√v+ε), within ±bound. (A dormant element's m
 // is 0 by then, so its direction is 0.)
 inline float frozen_direction(float m, float v, float eps, float bound) {
-  return std::clamp(m / (std::sqrt(v) + eps), -bound, bound);
+  return elementwise::frozen_direction(m, v, eps, bound);
 }
 
 }  // namespace onebit::optim

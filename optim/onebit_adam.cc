@@ -4,18 +4,10 @@
 
 #include "common/error.h"
 #include "common/params.h"
+#include "optim/adam_elementwise.h"
 #include "optim/frozen_variance.h"
 
 namespace onebit::optim {
-namespace {
-
-// Warmup's parameter update (the compression stage's is the same with the direction bounded,
-// frozen_variance.h). No bias correction, decoupled weight decay (the paper and DeepSpeed).
-inline float updated(const AdamConfig& c, float p, float m, float v) {
-  return p - c.lr * (m / (std::sqrt(v) + c.eps) + c.weight_decay * p);
-}
-
-}  // namespace
 
 std::int64_t freeze_step(std::int64_t requested) { return param::FreezeStep() >= 0 ? param::FreezeStep() : requested; }
 
@@ -23,20 +15,20 @@ bool compressing(const AdamConfig& config, std::int64_t step) { return step >= c
 
 void warmup_step(const AdamConfig& c, float* p, float* m, float* v, const float* g, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
-    v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
-    p[i] = updated(c, p[i], m[i], v[i]);
+    m[i] = elementwise::momentum(c.beta1, m[i], g[i]);
+    v[i] = elementwise::variance(c.beta2, v[i], g[i]);
+    p[i] = elementwise::warmup_update(c.lr, c.eps, c.weight_decay, p[i], m[i], v[i]);
   }
 }
 
 void momentum_step(const AdamConfig& c, float* m, const float* g, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
+  for (std::size_t i = 0; i < n; ++i) m[i] = elementwise::momentum(c.beta1, m[i], g[i]);
 }
 
 void momentum_step_keeping(const AdamConfig& c, float* m, float* m_before, const float* g, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) {
     m_before[i] = m[i];
-    m[i] = c.beta1 * m_before[i] + (1.0f - c.beta1) * g[i];
+    m[i] = elementwise::momentum(c.beta1, m_before[i], g[i]);
   }
 }
 
@@ -48,9 +40,9 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void apply_step(con
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
     // Stored whether or not it changes: a loop without a conditional store vectorises.
-    const float momentum = dormant(v[i], c.eps) ? 0.0f : m[i];  // dormant: the update is weight decay alone
+    const float momentum = elementwise::dormant(v[i], c.eps) ? 0.0f : m[i];  // dormant: weight decay alone
     m[i] = momentum;
-    p[i] = p[i] - c.lr * (frozen_direction(momentum, v[i], c.eps, bound) + c.weight_decay * p[i]);
+    p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], momentum, v[i]);
   }
 }
 

@@ -37,6 +37,7 @@ add_executable(onebit_unit_tests
   unit/socket_test.cc
   unit/tag_state_test.cc
   $<TARGET_OBJECTS:onebit_capi>
+  $<TARGET_OBJECTS:onebit_device_steps_absent>
 )
 if(ONEBIT_HAVE_IBVERBS)
   target_sources(onebit_unit_tests PRIVATE unit/ibverbs_test.cc)
@@ -87,8 +88,10 @@ gtest_discover_tests(onebit_hierarchical_tests DISCOVERY_TIMEOUT 60 PROPERTIES T
 
 # CUDA kernels against the scalar CPU kernel; skipped (with a message) where no GPU is present.
 if(ONEBIT_HAVE_CUDA)
-  add_executable(onebit_cuda_tests cuda/cuda_kernels_test.cc)
-  target_link_libraries(onebit_cuda_tests PRIVATE onebit_cuda_kernels onebit_core CUDA::cudart GTest::gtest GTest::gtest_main)
+  add_executable(onebit_cuda_tests cuda/cuda_kernels_test.cc cuda/optimizer_device_test.cc
+    ${PROJECT_SOURCE_DIR}/plugin/capi/device_steps.cc $<TARGET_OBJECTS:onebit_capi>)
+  target_link_libraries(onebit_cuda_tests PRIVATE onebit_cuda_kernels onebit_cuda_optim onebit_core CUDA::cudart
+    GTest::gtest GTest::gtest_main)
   gtest_discover_tests(onebit_cuda_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
 endif()
 

@@ -36,6 +36,7 @@ typedef enum {
   ONEBIT_MISMATCH = 5,         /* ranks disagree: tag, element count, dtype, op or call order */
   ONEBIT_NUMERIC_ERROR = 6,    /* a scale came out NaN or Inf: the input holds NaN/Inf */
   ONEBIT_INTERNAL_ERROR = 7,   /* a bug in onebit; please report it with the log */
+  ONEBIT_UNSUPPORTED = 8,      /* this library was built without what the call needs (CUDA) */
   ONEBIT_RESULT_ENUM_MAX_ = 0x7fffffff
 } onebit_result_t;
 
@@ -209,6 +210,23 @@ ONEBIT_API onebit_result_t onebit_adam_momentum_step_keeping(const onebit_adam_c
  * p <- p - lr*(clip(m/(sqrt(v)+eps), +-C) + wd*p). */
 ONEBIT_API onebit_result_t onebit_adam_apply_step(const onebit_adam_config_t* config, float* params, float* m,
                                                   const float* v, size_t count);
+
+/* ---- 1-bit Adam's steps over device memory (CUDA) ----
+ * The three steps above with the same rule, element for element the same bits (the CPU calls
+ * are their oracle), over device pointers (cudaMalloc'd, or a torch CUDA tensor's data_ptr) on
+ * `stream` (a cudaStream_t; NULL: the legacy default stream): asynchronous — they return once the
+ * kernels are queued, errors in the launch returned, the arrays' values ready in stream order —
+ * allocating nothing, and capturable in a CUDA graph. m_before may be NULL (then nothing is kept).
+ * They run in libonebit-nccl-preload.so (built with CUDA); libonebit.so and libonebit-preload.so,
+ * built without CUDA, return ONEBIT_UNSUPPORTED saying so. onebit_device_steps() tells which. */
+ONEBIT_API int onebit_device_steps(void); /* 1 where the device steps run, 0 where they are absent */
+ONEBIT_API onebit_result_t onebit_adam_warmup_step_device(const onebit_adam_config_t* config, float* params, float* m,
+                                                          float* v, const float* grad, size_t count, void* stream);
+ONEBIT_API onebit_result_t onebit_adam_momentum_step_device(const onebit_adam_config_t* config, float* m,
+                                                            float* m_before, const float* grad, size_t count,
+                                                            void* stream);
+ONEBIT_API onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t* config, float* params, float* m,
+                                                         const float* v, size_t count, void* stream);
 
 /* ---- Steps under a frozen variance ----
  * Wherever v is no longer updated and the momentum (or 0/1 Adam's update) is averaged compressed

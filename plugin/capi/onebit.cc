@@ -36,6 +36,7 @@ const char* onebit_result_string(onebit_result_t result) {
     case ONEBIT_MISMATCH: return "ONEBIT_MISMATCH";
     case ONEBIT_NUMERIC_ERROR: return "ONEBIT_NUMERIC_ERROR";
     case ONEBIT_INTERNAL_ERROR: return "ONEBIT_INTERNAL_ERROR";
+    case ONEBIT_UNSUPPORTED: return "ONEBIT_UNSUPPORTED";
     default: break;
   }
   return "ONEBIT_UNKNOWN_RESULT";

@@ -11,18 +11,12 @@
 #include "optim/onebit_lamb.h"
 #include "optim/zero_one_adam.h"
 #include "plugin/capi/abi_guard.h"
+#include "plugin/capi/optimizer_args.h"
 
 namespace {
 
-onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
-  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
-  ONEBIT_CHECK(c->lr >= 0 && c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0 &&
-                   c->weight_decay >= 0 && c->freeze_step >= 0,
-               ONEBIT_INVALID_ARGUMENT, "adam config out of range: lr ", c->lr, ", betas (", c->beta1, ", ", c->beta2,
-               "), eps ", c->eps, ", weight_decay ", c->weight_decay, ", freeze_step ", c->freeze_step,
-               " (need lr, wd >= 0; 0 <= beta < 1; eps > 0; freeze_step >= 0)");
-  return onebit::optim::AdamConfig{c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->freeze_step};
-}
+using onebit::capi::check_arrays;
+using onebit::capi::to_adam;
 
 onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "auto freeze config is NULL");
@@ -47,12 +41,6 @@ template <typename T>
 T& non_null(T* pointer, const char* what) {
   ONEBIT_CHECK(pointer != nullptr, ONEBIT_INVALID_ARGUMENT, what, " is NULL");
   return *pointer;
-}
-
-void check_arrays(std::size_t count, std::initializer_list<const void*> arrays) {
-  for (const void* a : arrays) {
-    ONEBIT_CHECK(a != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "an array is NULL with count ", count);
-  }
 }
 
 }  // namespace
@@ -95,10 +83,7 @@ onebit_result_t onebit_adam_momentum_step_keeping(const onebit_adam_config_t* co
   return onebit::abi_guard("onebit_adam_momentum_step_keeping", [&] {
     const auto c = to_adam(config);
     check_arrays(count, {m, m_before, grad});
-    const auto at = reinterpret_cast<std::uintptr_t>(m), kept_at = reinterpret_cast<std::uintptr_t>(m_before);
-    const std::uintptr_t bytes = count * sizeof(float);
-    ONEBIT_CHECK(kept_at + bytes <= at || at + bytes <= kept_at, ONEBIT_INVALID_ARGUMENT, "m_before overlaps m (",
-                 count, " elements): it must be a separate array");
+    onebit::capi::check_apart(m, m_before, count);
     onebit::optim::momentum_step_keeping(c, m, m_before, grad, count);
   });
 }

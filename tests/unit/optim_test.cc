@@ -81,6 +81,26 @@ TEST(OnebitAdam, MomentumStepKeepingKeepsTheOldMomentumAndStepsAsMomentumStep) {
   EXPECT_EQ(m, before);
 }
 
+// A library built without CUDA (libonebit.so) has the device steps' entry points, and each says
+// it cannot run them and where the working ones are, changing nothing.
+TEST(OnebitAdam, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
+  EXPECT_EQ(onebit_device_steps(), 0);
+  const onebit_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};
+  std::vector<float> p(4, 1.0f), m(4, 0.5f), v(4, 0.25f), g(4, 2.0f);
+  const std::vector<float> before = p;
+  EXPECT_EQ(onebit_adam_warmup_step_device(&c, p.data(), m.data(), v.data(), g.data(), 4, nullptr), ONEBIT_UNSUPPORTED);
+  EXPECT_NE(std::string(onebit_last_error())
+                .find("onebit_adam_warmup_step_device: this library was built without "
+                      "CUDA"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_NE(std::string(onebit_last_error()).find("libonebit-nccl-preload.so"), std::string::npos);
+  EXPECT_EQ(onebit_adam_momentum_step_device(&c, m.data(), nullptr, g.data(), 4, nullptr), ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(onebit_adam_apply_step_device(&c, p.data(), m.data(), v.data(), 4, nullptr), ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(p, before);
+  EXPECT_STREQ(onebit_result_string(ONEBIT_UNSUPPORTED), "ONEBIT_UNSUPPORTED");
+}
+
 // The compression-stage update over enough elements that its vector loop runs (in whichever clone
 // this CPU selects: avx512f, avx2 or the default), not only its scalar tail: every element equal to
 // the rule written out here — dormant elements, clipped directions, weight decay, and an unaligned

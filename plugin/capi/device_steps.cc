@@ -1,0 +1,78 @@
+// The device steps of include/onebit/onebit.h in a library built with CUDA (libonebit-nccl-preload.so):
+// the C ABI's checks (optimizer_args.h), then optim/cuda's kernels on the caller's stream. Host
+// memory passed where device memory is due is refused naming the array, before anything runs.
+#include "onebit/onebit.h"
+
+#include <cuda_runtime.h>
+
+#include "common/error.h"
+#include "optim/cuda/adam_device.h"
+#include "plugin/capi/abi_guard.h"
+#include "plugin/capi/optimizer_args.h"
+
+namespace {
+
+using onebit::capi::check_arrays;
+using onebit::capi::to_adam;
+
+// Device (or managed) memory the kernels can read and write; a host pointer, or one CUDA does not
+// know, is the caller's mistake, named.
+void check_on_device(std::size_t count, std::initializer_list<std::pair<const void*, const char*>> arrays) {
+  if (count == 0) return;
+  for (const auto& [pointer, name] : arrays) {
+    if (pointer == nullptr) continue;  // optional (m_before); required ones were checked already
+    cudaPointerAttributes attributes{};
+    const cudaError_t asked = cudaPointerGetAttributes(&attributes, pointer);
+    ONEBIT_CHECK(asked == cudaSuccess, ONEBIT_INVALID_ARGUMENT, name, ": CUDA does not know this pointer (",
+                 cudaGetErrorString(asked), ")");
+    ONEBIT_CHECK(attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged,
+                 ONEBIT_INVALID_ARGUMENT, name, " is not device memory: the _device steps take device pointers ",
+                 "(a CUDA tensor's data_ptr); host arrays go to the steps without _device");
+  }
+}
+
+void check_launch(cudaError_t launched, const char* what) {
+  ONEBIT_CHECK(launched == cudaSuccess, ONEBIT_SYSTEM_ERROR, what,
+               ": the kernel did not launch: ", cudaGetErrorString(launched));
+}
+
+cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+}  // namespace
+
+extern "C" {
+
+int onebit_device_steps(void) { return 1; }
+
+onebit_result_t onebit_adam_warmup_step_device(const onebit_adam_config_t* config, float* params, float* m, float* v,
+                                               const float* grad, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_adam_warmup_step_device", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {params, m, v, grad});
+    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}, {grad, "grad"}});
+    check_launch(onebit::optim::cuda::warmup_step(c, params, m, v, grad, count, as_stream(stream)), "warmup step");
+  });
+}
+
+onebit_result_t onebit_adam_momentum_step_device(const onebit_adam_config_t* config, float* m, float* m_before,
+                                                 const float* grad, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_adam_momentum_step_device", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {m, grad});
+    onebit::capi::check_apart(m, m_before, count);
+    check_on_device(count, {{m, "m"}, {m_before, "m_before"}, {grad, "grad"}});
+    check_launch(onebit::optim::cuda::momentum_step(c, m, m_before, grad, count, as_stream(stream)), "momentum step");
+  });
+}
+
+onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t* config, float* params, float* m,
+                                              const float* v, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_adam_apply_step_device", [&] {
+    const auto c = to_adam(config);
+    check_arrays(count, {params, m, v});
+    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}});
+    check_launch(onebit::optim::cuda::apply_step(c, params, m, v, count, as_stream(stream)), "apply step");
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,40 @@
+// The device steps of include/onebit/onebit.h in a library built without CUDA (libonebit.so,
+// libonebit-preload.so): present, so that every library exports one ABI, and refusing with the
+// reason and where the working ones are. device_steps.cc is the CUDA build's.
+#include "onebit/onebit.h"
+
+#include "common/error.h"
+#include "plugin/capi/abi_guard.h"
+
+namespace {
+
+onebit_result_t absent(const char* entry_point) {
+  return onebit::abi_guard(entry_point, [] {
+    onebit::fail(ONEBIT_UNSUPPORTED,
+                 "this library was built without CUDA, so it has no device steps: load "
+                 "libonebit-nccl-preload.so (onebit.nccl_preload_path()), or step on the CPU");
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+int onebit_device_steps(void) { return 0; }
+
+onebit_result_t onebit_adam_warmup_step_device(const onebit_adam_config_t*, float*, float*, float*, const float*,
+                                               size_t, void*) {
+  return absent("onebit_adam_warmup_step_device");
+}
+
+onebit_result_t onebit_adam_momentum_step_device(const onebit_adam_config_t*, float*, float*, const float*, size_t,
+                                                 void*) {
+  return absent("onebit_adam_momentum_step_device");
+}
+
+onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t*, float*, float*, const float*, size_t,
+                                              void*) {
+  return absent("onebit_adam_apply_step_device");
+}
+
+}  // extern "C"

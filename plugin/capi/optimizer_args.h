@@ -1,0 +1,39 @@
+// What the optimizer entry points of the C ABI check before calling into optim/: the host ones
+// (optimizer_abi.cc) and the device ones (device_steps.cc) alike.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+#include "common/error.h"
+#include "onebit/onebit.h"
+#include "optim/onebit_adam.h"
+
+namespace onebit::capi {
+
+inline onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  ONEBIT_CHECK(c->lr >= 0 && c->beta1 >= 0 && c->beta1 < 1 && c->beta2 >= 0 && c->beta2 < 1 && c->eps > 0 &&
+                   c->weight_decay >= 0 && c->freeze_step >= 0,
+               ONEBIT_INVALID_ARGUMENT, "adam config out of range: lr ", c->lr, ", betas (", c->beta1, ", ", c->beta2,
+               "), eps ", c->eps, ", weight_decay ", c->weight_decay, ", freeze_step ", c->freeze_step,
+               " (need lr, wd >= 0; 0 <= beta < 1; eps > 0; freeze_step >= 0)");
+  return onebit::optim::AdamConfig{c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->freeze_step};
+}
+
+// m_before, where one is given, lies apart from m (the step reads m while writing m_before).
+inline void check_apart(const float* m, const float* m_before, std::size_t count) {
+  const auto at = reinterpret_cast<std::uintptr_t>(m), kept_at = reinterpret_cast<std::uintptr_t>(m_before);
+  const std::uintptr_t bytes = count * sizeof(float);
+  ONEBIT_CHECK(m_before == nullptr || kept_at + bytes <= at || at + bytes <= kept_at, ONEBIT_INVALID_ARGUMENT,
+               "m_before overlaps m (", count, " elements): it must be a separate array");
+}
+
+inline void check_arrays(std::size_t count, std::initializer_list<const void*> arrays) {
+  for (const void* a : arrays) {
+    ONEBIT_CHECK(a != nullptr || count == 0, ONEBIT_INVALID_ARGUMENT, "an array is NULL with count ", count);
+  }
+}
+
+}  // namespace onebit::capi
