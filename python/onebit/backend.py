@@ -77,10 +77,14 @@ class _CompressedWork(torch._C._distributed_c10d.Work):
         return self._tensors
 
     def _finish(self, error=None):
-        """Called once by the queue: the call ran, `error` (the message) if it failed."""
+        """Called once by the queue: the call ran, `error` (the message) if it failed. The future
+        first (its .then callbacks run here, on the queue's thread), so that after wait() the
+        future is done too."""
         self._error = error
-        self._done.set()
-        self._outcome.set_result(None)  # runs .then callbacks here, on the queue's thread
+        try:
+            self._outcome.set_result(None)
+        finally:
+            self._done.set()
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if timeout is not None else 0

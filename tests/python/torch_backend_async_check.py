@@ -3,8 +3,7 @@
 
   returns-at-once  rank 0's async tagged all_reduce returns before rank 1 has issued its own (rank 1
                    waits for rank 0's word in a side store first: a call that blocked would never
-                   return, and rank 1 fails at the store's timeout), then both complete; the worker
-                   ran the C call while rank 0's main thread went on (the GIL released).
+                   return, and rank 1 fails at the store's timeout), then both complete.
   exact            3 async tagged calls + wait() equal the float64 reference of docs/algorithm.md,
                    and bitwise the same inputs through synchronous calls on a twin tag issued
                    between them (a synchronous call queued behind an async one keeps call order).
