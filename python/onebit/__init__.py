@@ -226,6 +226,7 @@ def tag(tensor, name):
     if not tensor.is_contiguous():
         raise ValueError("onebit.tag: the tensor must be contiguous")
     _check_door_takes(tensor)
+    _wait_for_compressed_calls()
     _check(lib, lib.onebit_tag(name.encode(), ctypes.c_void_p(tensor.data_ptr()),
                                ctypes.c_size_t(tensor.numel()), ctypes.c_int(dtype)))
     for ptr, entry in list(_tags.items()):
@@ -290,9 +291,18 @@ def _forget_freed(ptr, name):
     _library().onebit_tag_detach(ctypes.c_void_p(ptr))  # not tagged any more in C (an optimizer's close): fine
 
 
+def _wait_for_compressed_calls():
+    """Tags change between compressed calls only: an all_reduce issued with async_op=True finds its
+    tag by address when it runs, so it must run before a tag changes (onebit.backend)."""
+    backend = sys.modules.get(__name__ + ".backend")
+    if backend is not None:
+        backend.wait_for_compressed_calls()
+
+
 def untag(tensor):
     """Stop compressing this tensor and free its error-feedback state."""
     lib = _library()
+    _wait_for_compressed_calls()
     _check(lib, lib.onebit_untag(ctypes.c_void_p(tensor.data_ptr())))
     _tags.pop(tensor.data_ptr(), None)
 

@@ -20,6 +20,7 @@ The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the
 package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
 """
 import atexit
+import collections
 import ctypes
 import os
 import socket
@@ -43,10 +44,173 @@ class _Config(ctypes.Structure):  # onebit_config_t
                 ("job_id", ctypes.c_char_p), ("secret", ctypes.c_char_p)]
 
 
-def _work_done(result):
-    future = torch.futures.Future()
-    future.set_result(result)
-    return torch._C._distributed_c10d._create_work_from_future(future)
+class _CompressedWork(torch._C._distributed_c10d.Work):
+    """The Work of one tagged all_reduce, completed by its backend's _CompressedCallQueue.
+
+    wait() blocks until the call ran and raises its error (RuntimeError naming the rank, the tag
+    and the call) — every time it is called; get_future() is completed with the list of tensors,
+    as gloo's allreduce future is, or set to the error, so that .then(...) chains (DDP comm hooks)
+    see either.
+
+    A Python subclass of c10d's Work (torch._C, not a public torch API) rather than
+    _create_work_from_future: that Work's wait() returns True when its future holds an error, so
+    a failed call would pass unnoticed. Checked on torch 2.15.0 (the pip venv); Debian's torch
+    1.13 has no c10d Backend class, so register_backend refuses it and this class is never used
+    there. A Work returned through dist.all_reduce is wrapped by torch's PyWorkHolder, which
+    forwards wait() and get_future() only: its is_completed() stays False and its result() raises
+    (torch's, docs/usage.md); called on the backend object the methods below answer."""
+
+    def __init__(self, tensors, what):
+        super().__init__()
+        self._tensors = tensors
+        self._what = what  # names the call in a timeout
+        self._done = threading.Event()
+        self._error = None
+        # The future's error must be a real c10::ivalue::Future error (torch.futures.Future's
+        # set_exception stores the exception as the value, which C++ consumers take as success):
+        # a callback that raises is how Python sets one.
+        self._outcome = torch.futures.Future()
+        self._future = self._outcome.then(self._tensors_or_raise)
+
+    def _tensors_or_raise(self, _):
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        return self._tensors
+
+    def _finish(self, error=None):
+        """Called once by the queue: the call ran, `error` (the message) if it failed. The future
+        first (its .then callbacks run here, on the queue's thread), so that after wait() the
+        future is done too."""
+        self._error = error
+        try:
+            self._outcome.set_result(None)
+        finally:
+            self._done.set()
+
+    def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if timeout is not None else 0
+        if not self._done.wait(seconds if seconds > 0 else None):
+            raise RuntimeError(f"onebit backend: {self._what} not completed within {seconds:g} s (wait timeout)")
+        if self._error is not None:
+            raise RuntimeError(self._error)
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def result(self):
+        self.wait()
+        return self._tensors
+
+    def get_future(self):
+        return self._future
+
+
+class _CompressedCallQueue:
+    """A backend's compressed allreduces in call order: they must be issued in the same order on
+    every rank, since each rank's calls pair with its peers' in sequence over onebit's
+    connections. Asynchronous calls run on one worker thread per backend (started with the first
+    one), one at a time, in submission order; the GIL is released during the C call (ctypes
+    releases it around every CDLL function). A synchronous call runs on the caller's thread when
+    nothing is queued, else waits its turn in the queue, so it never overtakes an earlier
+    asynchronous call. One C call on the communicator at a time (`_calling`), whichever thread
+    makes it.
+
+    Untagged calls go to gloo over gloo's own connections, ordered among themselves by gloo on
+    every rank; the two streams never wait on each other, so a gloo call made after a queued
+    compressed one cannot deadlock it — it may finish first, as two gloo calls in flight may."""
+
+    def __init__(self):
+        self._lock = threading.Condition()
+        self._jobs = collections.deque()
+        self._submitted = 0  # calls submitted to the worker
+        self._finished = 0  # of those, the ones that ran
+        self._thread = None
+        self._closed = False
+        self._calling = threading.Lock()
+
+    def _on_worker(self):
+        return threading.current_thread() is self._thread
+
+    def run(self, call):
+        """Runs `call()` now, after every call submitted before it; raises its error."""
+        with self._lock:
+            queued = self._submitted != self._finished and not self._on_worker()
+        if not queued:  # the worker's own callers (a future's callbacks) run between two jobs: in order
+            with self._calling:
+                return call()
+        work = _CompressedWork([], "a synchronous compressed all_reduce")
+        self._submit(call, work)
+        work.wait()
+
+    def submit(self, call, tensors, what):
+        """Queues `call()` (it raises on failure) and returns its _CompressedWork."""
+        work = _CompressedWork(tensors, what)
+        self._submit(call, work)
+        return work
+
+    def _submit(self, call, work):
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._serve, name="onebit-compressed-calls", daemon=True)
+                self._thread.start()
+            self._jobs.append((call, work))
+            self._submitted += 1
+            self._lock.notify_all()
+
+    def _serve(self):
+        # Daemon: a thread still waiting here must not hold up interpreter exit (threading's
+        # shutdown joins non-daemon threads before atexit runs the backends' release, which
+        # stops this one).
+        while True:
+            with self._lock:
+                while not self._jobs:
+                    self._lock.wait()
+                call, work = self._jobs.popleft()
+            if call is None:
+                return
+            error = None
+            try:
+                with self._calling:
+                    call()
+            except Exception as failure:  # the call's error belongs to its Work
+                error = str(failure)
+            del call
+            work._finish(error)
+            # The call's tensors live as long as its Work's holders, not until the next call; and
+            # drain() returning means this thread holds none (a tagged tensor's storage freed with
+            # its last holder takes its tag with it, onebit._untag_when_freed).
+            del work
+            with self._lock:
+                self._finished += 1
+                self._lock.notify_all()
+
+    def drain(self):
+        """Returns once every call submitted so far has run (their errors stay with their Work).
+        On the worker itself (a callback or a collector's finalizer run there) it returns at once:
+        the worker cannot wait for itself."""
+        with self._lock:
+            if self._on_worker():
+                return
+            target = self._submitted
+            while self._finished < target:
+                self._lock.wait()
+
+    def close(self):
+        """Runs what is queued, then stops the worker."""
+        with self._lock:
+            thread, self._closed = self._thread, True
+            if thread is None:
+                return
+            self._jobs.append((None, None))
+            self._lock.notify_all()
+        if not self._on_worker():
+            thread.join()
 
 
 def _listen_for_root(where):
@@ -97,7 +261,11 @@ def _invitation(store, rank):
 
 
 class OnebitBackend(torch._C._distributed_c10d.Backend):
-    """A c10d backend: gloo for everything, onebit's compressed allreduce for tagged tensors."""
+    """A c10d backend: gloo for everything, onebit's compressed allreduce for tagged tensors.
+
+    Its base is c10d's Backend from torch._C (the way torch documents for third-party backends in
+    Python, though not a public API): checked on torch 2.15.0 (the pip venv); Debian's torch 1.13
+    has none (register_backend refuses it)."""
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
@@ -110,6 +278,7 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                             ctypes.byref(config)))
         self._lock = threading.Lock()  # forwarded-call counters
+        self._compressed_calls = _CompressedCallQueue()
         self.forwarded_calls = 0
         self.forwarded_bytes = 0
         self._final_stats = None  # stats() once released
@@ -132,6 +301,7 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         with _release_lock:
             if self._comm is None:
                 return
+            self._compressed_calls.close()  # queued calls run first: peers issued them too
             self._final_stats = self.stats()
             comm, self._comm = self._comm, None
             self._lib.onebit_comm_destroy(comm)
@@ -174,10 +344,26 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         t = tensors[0]
         if self._comm is None:
             raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
-        # Synchronous: the tensor is complete (or untouched, with the error raised) on return.
-        _check(self._lib, self._lib.onebit_allreduce(self._comm, ctypes.c_void_p(t.data_ptr()),
-                                                     ctypes.c_size_t(t.numel()), dtype, op))
-        return _work_done(tensors)
+        lib = self._lib
+
+        def call():  # the error message is thread-local in C: read on the thread that called
+            comm = self._comm  # None once released: by a future's callback on the worker, queued calls after it fail
+            if comm is None:
+                raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group) before "
+                                   f"the queued all_reduce of tag '{_tag_name(t)}' ran")
+            _check(lib, lib.onebit_allreduce(comm, ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.numel()),
+                                             dtype, op))
+
+        # opts.asyncOp (torch 2.15 sets it; older AllreduceOptions may lack it) says whether the
+        # caller waits at once; without it every call is queued, and dist.all_reduce's own wait()
+        # keeps the synchronous ones synchronous.
+        if not getattr(opts, "asyncOp", True):
+            # The tensor is complete (or untouched, with the error raised here) on return.
+            self._compressed_calls.run(call)
+            work = _CompressedWork(tensors, "")
+            work._finish()
+            return work
+        return self._compressed_calls.submit(call, tensors, f"the compressed all_reduce of tag '{_tag_name(t)}'")
 
     # Everything else: gloo's, unchanged. Spelled out one by one: c10d finds a Python override
     # by its name on the class.
@@ -215,6 +401,9 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
 
     def barrier(self, opts):
+        # As gloo's barrier, which first waits for the group's work in flight: queued compressed
+        # calls end first (their errors stay with their Work).
+        self._compressed_calls.drain()
         return self._gloo.barrier(opts)
 
     def send(self, tensors, dst, tag):
@@ -235,6 +424,14 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
 
 
 _backends = []  # every OnebitBackend of this process, for onebit.stats() (released ones keep their counts)
+
+
+def wait_for_compressed_calls():
+    """Returns once every backend's queued compressed calls have run: what onebit.tag and
+    onebit.untag call before they change a tag, since a queued call finds its tag by address when
+    it runs, and must find on every rank what the program had tagged when it issued the call."""
+    for backend in list(_backends):
+        backend._compressed_calls.drain()
 _release_lock = threading.Lock()
 _registered = False
 

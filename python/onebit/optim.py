@@ -50,7 +50,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _library, _check, _tags, stats, tag
+from . import _library, _check, _tags, _wait_for_compressed_calls, stats, tag
 
 __all__ = ["OnebitAdam", "ddp_comm_hook"]
 
@@ -775,6 +775,7 @@ def _increment_version(tensor):
 def _untag_address(address):
     """Untags whatever is tagged at `address` (an optimizer's buffer, at its close or collection)."""
     lib = _library()
+    _wait_for_compressed_calls()
     lib.onebit_untag(ctypes.c_void_p(address))  # an address no longer tagged is not an error worth raising here
     _tags.pop(address, None)
 
