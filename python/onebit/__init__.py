@@ -22,9 +22,12 @@ __all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAda
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
-    if name in ("OnebitAdam", "ddp_comm_hook"):
-        from . import optim
-        return getattr(optim, name)
+    if name == "OnebitAdam":
+        from . import onebit_adam
+        return onebit_adam.OnebitAdam
+    if name == "ddp_comm_hook":
+        from . import ddp_hook
+        return ddp_hook.ddp_comm_hook
     if name == "ZeroOneAdam":
         from . import zero_one_adam
         return zero_one_adam.ZeroOneAdam

@@ -24,7 +24,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from .optim import _FlatOptimizer, ddp_comm_hook
+from ._flat_optimizer import _FlatOptimizer
+from .ddp_hook import ddp_comm_hook
 
 __all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "before_checkpoint", "synchronize",
            "prepare_accelerator", "OnebitTrainerCallback", "OnebitLightningCallback"]

@@ -21,7 +21,7 @@ import ctypes
 import torch
 
 from . import _check
-from .optim import _FlatOptimizer, _ptr
+from ._flat_optimizer import _FlatOptimizer, _ptr
 
 __all__ = ["OnebitLamb"]
 

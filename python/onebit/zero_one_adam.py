@@ -29,7 +29,7 @@ import ctypes
 import torch
 
 from . import _check, tag, untag
-from .optim import _FlatOptimizer, _ptr
+from ._flat_optimizer import _FlatOptimizer, _ptr
 
 __all__ = ["ZeroOneAdam"]
 
