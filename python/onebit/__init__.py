@@ -17,8 +17,10 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb", "ddp_comm_hook",
-           "register_backend", "lib_dir", "nccl_net_plugin_path", "nccl_preload_path"]
+from ._errors import OnebitError
+
+__all__ = ["tag", "untag", "stats", "OnebitError", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb",
+           "ddp_comm_hook", "register_backend", "lib_dir", "nccl_net_plugin_path", "nccl_preload_path"]
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
@@ -215,8 +217,9 @@ def _tag_name(tensor):
 
 
 def _check(lib, result):
+    """Raises OnebitError (its code `result`) with the library's message when a C call failed."""
     if result != 0:
-        raise RuntimeError(lib.onebit_last_error().decode())
+        raise OnebitError(result, lib.onebit_last_error().decode())
 
 
 def tag(tensor, name):

@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from . import _library, _check, _tags, stats, tag
+from ._errors import OnebitError
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
 _SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
@@ -131,14 +132,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _step_failure(self, error, step, stage):
         """The error of a failed compressed all_reduce, with the step, its stage, and for NaN or Inf
-        the likely causes (docs/usage.md, "A step fails on NaN or Inf")."""
+        the likely causes (docs/usage.md, "A step fails on NaN or Inf"). An OnebitError (the onebit
+        backend's) stays one, with its code."""
         text = f"{self._who} step {step} ({stage}): {error}"
         if "NaN or Inf" in str(error):
             text += (". A momentum turned non-finite: the loss diverged (learning rate too high for the compression "
                      "stage, or the variance frozen before it settled: a later freeze_step), a non-finite gradient "
                      "(fp16 overflow, bad data), or a NaN in the parameters. Nothing changed in this step; see "
                      "docs/usage.md, \"A step fails on NaN or Inf\"")
-        return RuntimeError(text)
+        return OnebitError(error.code, text) if isinstance(error, OnebitError) else RuntimeError(text)
 
     def _report_freeze(self, step, variance):
         """Rank 0's one line when the variance freezes: how many elements are dormant (sqrt(v) <= eps,
@@ -345,9 +347,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def _error_state(self, required):
         workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
         name = self._name.encode()
-        if self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers)) != 0:
+        result = self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers))
+        if result != 0:
             if required:
-                _check(self._lib, 1)  # a compressed call ran: its state must be there
+                _check(self._lib, result)  # a compressed call ran: its state must be there
             return torch.zeros(0), torch.zeros(0)  # no compressed call yet: no error feedback
         worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
         _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
