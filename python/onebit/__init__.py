@@ -17,6 +17,7 @@ import ctypes.util
 import os
 import sys
 
+from . import _logging  # noqa: F401 (installs the "onebit" logger's stderr handler; docs/usage.md, "Logging")
 from ._errors import OnebitError
 
 __all__ = ["tag", "untag", "stats", "OnebitError", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb",

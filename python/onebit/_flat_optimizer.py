@@ -7,7 +7,6 @@ the public optimizers are onebit.OnebitAdam, onebit.ZeroOneAdam and onebit.Onebi
 import ctypes
 import gc
 import pickle
-import sys
 import weakref
 
 import torch
@@ -15,6 +14,7 @@ import torch.distributed as dist
 
 from . import _library, _check, _tags, stats, tag
 from ._errors import OnebitError
+from ._logging import logger
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
 _SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
@@ -158,14 +158,14 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self.dormant_elements = sum(counts)
         if self._rank != 0:
             return
-        line = (f"onebit: {self._who}: variance frozen from step {step}; {self.dormant_elements} of {self._total} "
+        line = (f"{self._who}: variance frozen from step {step}; {self.dormant_elements} of {self._total} "
                 "elements are dormant")
         if self.dormant_elements:
             which = ", ".join(f"group {g} ({c} of {hi - lo})" for g, (c, (lo, hi)) in enumerate(zip(counts, self._ranges))
                               if c)
             line += (" (sqrt(v) <= eps: no gradient reached them) and take no momentum step, only weight decay: "
                      + which)
-        print(line, file=sys.stderr, flush=True)
+        logger.info(line)
 
     def _warn_if_averaged_twice(self, local):
         """First full-precision step without the DDP hook: if the gradients came in already equal on
@@ -174,11 +174,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._checked_for_ddp = True
         if self._rank == 0 and torch.allclose(local, self._grad, rtol=1e-6, atol=0) and bool(local.abs().sum() > 0):
             ring = 2 * (self._world - 1) / self._world * 4 * self._total
-            print(f"onebit: WARNING: {self._who}: the gradients arrived already averaged over the ranks: "
-                  "DistributedDataParallel without onebit.ddp_comm_hook? Training stays correct, but DDP keeps "
-                  f"averaging {ring / 1e6:.1f} MB of fp32 gradients per rank and step in the compression stage, "
-                  "which onebit's compression is meant to replace. Register "
-                  "model.register_comm_hook(optimizer, onebit.ddp_comm_hook).", file=sys.stderr, flush=True)
+            logger.warning(f"{self._who}: the gradients arrived already averaged over the ranks: "
+                           "DistributedDataParallel without onebit.ddp_comm_hook? Training stays correct, but DDP "
+                           f"keeps averaging {ring / 1e6:.1f} MB of fp32 gradients per rank and step in the "
+                           "compression stage, which onebit's compression is meant to replace. Register "
+                           "model.register_comm_hook(optimizer, onebit.ddp_comm_hook).")
 
     def add_param_group(self, param_group):
         if hasattr(self, "_flat"):
@@ -259,9 +259,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def _warn_if_no_gradient(self, without_grad):
         if without_grad == len(self._slices) and not self._warned_no_gradient:
             self._warned_no_gradient = True
-            print(f"onebit: WARNING: {self._who}: step() found no gradient on any of its {without_grad} parameters: "
-                  "were they replaced after the optimizer was made (load_state_dict(assign=True), a new model)? "
-                  "Make the optimizer from the parameters the model trains.", file=sys.stderr, flush=True)
+            logger.warning(f"{self._who}: step() found no gradient on any of its {without_grad} parameters: "
+                           "were they replaced after the optimizer was made (load_state_dict(assign=True), a new "
+                           "model)? Make the optimizer from the parameters the model trains.")
 
     def _read_parameters(self):
         """The parameters as they are now — wherever a framework has put their storage since (a
@@ -338,11 +338,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._checked_compression = True
         if self._rank == 0 and stats()["compressed_calls"] == before:
             ring = 2 * (self._world - 1) / self._world * buffer.numel() * buffer.element_size()
-            print(f"onebit: WARNING: {self._who}: step {step}'s all_reduce of the tagged buffer was not compressed: "
-                  "this process group runs neither the onebit backend nor libonebit-preload.so, so every step of "
-                  f"the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 bit an element. "
-                  "Use dist.init_process_group(\"onebit\") after onebit.register_backend() (pip's torch) or "
-                  "LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage.md).", file=sys.stderr, flush=True)
+            logger.warning(f"{self._who}: step {step}'s all_reduce of the tagged buffer was not compressed: "
+                           "this process group runs neither the onebit backend nor libonebit-preload.so, so every "
+                           f"step of the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 "
+                           "bit an element. Use dist.init_process_group(\"onebit\") after onebit.register_backend() "
+                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage.md).")
 
     def _error_state(self, required):
         workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
@@ -438,11 +438,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if self._warned_rank_state:
             return
         self._warned_rank_state = True
-        print(f"onebit: WARNING: {self._who}: this state_dict() holds rank {self._rank}'s error feedback only (the "
-              f"compression stage has begun; each of the {self._world} ranks has its own): it resumes rank "
-              f"{self._rank} alone. If every rank saves its own state_dict(), that is right; if one rank saves for "
-              "all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() on every rank first "
-              "— onebit.integrations do (docs/usage.md, \"Restarting a job\")", file=sys.stderr, flush=True)
+        logger.warning(f"{self._who}: this state_dict() holds rank {self._rank}'s error feedback only (the "
+                       f"compression stage has begun; each of the {self._world} ranks has its own): it resumes rank "
+                       f"{self._rank} alone. If every rank saves its own state_dict(), that is right; if one rank "
+                       "saves for all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() "
+                       "on every rank first — onebit.integrations do (docs/usage.md, \"Restarting a job\")")
 
     def _split_state_dict(self, state_dict):
         """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,

@@ -19,12 +19,12 @@ Nothing here imports a framework until its class is asked for; transformers, acc
 lightning are not onebit's dependencies.
 """
 import gc
-import sys
 
 import torch
 import torch.distributed as dist
 
 from ._flat_optimizer import _FlatOptimizer
+from ._logging import logger
 from .ddp_hook import ddp_comm_hook
 
 __all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "before_checkpoint", "synchronize",
@@ -161,8 +161,8 @@ def prepare_accelerator(accelerator):
 
 def _warn_not_onebit(where, optimizer):
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print(f"onebit: WARNING: {where}: the trainer's optimizer is {type(optimizer).__name__}, not a onebit optimizer "
-              "(OnebitAdam, ZeroOneAdam, OnebitLamb): this callback does nothing", file=sys.stderr, flush=True)
+        logger.warning(f"{where}: the trainer's optimizer is {type(optimizer).__name__}, not a onebit optimizer "
+                       "(OnebitAdam, ZeroOneAdam, OnebitLamb): this callback does nothing")
 
 
 def _trainer_callback_class():

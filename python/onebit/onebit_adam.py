@@ -24,12 +24,12 @@ freeze_step="auto" ends the warmup when the variance has settled: every `freeze_
 steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, its
 largest value over ranks taken (an allreduce, so every rank decides alike), and the compression
 stage starts after the first measurement under `freeze_threshold` — or at `max_freeze_step`. The
-rule is the C core's (onebit_adam_auto_freeze_*, shared with the C++ shim); rank 0 prints one line
-when it fires, and `freeze_step` then says the step.
+rule is the C core's (onebit_adam_auto_freeze_*, shared with the C++ shim); rank 0 logs one line
+when it fires (INFO, to the "onebit" logger: stderr by default), and `freeze_step` then says the step.
 
 The compression stage follows the frozen-variance rules of onebit.h: an element whose frozen
 variance is at most eps**2 ("dormant") takes no momentum step, only weight decay, and every step
-m / (sqrt(v) + eps) is clipped to the largest Adam itself can take; rank 0 prints one line at the
+m / (sqrt(v) + eps) is clipped to the largest Adam itself can take; rank 0 logs one line at the
 freeze naming the dormant elements. The constructor and load_state_dict() check that every rank
 has the same schedule; a failed compressed step names the step and the likely causes.
 deepspeed_schedule=True runs DeepSpeed's schedule call for call (docs/deepspeed.md).
@@ -42,13 +42,13 @@ steps (off by default, as in the paper and DeepSpeed).
 """
 import ctypes
 import struct
-import sys
 
 import torch
 import torch.distributed as dist
 
 from . import _check
 from ._flat_optimizer import _UNDECIDED, _FlatOptimizer, _ptr
+from ._logging import logger
 
 __all__ = ["OnebitAdam"]
 
@@ -190,8 +190,8 @@ class OnebitAdam(_FlatOptimizer):
             if dist.get_rank(self._group) == 0:
                 why = (f"the variance moved {change:.4f} < {self._auto.threshold} over the last {self._auto.window} steps"
                        if change < self._auto.threshold else f"max_freeze_step {self._auto.max_step}")
-                print(f"onebit: OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
-                      f"compression from step {first}", file=sys.stderr, flush=True)
+                logger.info(f"OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
+                            f"compression from step {first}")
 
     def _flat_step(self):
         lib = self._lib
