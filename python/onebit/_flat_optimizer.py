@@ -4,10 +4,13 @@ tagged buffer's compressed average and its error feedback in state_dict(), the r
 the schedule, and the DDP hook's question (does the next step want averaged gradients?). Private:
 the public optimizers are onebit.OnebitAdam, onebit.ZeroOneAdam and onebit.OnebitLamb.
 """
+from __future__ import annotations
+
 import ctypes
 import gc
 import pickle
 import weakref
+from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import torch
 import torch.distributed as dist
@@ -18,6 +21,10 @@ from ._logging import logger
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
 _SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
+
+# What the optimizers take as `params`, as torch.optim.Optimizer does: tensors, or parameter groups
+# (dicts with "params" and any of the optimizer's per-group hyper-parameters).
+Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
 
 
 def _ptr(tensor):
@@ -180,7 +187,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                            "compression stage, which onebit's compression is meant to replace. Register "
                            "model.register_comm_hook(optimizer, onebit.ddp_comm_hook).")
 
-    def add_param_group(self, param_group):
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
         if hasattr(self, "_flat"):
             raise RuntimeError(f"{type(self).__name__}: parameter groups are fixed at construction (one flat buffer)")
         super().add_param_group(param_group)
@@ -189,9 +196,14 @@ class _FlatOptimizer(torch.optim.Optimizer):
         return [p for g in self.param_groups for p in g["params"]]
 
     @torch.no_grad()
-    def step(self, closure=None):
-        """One step: the closure (if any); the parameters' values and this rank's gradients into the
-        flat buffers; the optimizer's rule over them (_flat_step); the parameters written back."""
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One step of the optimizer's rule (its class docstring says what each stage does). A
+        collective whenever the step communicates: every rank calls it. `closure` (optional)
+        re-evaluates the model and returns the loss, as for torch.optim; the loss is returned.
+
+        On the way: the parameters' values and this rank's gradients into the flat buffers (on the
+        CPU OnebitAdam reads and writes each parameter where it lies instead), the rule over them
+        (_flat_step), the parameters written back."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -378,7 +390,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         step before it took averaged gradients; the error feedback is all zeros)."""
         return not part["compressed"]
 
-    def consolidate_state_dict(self, to=0):
+    def consolidate_state_dict(self, to: int = 0) -> None:
         """Every rank's part of the checkpoint (its error feedback above all, which is its own) gathered
         to rank `to` of the optimizer's group, so that the state_dict() rank `to` takes before the
         next step resumes every rank — what HF Trainer, Accelerate and Lightning need, which save the
@@ -414,7 +426,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         dist.recv(data, self._global_rank(rank), group=self._group)
         return pickle.loads(data.cpu().numpy().tobytes())
 
-    def state_dict(self):
+    def state_dict(self) -> Dict[str, Any]:
         """torch's state_dict() plus "onebit": the parts of the ranks this state dict can resume —
         every rank's after consolidate_state_dict() (on the rank it gathered to, until the next
         step), the one every rank shares before the first compressed all_reduce, else this rank's

@@ -7,7 +7,10 @@ from ._flat_optimizer import _FlatOptimizer
 __all__ = ["ddp_comm_hook"]
 
 
-def ddp_comm_hook(state, bucket):
+# Annotations evaluated, not postponed (no `from __future__ import annotations` here): DDP's
+# register_comm_hook compares them with dist.GradBucket and torch.futures.Future[torch.Tensor]
+# and refuses a hook whose annotations are strings.
+def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook for onebit's optimizers: register with
     ``model.register_comm_hook(optimizer, onebit.ddp_comm_hook)``.
 
@@ -16,6 +19,24 @@ def ddp_comm_hook(state, bucket):
     default). Every other step: no gradient allreduce here — the optimizer communicates what its
     rule says (momentum, a compressed gradient, u, or nothing) in its step — so the bucket keeps
     this rank's local gradient.
+
+    Register it before the first backward pass, with the optimizer that holds the wrapped model's
+    parameters (one hook per DDP); onebit.integrations.register_comm_hook does it through the
+    wrappers of HF Trainer, Accelerate and Lightning. Without it the optimizer averages the
+    gradients itself, and DDP goes on averaging fp32 gradients in every step of the compression
+    stage (rank 0 warns). docs/usage.md, "OnebitAdam".
+
+    Args:
+        state: the onebit optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) — DDP passes the
+            ``state`` given to register_comm_hook.
+        bucket: DDP's bucket of gradients.
+
+    Returns:
+        A future of the bucket's gradients: averaged over the optimizer's process group, or this
+        rank's own, unchanged.
+
+    Raises:
+        TypeError: ``state`` is not a onebit optimizer.
     """
     optimizer = state
     if not isinstance(optimizer, _FlatOptimizer):

@@ -18,7 +18,10 @@ What each does, at the point its framework allows it:
 Nothing here imports a framework until its class is asked for; transformers, accelerate and
 lightning are not onebit's dependencies.
 """
+from __future__ import annotations
+
 import gc
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -31,7 +34,7 @@ __all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "bef
            "prepare_accelerator", "OnebitTrainerCallback", "OnebitLightningCallback"]
 
 
-def init_process_group(**kwargs):
+def init_process_group(**kwargs: Any) -> str:
     """The default process group made with the backend through which this process's onebit door
     compresses — "onebit" (the backend, registered here; pip's torch), "gloo" under
     libonebit-preload.so, "nccl" under libonebit-nccl-preload.so — from torchrun's environment
@@ -49,7 +52,7 @@ def init_process_group(**kwargs):
     return dist.get_backend()
 
 
-def onebit_optimizers(*optimizers):
+def onebit_optimizers(*optimizers: Any) -> List[_FlatOptimizer]:
     """The onebit optimizers among `optimizers` (lists of them too), through the wrappers frameworks
     put around them: Accelerate's AcceleratedOptimizer (.optimizer), Lightning's LightningOptimizer
     (._optimizer)."""
@@ -85,7 +88,7 @@ def _ddp_wrapping(model):
     return None
 
 
-def register_comm_hook(model, optimizer):
+def register_comm_hook(model: torch.nn.Module, optimizer: Any) -> Optional[torch.nn.parallel.DistributedDataParallel]:
     """onebit.ddp_comm_hook registered, with `optimizer` (a onebit optimizer, or a framework's wrapper
     of one), on the DistributedDataParallel that is or wraps `model`. Returns that DDP, or None where
     the model is not wrapped (the optimizer then averages the gradients itself). Registering twice
@@ -115,7 +118,7 @@ def _optimizer_for(model, optimizers):
     return next((o for o in optimizers if any(id(p) in ids for p in o._params())), None)
 
 
-def synchronize(*optimizers):
+def synchronize(*optimizers: Any) -> bool:
     """Every ZeroOneAdam among `optimizers` synchronized (equal replicas; a collective when its
     replicas differ). Returns whether any parameter changed."""
     from .zero_one_adam import ZeroOneAdam
@@ -126,7 +129,7 @@ def synchronize(*optimizers):
     return changed
 
 
-def before_checkpoint(*optimizers):
+def before_checkpoint(*optimizers: Any) -> bool:
     """On every rank, before a checkpoint that one rank saves: synchronize() and each optimizer's
     consolidate_state_dict(). Returns whether any parameter changed (the model's state must then be
     taken afresh)."""
@@ -136,7 +139,7 @@ def before_checkpoint(*optimizers):
     return changed
 
 
-def prepare_accelerator(accelerator):
+def prepare_accelerator(accelerator: Any) -> List[_FlatOptimizer]:
     """Accelerate, after accelerator.prepare(model, optimizer, ...): the DDP hook on each prepared model
     with the prepared onebit optimizer, and a save_state pre-hook that runs before_checkpoint (and
     takes the model's weights afresh when a ZeroOneAdam synchronized). Evaluate after

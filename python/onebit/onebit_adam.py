@@ -40,14 +40,17 @@ onebit.integrations). Loaded into a job of the same size, training continues bit
 (docs/usage.md, "Restarting a job"). bias_correction=True gives torch.optim.Adam's corrected
 steps (off by default, as in the paper and DeepSpeed).
 """
+from __future__ import annotations
+
 import ctypes
 import struct
+from typing import Any, Dict, Literal, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
 
 from . import _check
-from ._flat_optimizer import _UNDECIDED, _FlatOptimizer, _ptr
+from ._flat_optimizer import _UNDECIDED, Params, _FlatOptimizer, _ptr
 from ._logging import logger
 
 __all__ = ["OnebitAdam"]
@@ -68,11 +71,80 @@ def _bits(value):
 
 
 class OnebitAdam(_FlatOptimizer):
+    """1-bit Adam (Tang et al., 2021): Adam whose momentum, once the variance has settled, is
+    averaged over the ranks 1-bit compressed with error feedback — one compressed all_reduce per
+    step for every parameter group. A torch.optim.Optimizer; docs/usage.md, "OnebitAdam".
+
+    What step() does in each stage:
+
+    - warmup (steps before ``freeze_step``): Adam on the gradients averaged over the ranks in full
+      precision — by onebit.ddp_comm_hook under DDP, else by one all_reduce in step() itself —
+      updating the momentum m and the variance v;
+    - compression stage (from ``freeze_step`` on): v is frozen; m is updated from this rank's own
+      gradient, then averaged over the ranks in one compressed, error-compensated all_reduce of
+      one flat tagged buffer (under DDP the hook sends no gradients), and applied with the frozen
+      v. Elements whose frozen v is at most eps**2 ("dormant") take only weight decay, and every
+      step is clipped to the largest Adam itself can take (docs/usage.md, "Steps under a frozen
+      variance"). A step that fails (NaN or Inf in some rank's momentum) raises and changes
+      nothing.
+
+    Rank 0 logs one line at the freeze (and when ``freeze_step="auto"`` fires) to the "onebit"
+    logger. ``compressing`` says the next step's stage, ``freeze_step`` its first step,
+    ``dormant_elements`` the count at the freeze. state_dict() carries m, v, the schedule and the
+    error feedback (every rank's after consolidate_state_dict()): loaded into a job of the same
+    size, training continues bit for bit.
+
+    Args:
+        params: the parameters to optimize, or parameter groups (dicts; each may set its own lr,
+            betas, eps and weight_decay). float32, all on the CPU or all on one CUDA device, all
+            requiring grad; the groups are fixed at construction (one flat buffer).
+        lr: the learning rate (default 1e-3). Without bias correction the first steps are smaller
+            than torch.optim.Adam's: use a learning-rate warmup. Lower it if the loss diverges
+            once compression starts: the compressed momentum carries error Adam's does not.
+        betas: Adam's (beta1, beta2) for m and v (default (0.9, 0.999)). beta2 also sets how fast
+            v settles, and so when ``"auto"`` freezes it.
+        eps: Adam's epsilon in m / (sqrt(v) + eps) (default 1e-8); also the dormant bound: an
+            element with sqrt(v) <= eps at the freeze is dormant.
+        weight_decay: decoupled weight decay, lr * weight_decay * p added to each step, as
+            DeepSpeed's 1-bit Adam (default 0.0).
+        freeze_step: the first step of the compression stage, an int >= 0, or ``"auto"`` to let
+            the variance choose (default 100). DeepSpeed's guidance: 15-25 % of the steps. The
+            environment variable ONEBIT_FREEZE_STEP, when set, overrides it (``"auto"`` too).
+        process_group: the ranks to average over (default None: the default process group). Its
+            backend must be "onebit" (pip's torch), or gloo under libonebit-preload.so, or NCCL
+            under libonebit-nccl-preload.so (CUDA parameters), for the momentum to be compressed.
+        name: the tag of the momentum buffer, which keys its error feedback (default
+            "onebit_adam/momentum"). The same on every rank; give each optimizer that lives at the
+            same time its own (a second live one of a name is refused).
+        freeze_window: with ``"auto"``, the warmup steps between two measurements of v's relative
+            change (default 10). Raise it to freeze later and more surely.
+        freeze_threshold: with ``"auto"``, the relative change of v over a window under which the
+            compression stage starts (default 0.1). Lower it to freeze later.
+        max_freeze_step: with ``"auto"``, the latest first step of the compression stage (default
+            None: no bound). Set it to bound the warmup of a long run.
+        deepspeed_schedule: run DeepSpeed's schedule call for call (default False): the first
+            call only counts, so freeze_step F gives F - 1 full-precision updates, as DeepSpeed's
+            does. For runs compared with DeepSpeed's (docs/deepspeed.md); needs a fixed
+            freeze_step and no bias correction.
+        bias_correction: torch.optim.Adam's bias-corrected steps, m / (1 - beta1^t) and
+            v / (1 - beta2^t), with v's correction frozen at the freeze (default False, as in the
+            paper and DeepSpeed). On, warmup steps equal torch.optim.Adam's.
+
+    Raises:
+        ValueError: parameters of another dtype or on mixed devices, parameters that require no
+            grad, a bad freeze_step, a name another live optimizer holds.
+        RuntimeError: the ranks disagree on the schedule or the parameters (named, with each
+            rank's value).
+        OnebitError: the C core refuses a hyper-parameter (e.g. the "auto" knobs out of range).
+    """
+
     _steps_in_place = True  # its rule is elementwise: on the CPU each parameter is updated where it lies
 
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, freeze_step=100,
-                 process_group=None, name="onebit_adam/momentum", freeze_window=10, freeze_threshold=0.1,
-                 max_freeze_step=None, deepspeed_schedule=False, bias_correction=False):
+    def __init__(self, params: Params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, freeze_step: Union[int, Literal["auto"]] = 100,
+                 process_group: Optional[dist.ProcessGroup] = None, name: str = "onebit_adam/momentum",
+                 freeze_window: int = 10, freeze_threshold: float = 0.1, max_freeze_step: Optional[int] = None,
+                 deepspeed_schedule: bool = False, bias_correction: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("OnebitAdam", process_group)
         if deepspeed_schedule and freeze_step == "auto":
@@ -148,7 +220,7 @@ class OnebitAdam(_FlatOptimizer):
         return not self.compressing
 
     @property
-    def compressing(self):
+    def compressing(self) -> bool:
         """Whether the next step (and the backward pass before it) is in the compression stage."""
         answer = self._lib.onebit_adam_compressing(ctypes.byref(self._config(self.param_groups[0])),
                                                    ctypes.c_int64(self._step))
@@ -157,7 +229,7 @@ class OnebitAdam(_FlatOptimizer):
         return bool(answer)
 
     @property
-    def freeze_step(self):
+    def freeze_step(self) -> Optional[int]:
         """The first step of the compression stage; None while freeze_step="auto" has not fired."""
         return None if self._freeze_step == _UNDECIDED else self._freeze_step
 
@@ -264,7 +336,11 @@ class OnebitAdam(_FlatOptimizer):
                                      variance_changes=list(self.variance_changes),
                                      bias_correction=self._bias_correction)
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads).
+        The checkpoint must hold this rank's part (every rank's after consolidate_state_dict(), or
+        the one all share before the first compressed step); its schedule and bias_correction must
+        match this optimizer's, checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
         if (saved.get("v_then") is None) != (self._v_then is None):
             raise ValueError("OnebitAdam.load_state_dict: the checkpoint and this optimizer disagree on "
@@ -286,8 +362,9 @@ class OnebitAdam(_FlatOptimizer):
         self._load_error_state(saved["worker_error"], saved["server_error"])
         self._loaded(saved)
 
-    def close(self):
-        """Untags the momentum (frees its error-feedback state)."""
+    def close(self) -> None:
+        """Untags the momentum (frees its error-feedback state) and frees its name for another
+        optimizer. Dropping the optimizer does the same; calling it twice does nothing."""
         self._drop_tag()
 
 
