@@ -9,7 +9,7 @@ cp -r "$src/python" "$work/shim"   # pip builds in place; keep the source tree c
 "$work/venv/bin/pip" install --no-build-isolation --no-deps --quiet "$work/shim"
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
-import warnings
+import os, warnings
 import onebit, onebit.onebit_adam
 assert onebit.__file__.startswith("%s" % __import__("sys").prefix), onebit.__file__
 try:
@@ -19,6 +19,7 @@ except onebit.OnebitNotLoaded as error:
 else:
     raise AssertionError("stats() without the preload must raise OnebitNotLoaded")
 assert onebit.OnebitAdam is onebit.onebit_adam.OnebitAdam
+assert os.path.isfile(os.path.join(os.path.dirname(onebit.__file__), "py.typed")), "py.typed not installed (PEP 561)"
 with warnings.catch_warnings(record=True) as said:  # 0.2's module name: an alias that says it is deprecated
     warnings.simplefilter("always")
     import onebit.optim
