@@ -61,6 +61,9 @@ def onebit_optimizers(*optimizers: Any) -> List[_FlatOptimizer]:
         if isinstance(optimizer, (list, tuple)):
             found += onebit_optimizers(*optimizer)
             continue
+        # `optimizer`: Accelerate's AcceleratedOptimizer and Lightning's LightningOptimizer (public in
+        # accelerate 1.16.0 and lightning 2.6.6, the versions trainers_check.py runs); `_optimizer`,
+        # the private attribute behind Lightning's property, is the fallback for a wrapper without it.
         for _ in range(8):  # wrappers of wrappers, never a cycle
             if isinstance(optimizer, _FlatOptimizer) or optimizer is None:
                 break
@@ -71,7 +74,11 @@ def onebit_optimizers(*optimizers: Any) -> List[_FlatOptimizer]:
 
 
 def _unwrap_compiled(module):
-    return getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule
+    # torch.compile's OptimizedModule keeps the module it compiled in `_orig_mod`, a private
+    # attribute with no public accessor; the DDP to hook is found through it (torch.compile(ddp), or
+    # a DDP of torch.compile(model)). Checked on torch 2.15.0 (PyPI); Debian's torch 1.13.0a0 has no
+    # torch.compile, and the default returns `module`.
+    return getattr(module, "_orig_mod", module)
 
 
 def _ddp_wrapping(model):
@@ -144,6 +151,8 @@ def prepare_accelerator(accelerator: Any) -> List[_FlatOptimizer]:
     with the prepared onebit optimizer, and a save_state pre-hook that runs before_checkpoint (and
     takes the model's weights afresh when a ZeroOneAdam synchronized). Evaluate after
     onebit.integrations.synchronize(optimizer) with ZeroOneAdam. Returns the onebit optimizers."""
+    # Accelerate has no public list of what prepare() returned: `_optimizers` and `_models` are its
+    # private attributes (checked on accelerate 1.16.0, trainers_check.py's).
     optimizers = onebit_optimizers(list(accelerator._optimizers))
     if not optimizers:
         raise TypeError("onebit.integrations.prepare_accelerator: no onebit optimizer among the accelerator's prepared "
