@@ -17,14 +17,20 @@ import ctypes.util
 import os
 import sys
 
-__all__ = ["tag", "untag", "stats", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb", "ddp_comm_hook",
-           "register_backend", "lib_dir", "nccl_net_plugin_path", "nccl_preload_path"]
+from . import _logging  # noqa: F401 (installs the "onebit" logger's stderr handler; docs/usage.md, "Logging")
+from ._errors import OnebitError
+
+__all__ = ["tag", "untag", "stats", "OnebitError", "OnebitNotLoaded", "OnebitAdam", "ZeroOneAdam", "OnebitLamb",
+           "ddp_comm_hook", "register_backend", "lib_dir", "nccl_net_plugin_path", "nccl_preload_path"]
 
 
 def __getattr__(name):  # torch is imported only by those who use the optimizer
-    if name in ("OnebitAdam", "ddp_comm_hook"):
-        from . import optim
-        return getattr(optim, name)
+    if name == "OnebitAdam":
+        from . import onebit_adam
+        return onebit_adam.OnebitAdam
+    if name == "ddp_comm_hook":
+        from . import ddp_hook
+        return ddp_hook.ddp_comm_hook
     if name == "ZeroOneAdam":
         from . import zero_one_adam
         return zero_one_adam.ZeroOneAdam
@@ -212,8 +218,9 @@ def _tag_name(tensor):
 
 
 def _check(lib, result):
+    """Raises OnebitError (its code `result`) with the library's message when a C call failed."""
     if result != 0:
-        raise RuntimeError(lib.onebit_last_error().decode())
+        raise OnebitError(result, lib.onebit_last_error().decode())
 
 
 def tag(tensor, name):

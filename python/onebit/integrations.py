@@ -18,19 +18,23 @@ What each does, at the point its framework allows it:
 Nothing here imports a framework until its class is asked for; transformers, accelerate and
 lightning are not onebit's dependencies.
 """
+from __future__ import annotations
+
 import gc
-import sys
+from typing import Any, List, Optional
 
 import torch
 import torch.distributed as dist
 
-from .optim import _FlatOptimizer, ddp_comm_hook
+from ._flat_optimizer import _FlatOptimizer
+from ._logging import logger
+from .ddp_hook import ddp_comm_hook
 
 __all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "before_checkpoint", "synchronize",
            "prepare_accelerator", "OnebitTrainerCallback", "OnebitLightningCallback"]
 
 
-def init_process_group(**kwargs):
+def init_process_group(**kwargs: Any) -> str:
     """The default process group made with the backend through which this process's onebit door
     compresses — "onebit" (the backend, registered here; pip's torch), "gloo" under
     libonebit-preload.so, "nccl" under libonebit-nccl-preload.so — from torchrun's environment
@@ -48,7 +52,7 @@ def init_process_group(**kwargs):
     return dist.get_backend()
 
 
-def onebit_optimizers(*optimizers):
+def onebit_optimizers(*optimizers: Any) -> List[_FlatOptimizer]:
     """The onebit optimizers among `optimizers` (lists of them too), through the wrappers frameworks
     put around them: Accelerate's AcceleratedOptimizer (.optimizer), Lightning's LightningOptimizer
     (._optimizer)."""
@@ -57,6 +61,9 @@ def onebit_optimizers(*optimizers):
         if isinstance(optimizer, (list, tuple)):
             found += onebit_optimizers(*optimizer)
             continue
+        # `optimizer`: Accelerate's AcceleratedOptimizer and Lightning's LightningOptimizer (public in
+        # accelerate 1.16.0 and lightning 2.6.6, the versions trainers_check.py runs); `_optimizer`,
+        # the private attribute behind Lightning's property, is the fallback for a wrapper without it.
         for _ in range(8):  # wrappers of wrappers, never a cycle
             if isinstance(optimizer, _FlatOptimizer) or optimizer is None:
                 break
@@ -67,7 +74,11 @@ def onebit_optimizers(*optimizers):
 
 
 def _unwrap_compiled(module):
-    return getattr(module, "_orig_mod", module)  # torch.compile's OptimizedModule
+    # torch.compile's OptimizedModule keeps the module it compiled in `_orig_mod`, a private
+    # attribute with no public accessor; the DDP to hook is found through it (torch.compile(ddp), or
+    # a DDP of torch.compile(model)). Checked on torch 2.15.0 (PyPI); Debian's torch 1.13.0a0 has no
+    # torch.compile, and the default returns `module`.
+    return getattr(module, "_orig_mod", module)
 
 
 def _ddp_wrapping(model):
@@ -84,7 +95,7 @@ def _ddp_wrapping(model):
     return None
 
 
-def register_comm_hook(model, optimizer):
+def register_comm_hook(model: torch.nn.Module, optimizer: Any) -> Optional[torch.nn.parallel.DistributedDataParallel]:
     """onebit.ddp_comm_hook registered, with `optimizer` (a onebit optimizer, or a framework's wrapper
     of one), on the DistributedDataParallel that is or wraps `model`. Returns that DDP, or None where
     the model is not wrapped (the optimizer then averages the gradients itself). Registering twice
@@ -114,7 +125,7 @@ def _optimizer_for(model, optimizers):
     return next((o for o in optimizers if any(id(p) in ids for p in o._params())), None)
 
 
-def synchronize(*optimizers):
+def synchronize(*optimizers: Any) -> bool:
     """Every ZeroOneAdam among `optimizers` synchronized (equal replicas; a collective when its
     replicas differ). Returns whether any parameter changed."""
     from .zero_one_adam import ZeroOneAdam
@@ -125,7 +136,7 @@ def synchronize(*optimizers):
     return changed
 
 
-def before_checkpoint(*optimizers):
+def before_checkpoint(*optimizers: Any) -> bool:
     """On every rank, before a checkpoint that one rank saves: synchronize() and each optimizer's
     consolidate_state_dict(). Returns whether any parameter changed (the model's state must then be
     taken afresh)."""
@@ -135,11 +146,13 @@ def before_checkpoint(*optimizers):
     return changed
 
 
-def prepare_accelerator(accelerator):
+def prepare_accelerator(accelerator: Any) -> List[_FlatOptimizer]:
     """Accelerate, after accelerator.prepare(model, optimizer, ...): the DDP hook on each prepared model
     with the prepared onebit optimizer, and a save_state pre-hook that runs before_checkpoint (and
     takes the model's weights afresh when a ZeroOneAdam synchronized). Evaluate after
     onebit.integrations.synchronize(optimizer) with ZeroOneAdam. Returns the onebit optimizers."""
+    # Accelerate has no public list of what prepare() returned: `_optimizers` and `_models` are its
+    # private attributes (checked on accelerate 1.16.0, trainers_check.py's).
     optimizers = onebit_optimizers(list(accelerator._optimizers))
     if not optimizers:
         raise TypeError("onebit.integrations.prepare_accelerator: no onebit optimizer among the accelerator's prepared "
@@ -160,8 +173,8 @@ def prepare_accelerator(accelerator):
 
 def _warn_not_onebit(where, optimizer):
     if not dist.is_initialized() or dist.get_rank() == 0:
-        print(f"onebit: WARNING: {where}: the trainer's optimizer is {type(optimizer).__name__}, not a onebit optimizer "
-              "(OnebitAdam, ZeroOneAdam, OnebitLamb): this callback does nothing", file=sys.stderr, flush=True)
+        logger.warning(f"{where}: the trainer's optimizer is {type(optimizer).__name__}, not a onebit optimizer "
+                       "(OnebitAdam, ZeroOneAdam, OnebitLamb): this callback does nothing")
 
 
 def _trainer_callback_class():

@@ -16,12 +16,15 @@ With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU (the C core 
 memory). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
 error-feedback state: training resumes bit for bit on the same rank of a job of the same size.
 """
-import ctypes
+from __future__ import annotations
 
-import torch
+import ctypes
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch.distributed as dist
 
 from . import _check
-from .optim import _FlatOptimizer, _ptr
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 
 __all__ = ["OnebitLamb"]
 
@@ -40,9 +43,61 @@ class _Layer(ctypes.Structure):  # onebit_lamb_layer_t
 
 
 class OnebitLamb(_FlatOptimizer):
-    def __init__(self, params, lr=1e-3, freeze_step=100000, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 max_coeff=10.0, min_coeff=0.01, coeff_beta=0.9, factor_max=4.0, factor_min=0.5,
-                 factor_threshold=0.1, process_group=None, name="onebit_lamb/momentum"):
+    """1-bit LAMB (Li et al., 2021) with DeepSpeed's parameter names and defaults: LAMB (each
+    parameter tensor a layer with its own trust ratio) with 1-bit Adam's two stages. A
+    torch.optim.Optimizer over float32 CPU parameters; docs/usage.md, "ZeroOneAdam and OnebitLamb".
+
+    What step() does in each stage:
+
+    - warmup (steps before ``freeze_step``): LAMB on the gradients averaged over the ranks in full
+      precision (by onebit.ddp_comm_hook under DDP); each layer's trust ratio clipped to
+      [min_coeff, max_coeff], and its running average (coeff_beta) kept;
+    - compression stage (from ``freeze_step`` on): the variance and the averaged trust ratios
+      frozen; each layer's momentum updated from this rank's gradient and scaled so that the
+      layers' magnitudes match, averaged in one compressed all_reduce of one flat tagged buffer;
+      each layer moves with its frozen coefficient times a factor read off a fresh variance, kept
+      within [factor_min, factor_max] and within factor_threshold of the last step's.
+
+    ``lamb_coeffs`` lists the last step's coefficients (DeepSpeed's get_lamb_coeffs()).
+    state_dict() carries every buffer, each layer's scalars and the error feedback; loaded into a
+    job of the same size, training continues bit for bit.
+
+    Args:
+        params: the parameters to optimize, or parameter groups (dicts; each may set its own lr,
+            betas, eps, weight_decay, max_coeff and min_coeff). float32 on the CPU, all requiring
+            grad; the groups are fixed at construction.
+        lr: the learning rate (default 1e-3).
+        freeze_step: the first step of the compression stage, an int >= 0 (default 100000,
+            DeepSpeed's: scale it down for short runs). ONEBIT_FREEZE_STEP, when set, overrides it.
+        betas: (beta1, beta2) for the momentum and the variance (default (0.9, 0.999)).
+        eps: epsilon in the update's denominator (default 1e-8).
+        weight_decay: weight decay added to the update before the trust ratio (default 0.0).
+        max_coeff: the largest warmup trust ratio (default 10.0).
+        min_coeff: the smallest warmup trust ratio (default 0.01).
+        coeff_beta: the running average's coefficient for the trust ratio frozen at freeze_step
+            (default 0.9). Higher: a smoother, slower average.
+        factor_max: the largest compression-stage factor on a layer's frozen coefficient
+            (default 4.0).
+        factor_min: the smallest such factor (default 0.5).
+        factor_threshold: the largest relative change of the factor from one step to the next
+            (default 0.1). Lower: steadier steps, slower to follow the fresh variance.
+        process_group: the ranks to average over (default None: the default process group); its
+            backend must be "onebit", or gloo under libonebit-preload.so, for compression.
+        name: the tag of the momentum buffer, which keys its error feedback (default
+            "onebit_lamb/momentum"). The same on every rank; one per live optimizer.
+
+    Raises:
+        ValueError: parameters not float32 on the CPU, or requiring no grad; a bad freeze_step; a
+            name another live optimizer holds.
+        RuntimeError: the ranks disagree on the schedule or the parameters.
+        OnebitError: the C core refuses a hyper-parameter (code INVALID_ARGUMENT).
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, freeze_step: int = 100000,
+                 betas: Tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 max_coeff: float = 10.0, min_coeff: float = 0.01, coeff_beta: float = 0.9, factor_max: float = 4.0,
+                 factor_min: float = 0.5, factor_threshold: float = 0.1,
+                 process_group: Optional[dist.ProcessGroup] = None, name: str = "onebit_lamb/momentum") -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_coeff=max_coeff,
                                       min_coeff=min_coeff))
         self._flatten("OnebitLamb", process_group, cuda=False)
@@ -80,12 +135,12 @@ class OnebitLamb(_FlatOptimizer):
                        factor_threshold)
 
     @property
-    def compressing(self):
+    def compressing(self) -> bool:
         """Whether the next step (and the backward pass before it) is in the compression stage."""
         return self._step >= self._freeze_step
 
     @property
-    def freeze_step(self):
+    def freeze_step(self) -> int:
         """The first step of the compression stage."""
         return self._freeze_step
 
@@ -94,7 +149,7 @@ class OnebitLamb(_FlatOptimizer):
         return not self.compressing
 
     @property
-    def lamb_coeffs(self):
+    def lamb_coeffs(self) -> List[float]:
         """Each layer's coefficient in the last step (DeepSpeed's get_lamb_coeffs())."""
         return [layer.lamb_coeff for layer in self._layers]
 
@@ -136,7 +191,9 @@ class OnebitLamb(_FlatOptimizer):
                                      layers=[{name: getattr(l, name) for name, _ in _Layer._fields_}
                                              for l in self._layers])
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
+        checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
         if len(saved["layers"]) != len(self._layers):
             raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
@@ -153,6 +210,7 @@ class OnebitLamb(_FlatOptimizer):
                 setattr(layer, name, value)
         self._loaded(saved)
 
-    def close(self):
-        """Untags the momentum (frees its error-feedback state)."""
+    def close(self) -> None:
+        """Untags the momentum (frees its error-feedback state) and frees its name for another
+        optimizer. Dropping the optimizer does the same; calling it twice does nothing."""
         self._drop_tag()

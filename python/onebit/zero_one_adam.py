@@ -24,12 +24,16 @@ state (every rank's after consolidate_state_dict(), as OnebitAdam's): loaded int
 same size, training continues bit for bit. synchronize() makes the replicas equal before a save
 or an evaluation; onebit.integrations call it.
 """
+from __future__ import annotations
+
 import ctypes
+from typing import Any, Dict, Optional, Tuple
 
 import torch
+import torch.distributed as dist
 
 from . import _check, tag, untag
-from .optim import _FlatOptimizer, _ptr
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 
 __all__ = ["ZeroOneAdam"]
 
@@ -49,9 +53,63 @@ class _Schedule(ctypes.Structure):  # onebit_zero_one_adam_schedule_t
 
 
 class ZeroOneAdam(_FlatOptimizer):
-    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, var_freeze_step=100000,
-                 var_update_scaler=16, local_step_scaler=32678, local_step_clipper=16, process_group=None,
-                 name="zero_one_adam/buffer"):
+    """0/1 Adam (Lu et al., 2022) with DeepSpeed's parameter names and defaults: Adam whose variance
+    is updated on ever sparser steps, whose gradients are averaged 1-bit compressed in between,
+    and whose ranks, once the variance is frozen, take local steps and synchronise ever more
+    rarely. A torch.optim.Optimizer over float32 CPU parameters; docs/usage.md, "ZeroOneAdam and
+    OnebitLamb".
+
+    What step() does, by the kind of step (``next_step_kind()`` says the next one's):
+
+    - VARIANCE_STEP (up to ``var_freeze_step``, on exponentially spaced steps): the gradients
+      averaged over the ranks in full precision (by onebit.ddp_comm_hook under DDP), then Adam
+      with the variance updated;
+    - COMPRESSED_STEP (the other steps up to ``var_freeze_step``): the gradients averaged 1-bit
+      compressed (one flat tagged buffer, error feedback), Adam with the variance kept;
+    - LOCAL_STEP (after ``var_freeze_step``): no communication; the update accumulates;
+    - SYNC_STEP (every local_step_interval-th local step): the accumulated update averaged
+      compressed in the same buffer, and every replica lands on the same parameters.
+
+    Between syncs the replicas legitimately differ: synchronize() (every rank) makes them equal
+    before a save or an evaluation; onebit.integrations call it. state_dict() carries the schedule
+    and every buffer; loaded into a job of the same size, training continues bit for bit.
+
+    Args:
+        params: the parameters to optimize, or parameter groups (dicts; each may set its own lr,
+            betas, eps and weight_decay). float32 on the CPU, all requiring grad; the groups are
+            fixed at construction.
+        lr: the learning rate (default 1e-3).
+        betas: Adam's (beta1, beta2) (default (0.9, 0.999)).
+        eps: Adam's epsilon (default 1e-8); also the dormant bound after the freeze.
+        weight_decay: decoupled weight decay, lr * weight_decay * p per step (default 0.0).
+        var_freeze_step: the last step that may update the variance; local steps follow (default
+            100000, DeepSpeed's: suits runs of hundreds of thousands of steps). DeepSpeed sets it
+            at the end of the learning-rate warmup; scale it down for short runs (the demo: 15 %
+            of the steps).
+        var_update_scaler: variance updates after which the interval between them doubles
+            (default 16). Lower: fewer full-precision steps, a staler variance.
+        local_step_scaler: local steps after which the interval between syncs doubles (default
+            32678, DeepSpeed's number). Scale it down for short runs (the demo: a tenth of the
+            steps).
+        local_step_clipper: the largest interval between syncs, in steps (default 16). Higher:
+            less communication, replicas further apart between syncs.
+        process_group: the ranks to average over (default None: the default process group); its
+            backend must be "onebit", or gloo under libonebit-preload.so, for compression.
+        name: the tag of the compressed buffer, which keys its error feedback (default
+            "zero_one_adam/buffer"). The same on every rank; one per live optimizer.
+
+    Raises:
+        ValueError: parameters not float32 on the CPU, or requiring no grad; a name another live
+            optimizer holds.
+        RuntimeError: the ranks disagree on the schedule or the parameters.
+        OnebitError: the C core refuses a hyper-parameter (a scaler or the clipper < 1,
+            var_freeze_step < 0): code INVALID_ARGUMENT.
+    """
+
+    def __init__(self, params: Params, lr: float = 1e-3, betas: Tuple[float, float] = (0.9, 0.999),
+                 eps: float = 1e-8, weight_decay: float = 0.0, var_freeze_step: int = 100000,
+                 var_update_scaler: int = 16, local_step_scaler: int = 32678, local_step_clipper: int = 16,
+                 process_group: Optional[dist.ProcessGroup] = None, name: str = "zero_one_adam/buffer") -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("ZeroOneAdam", process_group, cuda=False)
         self._schedule_config = (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)
@@ -79,7 +137,7 @@ class ZeroOneAdam(_FlatOptimizer):
         return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
                        *self._schedule_config)
 
-    def next_step_kind(self, group=None):
+    def next_step_kind(self, group: Optional[Dict[str, Any]] = None) -> int:
         """The kind of the next step: VARIANCE_STEP, COMPRESSED_STEP, LOCAL_STEP or SYNC_STEP."""
         kind = ctypes.c_int()
         config = self._config(group or self.param_groups[0])
@@ -92,7 +150,7 @@ class ZeroOneAdam(_FlatOptimizer):
         return self.next_step_kind() == VARIANCE_STEP
 
     @property
-    def schedule(self):
+    def schedule(self) -> Dict[str, int]:
         """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
         return {name: getattr(self._schedule, name) for name, _ in _Schedule._fields_}
 
@@ -160,7 +218,7 @@ class ZeroOneAdam(_FlatOptimizer):
                 ctypes.c_size_t(hi - lo)))
 
     @torch.no_grad()
-    def synchronize(self):
+    def synchronize(self) -> bool:
         """Every rank's parameters made equal now — before saving or evaluating mid local-step stage,
         where the replicas legitimately differ between syncs. It is a sync out of schedule: u
         averaged 1-bit compressed, the parameters rebuilt from the last sync's (the schedule does
@@ -184,7 +242,9 @@ class ZeroOneAdam(_FlatOptimizer):
         return self._rank_state(False, schedule=self.schedule, u=self._u.clone(),
                                      params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs])
 
-    def load_state_dict(self, state_dict):
+    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
+        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
+        schedule, buffers and error feedback; checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
         schedule = _Schedule(**saved["schedule"])
         kind = ctypes.c_int()
@@ -205,6 +265,7 @@ class ZeroOneAdam(_FlatOptimizer):
             l.value = value
         self._loaded(saved)
 
-    def close(self):
-        """Untags the buffer (frees its error-feedback state)."""
+    def close(self) -> None:
+        """Untags the buffer (frees its error-feedback state) and frees its name for another
+        optimizer. Dropping the optimizer does the same; calling it twice does nothing."""
         self._drop_tag()

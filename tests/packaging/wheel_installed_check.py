@@ -117,6 +117,8 @@ def check_wheel_shape(wheel):
         fail(f"no onebit-run console script in entry_points.txt:\n{entry_points}")
     if any(n.startswith(("tests/", "tools/")) for n in names):
         fail("the wheel carries tests or tools")
+    if "onebit/py.typed" not in names:
+        fail("no onebit/py.typed in the wheel: type checkers would ignore the package's hints (PEP 561)")
     print(f"OK: {name} holds {', '.join(os.path.basename(n) for n in shared)}, once each; no torch requirement")
     return "onebit/lib/libonebit-nccl-preload.so" in shared
 

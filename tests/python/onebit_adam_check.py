@@ -25,7 +25,7 @@ def rank_main(rank, store, out_dir):
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     import onebit
-    from onebit.optim import OnebitAdam
+    from onebit import OnebitAdam
     from modes import fit  # tests/python, the script's own folder
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)

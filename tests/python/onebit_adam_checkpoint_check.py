@@ -23,7 +23,7 @@ def rank_main(mode, rank, store, out_dir):
     import torch
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
-    from onebit.optim import OnebitAdam
+    from onebit import OnebitAdam
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     torch.manual_seed(0)

@@ -4,7 +4,9 @@ libonebit-preload.so.
 1. "auto": the rule fires on both ranks after the same step, rank 0 says so on stderr, and exactly
    the steps after it ran compressed allreduces.
 2. "fixed": the same training with freeze_step set to that step gives bitwise the same parameters:
-   the automatic run is 1-bit Adam with a freeze step the variance chose.
+   the automatic run is 1-bit Adam with a freeze step the variance chose. This run's script routes
+   the "onebit" logger into its own logging (docs/usage.md, "Logging"): rank 0's freeze line lands
+   in the application's log file, with the logger's name and level, and not on stderr.
 3. "first" + "resume": saved in warmup between two measurements and resumed in fresh processes,
    the run ends bitwise where the uninterrupted one does (the decision, v's snapshot and the
    error-feedback state all travel in state_dict()).
@@ -28,9 +30,16 @@ def rank_main(mode, rank, store, out_dir):
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     import onebit
-    from onebit.optim import OnebitAdam
+    from onebit import OnebitAdam
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    if mode == "fixed":  # docs/usage.md's recipe: the application's logging takes onebit's lines over
+        import logging
+        logging.basicConfig(filename=os.path.join(out_dir, f"log{rank}.txt"), level=logging.INFO,
+                            format="app: %(name)s %(levelname)s %(message)s")
+        log = logging.getLogger("onebit")
+        log.handlers.clear()
+        log.propagate = True
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
     rng = np.random.default_rng(100 + rank)
@@ -97,9 +106,13 @@ def main():
         require(f"fired after step {freeze - 1}" in errors[0] and f"compression from step {freeze}" in errors[0],
                 errors[0])
         require("fired" not in errors[1], "only rank 0 reports it")
+        require(f"onebit: OnebitAdam: variance frozen from step {freeze};" in errors[0], errors[0])
         with open(os.path.join(tmp, "auto.json"), "w") as f:
             json.dump({"freeze_step": freeze}, f)
-        run("fixed", tmp, env)
+        errors = run("fixed", tmp, env)
+        logs = [open(os.path.join(tmp, f"log{r}.txt")).read() for r in range(WORLD)]
+        require(f"app: onebit INFO OnebitAdam: variance frozen from step {freeze};" in logs[0], logs[0])
+        require("variance frozen" not in errors[0] + logs[1], f"the line went elsewhere too: {errors[0]}{logs[1]}")
         run("first", tmp, env)
         run("resume", tmp, env)
         for r in range(WORLD):

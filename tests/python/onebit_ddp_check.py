@@ -10,6 +10,7 @@ Checks:
 
     /usr/bin/python3 tests/python/onebit_ddp_check.py BUILD_DIR
 """
+import gc
 import json
 import os
 import subprocess
@@ -63,6 +64,12 @@ def rank_main(rank, mode, store, out_dir):
     with open(os.path.join(out_dir, f"{mode}{rank}.json"), "w") as f:
         json.dump(s, f)
     optimizer.close()
+    # Torch 1.13: a DDP left to interpreter teardown can deadlock there — its Reducer's destructor
+    # joins gloo's worker thread, holding the GIL that thread waits for to free a tensor (seen as a
+    # rank that never exits, about 1 run in 20 on a loaded machine). docs/usage.md's advice: let the
+    # DDP module go before destroy_process_group().
+    del net
+    gc.collect()
     dist.destroy_process_group()
 
 

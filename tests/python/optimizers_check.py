@@ -9,6 +9,8 @@ libonebit-preload.so, one small model trained by each optimizer side by side.
    parameters (the hook averages exactly the steps that want averaged gradients).
 3. "first" + "resume": saved at step 17 (0/1 Adam in its local-step stage with u accumulated since
    a sync, 1-bit LAMB in compression) and resumed in fresh processes: bitwise the uninterrupted run.
+4. In "plain", first: a C call refused (an untag of an untagged tensor, a ZeroOneAdam hyper-parameter
+   the C core rejects) raises onebit.OnebitError with the code INVALID_ARGUMENT.
 
     /usr/bin/python3 tests/python/optimizers_check.py BUILD_DIR
 """
@@ -46,6 +48,26 @@ def schedule_kinds(steps):
     return kinds
 
 
+def check_errors(torch, onebit):
+    """A C call that fails raises onebit.OnebitError — a RuntimeError — with the call's onebit_result_t
+    as .code and the library's message; pickled, it keeps both."""
+    import pickle
+    cases = [("untag of a tensor never tagged", lambda: onebit.untag(torch.zeros(4)), "is not tagged"),
+             ("ZeroOneAdam(var_update_scaler=0)",
+              lambda: onebit.ZeroOneAdam(torch.nn.Linear(2, 2).parameters(), var_update_scaler=0), "var_update_scaler")]
+    for what, call, words in cases:
+        try:
+            call()
+        except onebit.OnebitError as error:
+            require(isinstance(error, RuntimeError) and error.code == onebit.OnebitError.INVALID_ARGUMENT
+                    and words in str(error), f"{what}: {error.code} {error}")
+            again = pickle.loads(pickle.dumps(error))
+            require(type(again) is onebit.OnebitError and again.code == error.code and str(again) == str(error),
+                    f"{what}: pickled, the error became {again!r}")
+        else:
+            require(False, f"{what}: accepted")
+
+
 def rank_main(mode, rank, store, out_dir):
     import numpy as np
     import torch
@@ -54,6 +76,8 @@ def rank_main(mode, rank, store, out_dir):
     import onebit
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    if mode == "plain":
+        check_errors(torch, onebit)
 
     def make(seed):
         torch.manual_seed(seed)

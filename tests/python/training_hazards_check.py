@@ -26,7 +26,8 @@ torch.distributed each:
   none-grads    A head that gets no gradient on some steps on rank 0 only: ranks stay bitwise equal,
                 and equal the run that passes zeros instead (the documented rule).
   nan           A NaN gradient on rank 1 in the compression stage: every rank's step fails naming
-                the step, the stage and the likely causes; nothing changed.
+                the step, the stage and the likely causes; nothing changed. On the onebit backend
+                the error is an onebit.OnebitError with the code NUMERIC_ERROR.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -328,6 +329,9 @@ def nan_case(mode, rank, torch, dist, onebit, out):
                 require(words in text, f"the error does not say '{words}': {text}")
             require(torch.equal(flat(model), before), "the failed step moved the parameters")
             require(torch.equal(optimizer.state_dict()["onebit"]["parts"][rank]["m"], state["m"]), "the failed step changed m")
+            if dist.get_backend() == "onebit":  # the backend's error keeps its class and code (the preload's is gloo's)
+                require(isinstance(error, onebit.OnebitError) and error.code == onebit.OnebitError.NUMERIC_ERROR,
+                        f"not an OnebitError with code NUMERIC_ERROR: {error!r} (code {getattr(error, 'code', None)})")
             return
         raise CheckFailed("a NaN gradient in the compression stage did not fail the step")
 

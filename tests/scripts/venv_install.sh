@@ -9,7 +9,8 @@ cp -r "$src/python" "$work/shim"   # pip builds in place; keep the source tree c
 "$work/venv/bin/pip" install --no-build-isolation --no-deps --quiet "$work/shim"
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
-import onebit, onebit.optim
+import os, warnings
+import onebit, onebit.onebit_adam
 assert onebit.__file__.startswith("%s" % __import__("sys").prefix), onebit.__file__
 try:
     onebit.stats()
@@ -17,6 +18,12 @@ except onebit.OnebitNotLoaded as error:
     assert "LD_PRELOAD=" in str(error), error
 else:
     raise AssertionError("stats() without the preload must raise OnebitNotLoaded")
-assert onebit.OnebitAdam is onebit.optim.OnebitAdam
+assert onebit.OnebitAdam is onebit.onebit_adam.OnebitAdam
+assert os.path.isfile(os.path.join(os.path.dirname(onebit.__file__), "py.typed")), "py.typed not installed (PEP 561)"
+with warnings.catch_warnings(record=True) as said:  # 0.2's module name: an alias that says it is deprecated
+    warnings.simplefilter("always")
+    import onebit.optim
+assert onebit.optim.OnebitAdam is onebit.OnebitAdam and onebit.optim.ddp_comm_hook is onebit.ddp_comm_hook
+assert any(issubclass(w.category, DeprecationWarning) for w in said), said
 print("OK: pip-installed shim imports in a --system-site-packages venv and explains the missing preload")
 PY

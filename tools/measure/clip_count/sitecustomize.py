@@ -8,14 +8,15 @@ import os
 
 if os.environ.get("CLIP_COUNT_OUT"):
     import ctypes
-    import onebit.optim as optim
+    import onebit.onebit_adam as onebit_adam
+    from onebit._flat_optimizer import _UNDECIDED
 
     counts = {"steps": 0, "steps_with_clips": 0, "clipped_elements": 0, "largest_ratio": 0.0}
-    plain_step = optim.OnebitAdam._flat_step
+    plain_step = onebit_adam.OnebitAdam._flat_step
 
     def counted_step(self):
         plain_step(self)
-        if self._freeze_step == optim._UNDECIDED or self._step - 1 < self._freeze_step:
+        if self._freeze_step == _UNDECIDED or self._step - 1 < self._freeze_step:
             return
         group = self.param_groups[0]
         bound = self._lib.onebit_adam_step_bound(ctypes.c_float(group["betas"][0]), ctypes.c_float(group["betas"][1]))
@@ -29,7 +30,7 @@ if os.environ.get("CLIP_COUNT_OUT"):
         counts["clipped_elements"] += clipped
         counts["largest_ratio"] = max(counts["largest_ratio"], float(ratio[live].max()))
 
-    optim.OnebitAdam._flat_step = counted_step
+    onebit_adam.OnebitAdam._flat_step = counted_step
 
     @atexit.register
     def _write():

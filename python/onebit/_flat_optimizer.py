@@ -1,0 +1,518 @@
+"""_FlatOptimizer: what onebit's optimizers (OnebitAdam, ZeroOneAdam, OnebitLamb) share — one flat
+fp32 buffer of every parameter and one of their gradients, the full-precision gradient average, the
+tagged buffer's compressed average and its error feedback in state_dict(), the ranks' agreement on
+the schedule, and the DDP hook's question (does the next step want averaged gradients?). Private:
+the public optimizers are onebit.OnebitAdam, onebit.ZeroOneAdam and onebit.OnebitLamb.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+import pickle
+import weakref
+from typing import Any, Callable, Dict, Iterable, Optional, Union
+
+import torch
+import torch.distributed as dist
+
+from . import _library, _check, _tags, _wait_for_compressed_calls, stats, tag
+from ._errors import OnebitError
+from ._logging import logger
+
+_UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
+_SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
+
+# What the optimizers take as `params`, as torch.optim.Optimizer does: tensors, or parameter groups
+# (dicts with "params" and any of the optimizer's per-group hyper-parameters).
+Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
+
+
+def _ptr(tensor):
+    return ctypes.c_void_p(tensor.data_ptr())
+
+
+class _FlatOptimizer(torch.optim.Optimizer):
+    """What onebit's optimizers share: one flat fp32 buffer of every parameter (each group a
+    contiguous range of it, in param_groups order) and one of their gradients, filled at every step
+    from the parameters as they are then and written back after it (the parameters own their
+    storage: frameworks that move or swap it, and safetensors, see ordinary tensors) — or, for an
+    elementwise rule on the CPU (OnebitAdam), each parameter updated where it lies; the gradient
+    average of the full-precision steps; the tagged buffer's error-feedback state in state_dict();
+    and the DDP hook's question: does the next step want averaged gradients?"""
+
+    def _flatten(self, who, process_group, cuda=True):
+        self._who = who
+        self._lib = _library()
+        self._group = process_group
+        self._world = dist.get_world_size(process_group)
+        self._rank = dist.get_rank(process_group)
+        self._gradients_averaged_by_hook = False  # set by ddp_comm_hook
+        self._checked_for_ddp = False  # _warn_if_averaged_twice ran
+        self.dormant_elements = None  # at the freeze: how many elements are dormant (onebit.h)
+        devices = {p.device for group in self.param_groups for p in group["params"]}
+        allowed = ("cpu", "cuda") if cuda else ("cpu",)
+        if len(devices) != 1 or next(iter(devices)).type not in allowed:
+            where = "one CPU or CUDA device" if cuda else "the CPU (the C core works on host memory; OnebitAdam also runs on CUDA)"
+            raise ValueError(f"{who}: parameters must all be on {where}, not {sorted(map(str, devices))}")
+        self._device = next(iter(devices))
+        # _warn_if_not_compressed ran (on CPU only: the NCCL door counts in its own library)
+        self._checked_compression = self._device.type == "cuda"
+        self._ranges, self._slices = [], []  # per group; per parameter
+        offset = 0
+        for g, group in enumerate(self.param_groups):
+            start = offset
+            for i, p in enumerate(group["params"]):
+                if p.dtype != torch.float32:
+                    raise ValueError(f"{who}: parameters must be float32, not {p.dtype} (parameter {i} of group {g}, "
+                                     f"shape {tuple(p.shape)}); under torch.autocast keep them float32")
+                if not p.requires_grad:
+                    raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) does not require "
+                                     "grad: pass only trainable parameters, e.g. [p for p in model.parameters() if "
+                                     "p.requires_grad] (torch.optim.Adam skips them; in onebit's one flat buffer "
+                                     "they would take a zero gradient and decay)")
+                self._slices.append((offset, offset + p.numel()))
+                offset += p.numel()
+            self._ranges.append((start, offset))
+        self._total = offset
+        self._flat = self._zeros()
+        self._grad = self._zeros()
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            self._flat[lo:hi].copy_(p.data.reshape(-1))
+        self._warned_no_gradient = False
+        # consolidate_state_dict() since the last step: every rank's part (on the rank it gathered
+        # to), SENT (on the others), else None. A step drops it: the parts are of the step before.
+        self._consolidated = None
+        self._warned_rank_state = False  # _warn_rank_state_only said it
+        self._compressed = False  # a compressed all_reduce has run: the ranks' error feedback differs
+
+    def _zeros(self):
+        return torch.zeros(self._total, device=self._device)
+
+    def _own_tag(self, buffer, name):
+        """Tags `buffer` for as long as this optimizer lives: close() or the optimizer's collection
+        untags it (before the buffer's memory is freed: a weakref callback runs before the
+        instance's attributes are released), so that no later tensor at that address is taken as
+        tagged and no later optimizer under `name` inherits this one's error feedback.
+
+        A name still tagged by a live buffer is refused. gc.collect() first lets an optimizer
+        dropped in a reference cycle go on every rank alike: otherwise a rank whose collector had
+        run would start the name afresh and one whose had not would move it, keeping its call
+        sequence, and the ranks' first compressed calls would not match."""
+        gc.collect()
+        holder = next((entry for entry in _tags.values() if entry[0] == name), None)
+        if holder is not None:
+            raise ValueError(f"{self._who}: the name {name!r} is tagged by another live buffer ({holder[1]} elements; "
+                             "another optimizer not closed?): close() it first, or pass name=...")
+        tag(buffer, name)
+        self._tag_release = weakref.finalize(self, _untag_address, buffer.data_ptr())
+
+    def _drop_tag(self):
+        self._tag_release()  # once; later calls do nothing
+
+    def _agree(self, **fields):
+        """Every rank's integer `fields` compared in one small exact all_reduce (each rank writes its
+        row of a world x fields table); a difference is a RuntimeError on every rank naming the
+        field and each rank's value — before a disagreement becomes one rank in a compressed
+        all_reduce and another in a full-precision one, waiting for each other until the timeout."""
+        if self._world == 1:
+            return
+        fields = dict(world_size=self._world, **fields)  # torch's rendezvous meets a different WORLD_SIZE first
+        names = list(fields)
+        rows = self._every_rank([int(fields[n]) for n in names])
+        for j, name in enumerate(names):
+            values = [row[j] for row in rows]
+            if len(set(values)) > 1:
+                said = ", ".join(f"rank {r}: {'auto (undecided)' if v == _UNDECIDED else v}"
+                                 for r, v in enumerate(values))
+                raise RuntimeError(f"{self._who}: the ranks disagree on {name} ({said}); every rank must run the "
+                                   "same schedule on the same parameters (ONEBIT_FREEZE_STEP set on some ranks "
+                                   "only? different checkpoints loaded? different models?)")
+
+    def _every_rank(self, values):
+        """Every rank's row of integers (`values` is this rank's), in one small exact all_reduce of a
+        world x len(values) table in which each rank fills its own row."""
+        table = torch.zeros(self._world, len(values), dtype=torch.int64)
+        table[self._rank] = torch.tensor(values, dtype=torch.int64)
+        table = table.to(self._device)
+        dist.all_reduce(table, group=self._group)  # untagged: exact
+        return table.cpu().tolist()
+
+    def _step_failure(self, error, step, stage):
+        """The error of a failed compressed all_reduce, with the step, its stage, and for NaN or Inf
+        the likely causes (docs/usage.md, "A step fails on NaN or Inf"). An OnebitError (the onebit
+        backend's) stays one, with its code."""
+        text = f"{self._who} step {step} ({stage}): {error}"
+        if "NaN or Inf" in str(error):
+            text += (". A momentum turned non-finite: the loss diverged (learning rate too high for the compression "
+                     "stage, or the variance frozen before it settled: a later freeze_step), a non-finite gradient "
+                     "(fp16 overflow, bad data), or a NaN in the parameters. Nothing changed in this step; see "
+                     "docs/usage.md, \"A step fails on NaN or Inf\"")
+        return OnebitError(error.code, text) if isinstance(error, OnebitError) else RuntimeError(text)
+
+    def _report_freeze(self, step, variance):
+        """Rank 0's one line when the variance freezes: how many elements are dormant (sqrt(v) <= eps,
+        onebit.h "Dormant elements": they take no momentum step from now on), in which groups."""
+        counts = []
+        for group, (lo, hi) in zip(self.param_groups, self._ranges):
+            if self._device.type == "cuda":
+                counts.append(int((variance[lo:hi].sqrt() <= self._config(group).eps).sum()))
+            else:
+                count = ctypes.c_size_t()
+                _check(self._lib, self._lib.onebit_dormant_count(_ptr(variance[lo:]), ctypes.c_size_t(hi - lo),
+                                                                 ctypes.c_float(self._config(group).eps),
+                                                                 ctypes.byref(count)))
+                counts.append(count.value)
+        self.dormant_elements = sum(counts)
+        if self._rank != 0:
+            return
+        line = (f"{self._who}: variance frozen from step {step}; {self.dormant_elements} of {self._total} "
+                "elements are dormant")
+        if self.dormant_elements:
+            which = ", ".join(f"group {g} ({c} of {hi - lo})" for g, (c, (lo, hi)) in enumerate(zip(counts, self._ranges))
+                              if c)
+            line += (" (sqrt(v) <= eps: no gradient reached them) and take no momentum step, only weight decay: "
+                     + which)
+        logger.info(line)
+
+    def _warn_if_averaged_twice(self, local):
+        """First full-precision step without the DDP hook: if the gradients came in already equal on
+        every rank (after our average, each rank's own equals it), DDP averaged them — without
+        onebit.ddp_comm_hook, which then goes on averaging fp32 gradients in the compression stage."""
+        self._checked_for_ddp = True
+        if self._rank == 0 and torch.allclose(local, self._grad, rtol=1e-6, atol=0) and bool(local.abs().sum() > 0):
+            ring = 2 * (self._world - 1) / self._world * 4 * self._total
+            logger.warning(f"{self._who}: the gradients arrived already averaged over the ranks: "
+                           "DistributedDataParallel without onebit.ddp_comm_hook? Training stays correct, but DDP "
+                           f"keeps averaging {ring / 1e6:.1f} MB of fp32 gradients per rank and step in the "
+                           "compression stage, which onebit's compression is meant to replace. Register "
+                           "model.register_comm_hook(optimizer, onebit.ddp_comm_hook).")
+
+    def add_param_group(self, param_group: Dict[str, Any]) -> None:
+        if hasattr(self, "_flat"):
+            raise RuntimeError(f"{type(self).__name__}: parameter groups are fixed at construction (one flat buffer)")
+        super().add_param_group(param_group)
+
+    def _params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @torch.no_grad()
+    def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
+        """One step of the optimizer's rule (its class docstring says what each stage does). A
+        collective whenever the step communicates: every rank calls it. `closure` (optional)
+        re-evaluates the model and returns the loss, as for torch.optim; the loss is returned.
+
+        On the way: the parameters' values and this rank's gradients into the flat buffers (on the
+        CPU OnebitAdam reads and writes each parameter where it lies instead), the rule over them
+        (_flat_step), the parameters written back."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._consolidated = None
+        self._in_place = self._steps_in_place and self._in_place_parameters()
+        if not self._in_place:
+            self._read_parameters()
+            self._gather_gradients()
+        self._flat_step()
+        if self._in_place:
+            for p in self._params():
+                _increment_version(p)  # as the copy back would have: autograd sees the parameter changed
+        else:
+            self._write_parameters()
+        return loss
+
+    # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
+    # parameter where it lies and reads each gradient where it lies (_in_place_parameters,
+    # _pieces, _local_gradient), with the same arithmetic as over the flat copies — the rule is
+    # elementwise, so the values are bit for bit those of the copy, step and copy back — and none of
+    # the three passes over every parameter that the copies cost.
+    _steps_in_place = False
+    _in_place = False
+
+    def _in_place_parameters(self):
+        """Whether this step can update the parameters where they are: on the CPU, every parameter a
+        contiguous float32 CPU tensor of its size, no two sharing memory (tied storage goes through
+        the flat buffer, as before: one update, the last copy back wins). Otherwise the flat path,
+        which also names a parameter that was moved, cast or resized."""
+        if self._device.type != "cpu" or _version_bump() is None:
+            return False  # without torch's version bump (torch < 2.1) the copy back is what tells autograd
+        spans = []
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            if (type(p.data) is not torch.Tensor or p.device.type != "cpu" or p.dtype != torch.float32
+                    or p.numel() != hi - lo or not p.is_contiguous()):
+                return False  # tensor subclasses, other devices and dtypes, strided views: the flat path
+            if hi > lo:
+                spans.append((p.data_ptr(), p.data_ptr() + 4 * (hi - lo)))
+        spans.sort()
+        return all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))
+
+    def _pieces(self, group_index):
+        """Where group `group_index`'s update runs: (the parameters' memory, its offset in the flat
+        buffers, its length, its parameter or None) — the flat buffer's range of the group, or, in
+        place, each of its parameters."""
+        lo, hi = self._ranges[group_index]
+        if not self._in_place:
+            return [(_ptr(self._flat[lo:]), lo, hi - lo, None)]
+        first = sum(len(g["params"]) for g in self.param_groups[:group_index])
+        return [(_ptr(p), at, end - at, p)
+                for p, (at, end) in zip(self.param_groups[group_index]["params"], self._slices[first:])]
+
+    def _local_gradient(self, p, lo, hi):
+        """This rank's gradient of `p` where it lies, when the C core can read it there; else copied
+        into the flat gradient buffer (None: zeros), as _gather_gradients does."""
+        g = p.grad
+        if (g is not None and g.device.type == "cpu" and g.dtype == torch.float32 and g.is_contiguous()
+                and g.numel() == hi - lo):
+            return g
+        if g is None:
+            return self._grad[lo:hi].zero_()
+        return self._grad[lo:hi].copy_(g.reshape(-1))
+
+    def _warn_if_no_gradient(self, without_grad):
+        if without_grad == len(self._slices) and not self._warned_no_gradient:
+            self._warned_no_gradient = True
+            logger.warning(f"{self._who}: step() found no gradient on any of its {without_grad} parameters: "
+                           "were they replaced after the optimizer was made (load_state_dict(assign=True), a new "
+                           "model)? Make the optimizer from the parameters the model trains.")
+
+    def _read_parameters(self):
+        """The parameters as they are now — wherever a framework has put their storage since (a
+        .to() copy, swap_tensors) — into the flat buffer. A parameter moved to another device,
+        cast, or resized is an error naming it."""
+        for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices)):
+            moved = p.device.type != self._device.type or (p.device.type == "cuda" and p.device != self._device)
+            if moved or p.dtype != torch.float32 or p.numel() != hi - lo:
+                raise RuntimeError(f"{self._who}: parameter {index} is now {p.dtype} on {p.device} with {p.numel()} "
+                                   f"elements; the optimizer was made for float32 on {self._device} with {hi - lo}: "
+                                   "make the optimizer after the model is moved or cast")
+            self._flat[lo:hi].copy_(p.reshape(-1))
+
+    def _write_parameters(self):
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            p.copy_(self._flat[lo:hi].view_as(p))
+
+    def _gather_gradients(self):
+        """This rank's gradients into the flat buffer (None: zeros); none at all is a warning."""
+        without_grad = 0
+        for p, (lo, hi) in zip(self._params(), self._slices):
+            if p.grad is None:
+                self._grad[lo:hi].zero_()
+                without_grad += 1
+            else:
+                self._grad[lo:hi].copy_(p.grad.reshape(-1))
+        self._warn_if_no_gradient(without_grad)
+
+    def _average_gradients(self):
+        """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
+        if self._world > 1 and not self._gradients_averaged_by_hook:
+            local = None if self._checked_for_ddp else self._grad.clone()
+            dist.all_reduce(self._grad, group=self._group)  # untagged: full precision
+            self._grad.div_(self._world)
+            if local is not None:
+                self._warn_if_averaged_twice(local)
+
+    def _average_tagged(self, buffer, step, stage):
+        """The tagged buffer averaged over ranks: one compressed all_reduce (which returns W × the
+        average). A failure is raised with the step and stage (_step_failure). The first one also
+        checks that onebit took the call (_warn_if_not_compressed)."""
+        if self._world > 1:
+            before = None if self._checked_compression else stats()["compressed_calls"]
+            averages = self._backend_averages(buffer)
+            try:
+                if averages:
+                    dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=self._group)
+                else:
+                    dist.all_reduce(buffer, group=self._group)
+            except RuntimeError as error:
+                raise self._step_failure(error, step, stage) from error
+            if not averages:
+                buffer.div_(self._world)
+            self._compressed = True
+            if before is not None:
+                self._warn_if_not_compressed(before, step, buffer)
+
+    def _backend_averages(self, buffer):
+        """Whether this all_reduce can return the average itself (op AVG), saving the pass of div_
+        over the buffer: a tagged buffer on the onebit backend (which gives AVG to onebit; gloo, which
+        gets untagged buffers there and everything under the preload, has no AVG) with a power-of-two
+        world — where the compressed SUM's ±(scale x W) divided by W is exactly AVG's ±scale, so the
+        values are bit for bit those of SUM and div_. Asked at every call: a closed optimizer's buffer
+        is no longer tagged."""
+        if not hasattr(self, "_averaging_backend"):
+            self._averaging_backend = (self._world & (self._world - 1) == 0 and self._device.type == "cpu"
+                                       and dist.get_backend(self._group) == "onebit")
+        import onebit
+        return self._averaging_backend and onebit._tagged_dtype(buffer) is not None
+
+    def _warn_if_not_compressed(self, before, step, buffer):
+        """The first compressed all_reduce: when onebit's count did not move, the group runs neither
+        the onebit backend nor a front door, and every "compressed" step sends fp32 — said once."""
+        self._checked_compression = True
+        if self._rank == 0 and stats()["compressed_calls"] == before:
+            ring = 2 * (self._world - 1) / self._world * buffer.numel() * buffer.element_size()
+            logger.warning(f"{self._who}: step {step}'s all_reduce of the tagged buffer was not compressed: "
+                           "this process group runs neither the onebit backend nor libonebit-preload.so, so every "
+                           f"step of the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 "
+                           "bit an element. Use dist.init_process_group(\"onebit\") after onebit.register_backend() "
+                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage.md).")
+
+    def _error_state(self, required):
+        workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
+        name = self._name.encode()
+        result = self._lib.onebit_tag_state_size(name, ctypes.byref(workers), ctypes.byref(servers))
+        if result != 0:
+            if required:
+                _check(self._lib, result)  # a compressed call ran: its state must be there
+            return torch.zeros(0), torch.zeros(0)  # no compressed call yet: no error feedback
+        worker, server = torch.zeros(workers.value), torch.zeros(servers.value)
+        _check(self._lib, self._lib.onebit_tag_state_save(name, _ptr(worker), _ptr(server)))
+        return worker, server
+
+    def _load_error_state(self, worker, server):
+        worker, server = worker.contiguous(), server.contiguous()
+        if worker.numel() or server.numel():
+            _check(self._lib, self._lib.onebit_tag_state_load(self._name.encode(), _ptr(worker),
+                                                             ctypes.c_size_t(worker.numel()), _ptr(server),
+                                                             ctypes.c_size_t(server.numel())))
+
+    def _rank_state(self, required, **extra):
+        """This rank's part of a checkpoint: m, v, its error feedback, who it is, and `extra`."""
+        worker, server = self._error_state(required)
+        return dict(m=self._m.clone(), v=self._v.clone(), worker_error=worker, server_error=server,
+                    world_size=self._world, rank=self._rank, compressed=self._compressed, **extra)
+
+    def _onebit_state(self):
+        """This rank's part (_rank_state with what the optimizer keeps besides m and v)."""
+        raise NotImplementedError
+
+    def _same_on_every_rank(self, part):
+        """Whether every rank's part is this one: true until the first compressed all_reduce (every
+        step before it took averaged gradients; the error feedback is all zeros)."""
+        return not part["compressed"]
+
+    def consolidate_state_dict(self, to: int = 0) -> None:
+        """Every rank's part of the checkpoint (its error feedback above all, which is its own) gathered
+        to rank `to` of the optimizer's group, so that the state_dict() rank `to` takes before the
+        next step resumes every rank — what HF Trainer, Accelerate and Lightning need, which save the
+        optimizer from rank 0 only. A collective: every rank calls it (torch's
+        ZeroRedundancyOptimizer has the same call); onebit.integrations call it before each save.
+        The parts travel one at a time, rank by rank to `to` (CPU tensors once there; under NCCL
+        through this optimizer's device), so none is held twice on the way."""
+        part = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._onebit_state().items()}
+        if self._world == 1:
+            self._consolidated = [part]
+            return
+        if self._rank != to:
+            self._send_object(part, to)
+            self._consolidated = _SENT
+            return
+        self._consolidated = [part if r == to else self._receive_object(r) for r in range(self._world)]
+
+    def _global_rank(self, rank):
+        return rank if self._group is None else dist.get_global_rank(self._group, rank)
+
+    def _send_object(self, value, to):
+        """`value` pickled to rank `to` of the group: its length, then its bytes (point to point on
+        the group's own backend, on this optimizer's device; torch 1.13 has no send_object_list)."""
+        data = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
+        dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=self._device), self._global_rank(to),
+                  group=self._group)
+        dist.send(data.to(self._device), self._global_rank(to), group=self._group)
+
+    def _receive_object(self, rank):
+        size = torch.zeros(1, dtype=torch.int64, device=self._device)
+        dist.recv(size, self._global_rank(rank), group=self._group)
+        data = torch.empty(int(size.item()), dtype=torch.uint8, device=self._device)
+        dist.recv(data, self._global_rank(rank), group=self._group)
+        return pickle.loads(data.cpu().numpy().tobytes())
+
+    def state_dict(self) -> Dict[str, Any]:
+        """torch's state_dict() plus "onebit": the parts of the ranks this state dict can resume —
+        every rank's after consolidate_state_dict() (on the rank it gathered to, until the next
+        step), the one every rank shares before the first compressed all_reduce, else this rank's
+        own (then each rank saves and loads its own file; said once, as a rank-0-only save of it
+        cannot resume the other ranks)."""
+        state = torch.optim.Optimizer.state_dict(self)
+        if isinstance(self._consolidated, list):
+            parts = dict(enumerate(self._consolidated))
+        else:
+            part = self._onebit_state()
+            if self._world == 1 or self._same_on_every_rank(part):
+                parts = {"every": part}
+            else:
+                parts = {self._rank: part}
+                if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
+                    self._warn_rank_state_only()
+        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts)
+        return state
+
+    def _warn_rank_state_only(self):
+        if self._warned_rank_state:
+            return
+        self._warned_rank_state = True
+        logger.warning(f"{self._who}: this state_dict() holds rank {self._rank}'s error feedback only (the "
+                       f"compression stage has begun; each of the {self._world} ranks has its own): it resumes rank "
+                       f"{self._rank} alone. If every rank saves its own state_dict(), that is right; if one rank "
+                       "saves for all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() "
+                       "on every rank first — onebit.integrations do (docs/usage.md, \"Restarting a job\")")
+
+    def _split_state_dict(self, state_dict):
+        """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,
+        nothing changed yet. Collective: whether every rank finds its part is agreed first, so a
+        checkpoint that lacks one rank's part is the same error on every rank — not one rank's
+        error and the others' wait in the next collective."""
+        state_dict = dict(state_dict)
+        saved = state_dict.pop("onebit")
+        if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
+            saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        parts = saved["parts"]
+        if saved["world_size"] != self._world:
+            raise ValueError(f"{self._who}.load_state_dict: saved by a job of {saved['world_size']} ranks, loading "
+                             f"into one of {self._world}: the error feedback is per rank; resume with "
+                             f"{saved['world_size']} ranks")
+        part = parts.get(self._rank, parts.get("every"))
+        if self._world > 1:
+            missing = [r for r, row in enumerate(self._every_rank([int(part is None)])) if row[0]]
+        else:
+            missing = [self._rank] if part is None else []
+        if missing:
+            held = ", ".join(str(r) for r in sorted(parts, key=str))
+            raise ValueError(f"{self._who}.load_state_dict: this checkpoint holds the part of rank {held} of "
+                             f"{self._world}, not that of rank {', '.join(map(str, missing))}: it was saved by rank "
+                             f"{saved['saved_by']} alone in the compression stage without consolidate_state_dict(). "
+                             "Load each rank's own file, or save with optimizer.consolidate_state_dict() on every "
+                             "rank first (onebit.integrations do)")
+        if part["m"].numel() != self._total:
+            raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {part['m'].numel()} parameters, "
+                             f"this optimizer {self._total}")
+        return state_dict, part
+
+    def _loaded(self, part):
+        """After a load_state_dict() that succeeded: what the part says of the error feedback."""
+        self._consolidated = None
+        self._compressed = part.get("compressed", True)
+
+    @property
+    def _wants_averaged_gradients(self):
+        raise NotImplementedError
+
+
+def _version_bump():
+    """torch's call that bumps a tensor's version counter (torch >= 2.1), or None."""
+    return getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
+
+def _increment_version(tensor):
+    """Bumps `tensor`'s version counter (written in place by the C core), as an in-place torch
+    operation would, so that autograd refuses a graph that saw the old values. Only called where
+    torch has the call: without it the step takes the flat path, whose copy back bumps it."""
+    _version_bump()(tensor)
+
+
+def _untag_address(address):
+    """Untags whatever is tagged at `address` (an optimizer's buffer, at its close or collection)."""
+    lib = _library()
+    _wait_for_compressed_calls()
+    lib.onebit_untag(ctypes.c_void_p(address))  # an address no longer tagged is not an error worth raising here
+    _tags.pop(address, None)
+

@@ -1,0 +1,53 @@
+"""onebit.ddp_comm_hook: the DistributedDataParallel communication hook of onebit's optimizers."""
+import torch
+import torch.distributed as dist
+
+from ._flat_optimizer import _FlatOptimizer
+
+__all__ = ["ddp_comm_hook"]
+
+
+# Annotations evaluated, not postponed (no `from __future__ import annotations` here): DDP's
+# register_comm_hook compares them with dist.GradBucket and torch.futures.Future[torch.Tensor]
+# and refuses a hook whose annotations are strings.
+def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook for onebit's optimizers: register with
+    ``model.register_comm_hook(optimizer, onebit.ddp_comm_hook)``.
+
+    Steps that take averaged gradients (OnebitAdam's and OnebitLamb's warmup, ZeroOneAdam's
+    variance steps): averages the bucket's gradients over ranks in full precision (as DDP's
+    default). Every other step: no gradient allreduce here — the optimizer communicates what its
+    rule says (momentum, a compressed gradient, u, or nothing) in its step — so the bucket keeps
+    this rank's local gradient.
+
+    Register it before the first backward pass, with the optimizer that holds the wrapped model's
+    parameters (one hook per DDP); onebit.integrations.register_comm_hook does it through the
+    wrappers of HF Trainer, Accelerate and Lightning. Without it the optimizer averages the
+    gradients itself, and DDP goes on averaging fp32 gradients in every step of the compression
+    stage (rank 0 warns). docs/usage.md, "OnebitAdam".
+
+    Args:
+        state: the onebit optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) — DDP passes the
+            ``state`` given to register_comm_hook.
+        bucket: DDP's bucket of gradients.
+
+    Returns:
+        A future of the bucket's gradients: averaged over the optimizer's process group, or this
+        rank's own, unchanged.
+
+    Raises:
+        TypeError: ``state`` is not a onebit optimizer.
+    """
+    optimizer = state
+    if not isinstance(optimizer, _FlatOptimizer):
+        raise TypeError("onebit.ddp_comm_hook: register it with the optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) "
+                        "as its state")
+    optimizer._gradients_averaged_by_hook = True
+    buffer = bucket.buffer()
+    if not optimizer._wants_averaged_gradients:
+        future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+    world = dist.get_world_size(optimizer._group)
+    work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
+    return work.get_future().then(lambda f: f.value()[0].div_(world))
