@@ -6,6 +6,9 @@ src=$1 work=$2
 rm -rf "$work/venv" "$work/shim"
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
 cp -r "$src/python" "$work/shim"   # pip builds in place; keep the source tree clean
+# A build/ left by an earlier setuptools build in the checkout would be copied with newer times
+# than the sources and installed instead of them.
+rm -rf "$work/shim/build" "$work/shim/onebit.egg-info"
 "$work/venv/bin/pip" install --no-build-isolation --no-deps --quiet "$work/shim"
 cd "$work"
 "$work/venv/bin/python" - <<'PY'
