@@ -17,6 +17,7 @@ import ctypes.util
 import os
 import sys
 
+from . import _capi
 from . import _logging  # noqa: F401 (installs the "onebit" logger's stderr handler; docs/usage.md, "Logging")
 from ._errors import OnebitError
 
@@ -47,16 +48,6 @@ _DTYPES = {"torch.float32": 0, "torch.float16": 1, "torch.bfloat16": 2}
 
 class OnebitNotLoaded(RuntimeError):
     pass
-
-
-class _Stats(ctypes.Structure):  # onebit_stats_t
-    _fields_ = [(name, ctypes.c_uint64) for name in (
-        "compressed_calls", "full_precision_calls", "bytes_sent", "bytes_received",
-        "compressed_bytes_sent", "full_precision_bytes_sent")]
-
-
-class _PreloadStats(ctypes.Structure):  # onebit_preload_stats_t
-    _fields_ = [("onebit", _Stats), ("forwarded_calls", ctypes.c_uint64), ("forwarded_bytes", ctypes.c_uint64)]
 
 
 def _torch_bundles_gloo():
@@ -192,8 +183,7 @@ def _library():
                 "onebit's C library was not found: install the wheel (pip install . from the repository), set "
                 "ONEBIT_LIBRARY=/path/to/libonebit.so (with the onebit backend), or run with "
                 f"LD_PRELOAD=/path/to/libonebit-preload.so (Debian's torch, gloo backend){tried}")
-    lib.onebit_last_error.restype = ctypes.c_char_p
-    _loaded = lib
+    _loaded = _capi.declare(lib)
     return lib
 
 
@@ -327,11 +317,11 @@ def stats():
         try:
             from .backend import backend_stats
         except AttributeError:  # a torch without c10d's Backend class: no onebit backend can exist here
-            return dict({name: 0 for name, _ in _Stats._fields_}, forwarded_calls=0, forwarded_bytes=0)
+            return dict({name: 0 for name, _ in _capi.Stats._fields_}, forwarded_calls=0, forwarded_bytes=0)
         return backend_stats()
-    out = _PreloadStats()
+    out = _capi.PreloadStats()
     _check(lib, lib.onebit_preload_stats(ctypes.byref(out)))
-    result = {name: getattr(out.onebit, name) for name, _ in _Stats._fields_}
+    result = {name: getattr(out.onebit, name) for name, _ in _capi.Stats._fields_}
     result["forwarded_calls"] = out.forwarded_calls
     result["forwarded_bytes"] = out.forwarded_bytes
     return result

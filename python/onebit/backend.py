@@ -29,19 +29,13 @@ import threading
 import torch
 import torch.distributed as dist
 
-from . import _Stats as _CommStats, _check, _library, _tag_name, _tagged_dtype
+from . import _capi, _check, _library, _tag_name, _tagged_dtype
 
 __all__ = ["register_backend", "BACKEND_NAME"]
 
 BACKEND_NAME = "onebit"
 
 _ONEBIT_SUM, _ONEBIT_AVG = 0, 1
-
-
-class _Config(ctypes.Structure):  # onebit_config_t
-    _fields_ = [("timeout_ms", ctypes.c_int64), ("sockets_per_peer", ctypes.c_int),
-                ("socket_ifname", ctypes.c_char_p), ("auth_key", ctypes.c_char_p),
-                ("job_id", ctypes.c_char_p), ("secret", ctypes.c_char_p)]
 
 
 class _CompressedWork(torch._C._distributed_c10d.Work):
@@ -274,7 +268,7 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
         self._comm = ctypes.c_void_p()
         root, identity, secret = _invitation(store, rank)
-        config = _Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
+        config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
         _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                             ctypes.byref(config)))
         self._lock = threading.Lock()  # forwarded-call counters
@@ -418,9 +412,9 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
     def stats(self):
         if self._comm is None:
             return dict(self._final_stats)
-        out = _CommStats()
+        out = _capi.Stats()
         _check(self._lib, self._lib.onebit_comm_stats(self._comm, ctypes.byref(out)))
-        return {name: getattr(out, name) for name, _ in _CommStats._fields_}
+        return {name: getattr(out, name) for name, _ in _capi.Stats._fields_}
 
 
 _backends = []  # every OnebitBackend of this process, for onebit.stats() (released ones keep their counts)
@@ -459,7 +453,7 @@ def register_backend():
 
 def backend_stats():
     """What every onebit backend of this process did, as onebit.stats() reports it."""
-    total = {name: 0 for name, _ in _CommStats._fields_}
+    total = {name: 0 for name, _ in _capi.Stats._fields_}
     total.update(forwarded_calls=0, forwarded_bytes=0)
     for backend in _backends:
         for name, value in backend.stats().items():

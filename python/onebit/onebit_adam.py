@@ -49,20 +49,11 @@ from typing import Any, Dict, Literal, Optional, Tuple, Union
 import torch
 import torch.distributed as dist
 
-from . import _check
+from . import _capi, _check
 from ._flat_optimizer import _UNDECIDED, Params, _FlatOptimizer, _ptr
 from ._logging import logger
 
 __all__ = ["OnebitAdam"]
-
-
-class _AdamConfig(ctypes.Structure):  # onebit_adam_config_t
-    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
-                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("freeze_step", ctypes.c_int64)]
-
-
-class _AutoFreeze(ctypes.Structure):  # onebit_adam_auto_freeze_t
-    _fields_ = [("window", ctypes.c_int64), ("threshold", ctypes.c_double), ("max_step", ctypes.c_int64)]
 
 
 def _bits(value):
@@ -160,9 +151,6 @@ class OnebitAdam(_FlatOptimizer):
         # its gradient dropped, as DeepSpeed's initialising call — so freeze_step F gives F - 1
         # full-precision updates and compression from the (F+1)-th call, as in DeepSpeed.
         self._deepspeed_schedule = bool(deepspeed_schedule)
-        self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
-        self._lib.onebit_adam_auto_freeze_decide.restype = ctypes.c_int64
-        self._lib.onebit_adam_step_bound.restype = ctypes.c_float
         auto = freeze_step == "auto"
         if not auto and (not isinstance(freeze_step, int) or freeze_step < 0):
             raise ValueError(f"OnebitAdam: freeze_step must be a step (an int >= 0) or 'auto', not {freeze_step!r}")
@@ -171,7 +159,7 @@ class OnebitAdam(_FlatOptimizer):
         self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(-1 if auto else freeze_step))
         self._auto = None
         if self._freeze_step < 0:
-            self._auto = _AutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0)
+            self._auto = _capi.AdamAutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0)
             if self._lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), ctypes.c_int64(0)) < 0:
                 _check(self._lib, 1)
             self._freeze_step = _UNDECIDED
@@ -191,7 +179,7 @@ class OnebitAdam(_FlatOptimizer):
     def _agree_on_schedule(self, step=None, freeze_step=None):
         """The ranks agree on what decides when collectives happen (step, freeze_step — or "auto"'s
         window, threshold and limit — and deepspeed_schedule) and on the parameters."""
-        auto = self._auto or _AutoFreeze(0, 0.0, 0)
+        auto = self._auto or _capi.AdamAutoFreeze(0, 0.0, 0)
         self._agree(parameters=self._total, groups=len(self.param_groups),
                     step=self._step if step is None else step,
                     freeze_step=self._freeze_step if freeze_step is None else freeze_step,
@@ -213,7 +201,7 @@ class OnebitAdam(_FlatOptimizer):
             c1 = 1.0 - beta1 ** updates
             c2 = 1.0 - beta2 ** min(updates, max(self._freeze_step, 1))  # freeze_step 0: v is 0, all dormant
             lr, eps, weight_decay = lr * c2 ** 0.5 / c1, eps * c2 ** 0.5, weight_decay * c1 / c2 ** 0.5
-        return _AdamConfig(lr, group["betas"][0], group["betas"][1], eps, weight_decay, self._freeze_step)
+        return _capi.AdamConfig(lr, group["betas"][0], group["betas"][1], eps, weight_decay, self._freeze_step)
 
     @property
     def _wants_averaged_gradients(self):

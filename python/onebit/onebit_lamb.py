@@ -23,23 +23,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch.distributed as dist
 
-from . import _check
+from . import _capi, _check
 from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 
 __all__ = ["OnebitLamb"]
-
-
-class _Config(ctypes.Structure):  # onebit_lamb_config_t
-    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
-                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("freeze_step", ctypes.c_int64),
-                ("max_coeff", ctypes.c_double), ("min_coeff", ctypes.c_double), ("coeff_beta", ctypes.c_double),
-                ("factor_max", ctypes.c_double), ("factor_min", ctypes.c_double),
-                ("factor_threshold", ctypes.c_double)]
-
-
-class _Layer(ctypes.Structure):  # onebit_lamb_layer_t
-    _fields_ = [("coeff_freeze", ctypes.c_double), ("last_factor", ctypes.c_double),
-                ("scaling_coeff", ctypes.c_double), ("lamb_coeff", ctypes.c_double)]
 
 
 class OnebitLamb(_FlatOptimizer):
@@ -104,14 +91,13 @@ class OnebitLamb(_FlatOptimizer):
         if not isinstance(freeze_step, int) or freeze_step < 0:
             raise ValueError(f"OnebitLamb: freeze_step must be an int >= 0, not {freeze_step!r}")
         # ONEBIT_FREEZE_STEP, when set, overrides it (as for OnebitAdam; docs/env.md).
-        self._lib.onebit_adam_freeze_step.restype = ctypes.c_int64
         self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(freeze_step))
         self._factors = (coeff_beta, factor_max, factor_min, factor_threshold)
         for group in self.param_groups:
             if self._lib.onebit_lamb_compressing(ctypes.byref(self._config(group)), ctypes.c_int64(0)) < 0:
                 _check(self._lib, 1)
         self._layer_groups = [group for group in self.param_groups for _ in group["params"]]
-        self._layers = (_Layer * len(self._slices))()
+        self._layers = (_capi.LambLayer * len(self._slices))()
         for layer in self._layers:
             _check(self._lib, self._lib.onebit_lamb_layer_init(ctypes.byref(layer)))
         self._counts = (ctypes.c_size_t * len(self._slices))(*[hi - lo for lo, hi in self._slices])
@@ -130,7 +116,7 @@ class OnebitLamb(_FlatOptimizer):
 
     def _config(self, group):
         coeff_beta, factor_max, factor_min, factor_threshold = self._factors
-        return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
+        return _capi.LambConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
                        self._freeze_step, group["max_coeff"], group["min_coeff"], coeff_beta, factor_max, factor_min,
                        factor_threshold)
 
@@ -188,7 +174,7 @@ class OnebitLamb(_FlatOptimizer):
 
     def _onebit_state(self):
         return self._rank_state(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
-                                     layers=[{name: getattr(l, name) for name, _ in _Layer._fields_}
+                                     layers=[{name: getattr(l, name) for name, _ in _capi.LambLayer._fields_}
                                              for l in self._layers])
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:

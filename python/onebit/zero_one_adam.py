@@ -32,24 +32,12 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 import torch.distributed as dist
 
-from . import _check, tag, untag
+from . import _capi, _check, tag, untag
 from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 
 __all__ = ["ZeroOneAdam"]
 
 VARIANCE_STEP, COMPRESSED_STEP, LOCAL_STEP, SYNC_STEP = 0, 1, 2, 3  # onebit_zero_one_adam_step_t
-
-
-class _Config(ctypes.Structure):  # onebit_zero_one_adam_config_t
-    _fields_ = [("lr", ctypes.c_float), ("beta1", ctypes.c_float), ("beta2", ctypes.c_float),
-                ("eps", ctypes.c_float), ("weight_decay", ctypes.c_float), ("var_freeze_step", ctypes.c_int64),
-                ("var_update_scaler", ctypes.c_int64), ("local_step_scaler", ctypes.c_int64),
-                ("local_step_clipper", ctypes.c_int64)]
-
-
-class _Schedule(ctypes.Structure):  # onebit_zero_one_adam_schedule_t
-    _fields_ = [("step", ctypes.c_int64), ("var_interval", ctypes.c_int64), ("var_counter", ctypes.c_int64),
-                ("local_step_interval", ctypes.c_int64), ("local_step_counter", ctypes.c_int64)]
 
 
 class ZeroOneAdam(_FlatOptimizer):
@@ -113,7 +101,7 @@ class ZeroOneAdam(_FlatOptimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("ZeroOneAdam", process_group, cuda=False)
         self._schedule_config = (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)
-        self._schedule = _Schedule()
+        self._schedule = _capi.ZeroOneAdamSchedule()
         _check(self._lib, self._lib.onebit_zero_one_adam_schedule_init(ctypes.byref(self._schedule)))
         for group in self.param_groups:
             self.next_step_kind(group)  # validates every group's hyper-parameters
@@ -134,7 +122,7 @@ class ZeroOneAdam(_FlatOptimizer):
                     local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
 
     def _config(self, group):
-        return _Config(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
+        return _capi.ZeroOneAdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
                        *self._schedule_config)
 
     def next_step_kind(self, group: Optional[Dict[str, Any]] = None) -> int:
@@ -152,7 +140,7 @@ class ZeroOneAdam(_FlatOptimizer):
     @property
     def schedule(self) -> Dict[str, int]:
         """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
-        return {name: getattr(self._schedule, name) for name, _ in _Schedule._fields_}
+        return {name: getattr(self._schedule, name) for name, _ in _capi.ZeroOneAdamSchedule._fields_}
 
     def _local_steps(self):
         lib = self._lib
@@ -246,7 +234,7 @@ class ZeroOneAdam(_FlatOptimizer):
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
         schedule, buffers and error feedback; checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
-        schedule = _Schedule(**saved["schedule"])
+        schedule = _capi.ZeroOneAdamSchedule(**saved["schedule"])
         kind = ctypes.c_int()
         _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),
                                                              ctypes.byref(schedule), ctypes.byref(kind)))

@@ -77,7 +77,6 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
         lib = onebit._library()
-        lib.onebit_adam_step_bound.restype = ctypes.c_float
         torch.manual_seed(0)
         start = torch.randn(64)
         grads = gradients(torch, start.numel())
