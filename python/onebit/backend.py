@@ -150,6 +150,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         if len(tensors) != 1:
             return None
         t = tensors[0]
+        if t.layout != torch.strided:  # a sparse tensor has no data pointer to look a tag up by (gloo's)
+            return None
         dtype = _tagged_dtype(t)
         if dtype is None or t.device.type != "cpu":
             return None
