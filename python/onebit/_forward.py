@@ -109,7 +109,7 @@ def forward_backend_methods(cls):
 
 def allreduce_arguments(*args, **kwargs):
     """(tensors, opts) of a call to Backend.allreduce in any of the forms torch's binding accepts
-    (torch 2.0-2.15): (tensors, opts=AllreduceOptions()), (tensors, op=SUM, timeout=None) and
+    (torch 2.15.0's three overloads): (tensors, opts=AllreduceOptions()), (tensors, op=SUM, timeout=None) and
     (tensor, op=SUM, timeout=None), positional or by keyword. What a backend needs to decide
     whether a call is its own; the call itself is forwarded as given, so that the wrapped backend
     accepts and refuses exactly what it always did."""

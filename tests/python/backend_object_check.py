@@ -46,6 +46,13 @@ def rank_main(rank, store):
     onebit.register_backend()
     dist.init_process_group("onebit", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     cpu = torch.device("cpu")
+    # By construction: every name of this torch's Backend table is the onebit class's own or a
+    # forwarder, and so are the names the trampoline looks up under another spelling.
+    from onebit import _forward, backend
+    table = {n for n, v in vars(torch._C._distributed_c10d.Backend).items()
+             if not n.startswith("__") and not isinstance(v, type)} - _forward._KEPT  # Options: a class, inherited
+    missing = sorted(n for n in table | set(_forward._TRAMPOLINE_ALIASES.values()) if n not in vars(backend.OnebitBackend))
+    check(rank, not missing, f"names of torch's Backend neither defined nor forwarded by OnebitBackend: {missing}")
     plain = dist.new_group(backend="gloo")
     ob, gl = dist.group.WORLD._get_backend(cpu), plain._get_backend(cpu)
     check(rank, type(ob).__name__ == "OnebitBackend" and dist.get_backend() == "onebit", "the default group is onebit's")
