@@ -56,9 +56,11 @@ SUBSET = [
     "test_DistributedDataParallelCPU", "test_accumulate_gradients_no_sync_allreduce_hook",
 ]
 
-# Tests that compare the group's backend name with the suite's BACKEND ("gloo"): on onebit the
-# name is "onebit", as it should be.
-NAME_ASSERTING = {"test_get_backend"}
+# Tests that assert the group's backend name: test_get_backend compares it with the suite's
+# BACKEND ("gloo"; on onebit the name is "onebit", as it should be); test_ddp_logging_data_cpu
+# compares DDP's logged backend_name with dist.get_backend(), and torch 2.15 logs "custom" for
+# every backend registered through Backend.register_backend.
+NAME_ASSERTING = {"test_get_backend", "test_ddp_logging_data_cpu"}
 
 # What no Python c10d backend can give on torch 2.15.0 (docs/design.md, "Forwarding by
 # construction"): torch wraps a Python backend's Work in a holder forwarding wait() and
