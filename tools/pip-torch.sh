@@ -34,6 +34,11 @@ fi
 "$venv/bin/python" -W ignore -c "import scikit_build_core, auditwheel" 2>/dev/null ||
   "$venv/bin/pip" install -q --disable-pip-version-check scikit-build-core auditwheel ||
   echo "tools/pip-torch.sh: could not install scikit-build-core and auditwheel; the wheel's check will skip" >&2
+# expecttest: torch.testing._internal imports it, and tests/python/c10d_suite.py runs PyTorch's own
+# distributed suite from there (without PyPI python.c10d_suite_pip skips, saying so).
+"$venv/bin/python" -W ignore -c "import expecttest" 2>/dev/null ||
+  "$venv/bin/pip" install -q --disable-pip-version-check expecttest ||
+  echo "tools/pip-torch.sh: could not install expecttest; PyTorch's distributed suite will skip" >&2
 # The pure-Python shim of python/ (the tests here load the build tree's libraries through
 # ONEBIT_LIBRARY); the wheel of the repository root is tested in a venv of its own.
 "$venv/bin/pip" install -q --disable-pip-version-check --no-deps --no-build-isolation ./python >/dev/null || exit 1

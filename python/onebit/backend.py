@@ -31,6 +31,12 @@ import torch.distributed as dist
 
 from . import _capi, _check, _library, _tag_name, _tagged_dtype
 
+if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derives from it
+    raise RuntimeError(f"onebit.register_backend: torch {torch.__version__} has no c10d Backend class "
+                       "(torch >= 2.0 needed); with this torch use LD_PRELOAD=libonebit-preload.so")
+
+from ._forward import allreduce_arguments, forward_backend_methods  # noqa: E402 (needs the check above)
+
 __all__ = ["register_backend", "BACKEND_NAME"]
 
 BACKEND_NAME = "onebit"
@@ -311,6 +317,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         if len(tensors) != 1:
             return None
         t = tensors[0]
+        if t.layout != torch.strided:  # a sparse tensor has no data pointer to look a tag up by (gloo's)
+            return None
         dtype = _tagged_dtype(t)
         if dtype is None or t.device.type != "cpu":
             return None
@@ -326,14 +334,16 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
             return dtype, _ONEBIT_AVG
         return None
 
-    def allreduce(self, tensors, opts=None):
-        opts = opts if opts is not None else dist.AllreduceOptions()
+    def allreduce(self, *args, **kwargs):
+        # Every form gloo's binding accepts (a tensor or a list; opts, or op and timeout): torch
+        # calls (tensors, opts), code holding the backend object any of them.
+        tensors, opts = allreduce_arguments(*args, **kwargs)
         verdict = self._compressible(tensors, opts)
         if verdict is None:
             with self._lock:
                 self.forwarded_calls += 1
                 self.forwarded_bytes += sum(t.numel() * t.element_size() for t in tensors)
-            return self._gloo.allreduce(tensors, opts)
+            return self._gloo.allreduce(*args, **kwargs)
         dtype, op = verdict
         t = tensors[0]
         if self._comm is None:
@@ -359,55 +369,36 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
             return work
         return self._compressed_calls.submit(call, tensors, f"the compressed all_reduce of tag '{_tag_name(t)}'")
 
-    # Everything else: gloo's, unchanged. Spelled out one by one: c10d finds a Python override
-    # by its name on the class.
-    def allreduce_coalesced(self, tensors, opts):
-        return self._gloo.allreduce_coalesced(tensors, opts)
-
-    def broadcast(self, tensors, opts):
-        return self._gloo.broadcast(tensors, opts)
-
-    def allgather(self, outputs, inputs, opts):
-        return self._gloo.allgather(outputs, inputs, opts)
-
-    def _allgather_base(self, output, input, opts):
-        return self._gloo._allgather_base(output, input, opts)
-
-    def allgather_coalesced(self, outputs, inputs, opts):
-        return self._gloo.allgather_coalesced(outputs, inputs, opts)
-
-    def gather(self, outputs, inputs, opts):
-        return self._gloo.gather(outputs, inputs, opts)
-
-    def scatter(self, outputs, inputs, opts):
-        return self._gloo.scatter(outputs, inputs, opts)
-
-    def reduce(self, tensors, opts):
-        return self._gloo.reduce(tensors, opts)
-
-    def reduce_scatter(self, outputs, inputs, opts):
-        return self._gloo.reduce_scatter(outputs, inputs, opts)
-
-    def _reduce_scatter_base(self, output, input, opts):
-        return self._gloo._reduce_scatter_base(output, input, opts)
-
-    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts):
-        return self._gloo.alltoall_base(output, input, output_split_sizes, input_split_sizes, opts)
-
-    def barrier(self, opts):
+    # Everything else is gloo's, forwarded by _forward.forward_backend_methods below (generated from
+    # the installed torch's Backend method table, docs/design.md "Forwarding by construction").
+    # barrier stays spelled out, as gloo's: it is where this backend's own calls in flight would be
+    # waited for.
+    def barrier(self, *args, **kwargs):
         # As gloo's barrier, which first waits for the group's work in flight: queued compressed
         # calls end first (their errors stay with their Work).
         self._compressed_calls.drain()
-        return self._gloo.barrier(opts)
+        return self._gloo.barrier(*args, **kwargs)
 
-    def send(self, tensors, dst, tag):
-        return self._gloo.send(tensors, dst, tag)
+    def _forward_target(self):
+        return self._gloo
 
-    def recv(self, tensors, src, tag):
-        return self._gloo.recv(tensors, src, tag)
+    @property
+    def supports_splitting(self):
+        return True  # split() below: a child group is an onebit backend too
 
-    def recv_anysource(self, tensors, tag):
-        return self._gloo.recv_anysource(tensors, tag)
+    def split(self, store, ranks, opts):
+        """The backend of a group split from this one (dist.split_group): an onebit backend over
+        `store` for the members of `ranks` (ranks of this group, in the child's order), as
+        new_group would make; None on a rank outside `ranks`."""
+        ranks = list(ranks)
+        if self._rank not in ranks:
+            return None
+        return OnebitBackend(store, ranks.index(self._rank), len(ranks), opts._timeout)
+
+    def merge(self, store, opts, rank, size):
+        """The backend of a group merged from this one's ranks and others (c10d's merge): an
+        onebit backend over `store`."""
+        return OnebitBackend(store, rank, size, opts._timeout)
 
     def stats(self):
         if self._comm is None:
@@ -416,6 +407,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         _check(self._lib, self._lib.onebit_comm_stats(self._comm, ctypes.byref(out)))
         return {name: getattr(out, name) for name, _ in _capi.Stats._fields_}
 
+
+FORWARDED = forward_backend_methods(OnebitBackend)  # the names this torch's Backend has and gloo answers
 
 _backends = []  # every OnebitBackend of this process, for onebit.stats() (released ones keep their counts)
 
@@ -443,9 +436,6 @@ def register_backend():
     global _registered
     if _registered:
         return
-    if not hasattr(torch._C._distributed_c10d, "Backend"):
-        raise RuntimeError(f"onebit.register_backend: torch {torch.__version__} has no c10d Backend class "
-                           "(torch >= 2.0 needed); with this torch use LD_PRELOAD=libonebit-preload.so")
     dist.Backend.register_backend(BACKEND_NAME, lambda store, rank, size, timeout: OnebitBackend(store, rank, size, timeout),
                                   devices=["cpu"])
     _registered = True
