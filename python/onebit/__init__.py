@@ -316,7 +316,7 @@ def stats():
     if not hasattr(lib, "onebit_preload_stats"):  # libonebit.so: the onebit backend's counts
         try:
             from .backend import backend_stats
-        except AttributeError:  # a torch without c10d's Backend class: no onebit backend can exist here
+        except ImportError:  # a torch without c10d's Backend class: no onebit backend can exist here
             return dict({name: 0 for name, _ in _capi.Stats._fields_}, forwarded_calls=0, forwarded_bytes=0)
         return backend_stats()
     out = _capi.PreloadStats()

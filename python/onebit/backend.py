@@ -32,7 +32,9 @@ import torch.distributed as dist
 from . import _capi, _check, _library, _tag_name, _tagged_dtype
 
 if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derives from it
-    raise RuntimeError(f"onebit.register_backend: torch {torch.__version__} has no c10d Backend class "
+    # An ImportError: the module cannot exist with this torch (onebit.stats() takes it as "no
+    # backend here"; onebit.register_backend() shows the reason).
+    raise ImportError(f"onebit.register_backend: torch {torch.__version__} has no c10d Backend class "
                        "(torch >= 2.0 needed); with this torch use LD_PRELOAD=libonebit-preload.so")
 
 from ._forward import allreduce_arguments, forward_backend_methods  # noqa: E402 (needs the check above)
