@@ -1,4 +1,5 @@
-"""Forwarding by construction: a Python c10d Backend that hands every method it does not define
+"""Forwarding by construction (the Python form of the onebit backend; the native one is
+csrc/c10d_backend.cc): a Python c10d Backend that hands every method it does not define
 itself to a wrapped backend object (the onebit backend's gloo group).
 
 torch calls a Python Backend subclass through a pybind11 trampoline (c10d::PyBackend,

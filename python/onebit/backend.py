@@ -8,16 +8,20 @@ PyPI"). A backend registered with torch.distributed needs no interposition:
     onebit.register_backend()                      # once, before init_process_group
     dist.init_process_group("onebit", ...)         # any init_method; CPU tensors
 
-Every collective goes to a gloo process group made on the same store (so untagged calls are
-bit-identical to a plain gloo job), except all_reduce of a tagged tensor (onebit.tag; float32,
-float16 or bfloat16; SUM), which runs onebit's compressed allreduce over onebit's own TCP
-transport (libonebit.so's C API), bootstrapped over the same store: rank 0 serves the bootstrap
-at ONEBIT_ROOT (first group), or on a port the kernel picks and libonebit holds open for it
-(onebit_root_listen) on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1 when unset), and publishes it
-in the store with a random identity and secret for the group.
+Every call goes to a gloo backend made on the same store (so untagged calls, and their Work, are
+gloo's own), except all_reduce of a tagged tensor (onebit.tag; float32, float16 or bfloat16; SUM or
+AVG), which runs onebit's compressed allreduce over onebit's own TCP transport (libonebit.so's C
+API), bootstrapped over the same store: rank 0 serves the bootstrap at ONEBIT_ROOT (first group),
+or on a port the kernel picks and libonebit holds open for it (onebit_root_listen) on ONEBIT_ROOT's
+host or MASTER_ADDR (127.0.0.1 when unset), and publishes it in the store with a random identity
+and secret for the group.
+
+The backend object is the native one (csrc/c10d_backend.cc, built at first use by _native.py)
+around this module's _Compression, or where that cannot be built the Python OnebitBackend below
+(docs/design.md, "The native c10d backend").
 
 The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
-package sits in, else the loader's search path. Needs torch >= 2.0 (Backend subclasses).
+package sits in, else the loader's search path. Needs torch >= 2.0 (c10d Backend classes).
 """
 import atexit
 import collections
@@ -38,6 +42,7 @@ if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derive
                        "(torch >= 2.0 needed); with this torch use LD_PRELOAD=libonebit-preload.so")
 
 from ._forward import allreduce_arguments, forward_backend_methods  # noqa: E402 (needs the check above)
+from ._native import native_module as _native_module  # noqa: E402
 
 __all__ = ["register_backend", "BACKEND_NAME"]
 
@@ -58,9 +63,9 @@ class _CompressedWork(torch._C._distributed_c10d.Work):
     _create_work_from_future: that Work's wait() returns True when its future holds an error, so
     a failed call would pass unnoticed. Checked on torch 2.15.0 (the pip venv); Debian's torch
     1.13 has no c10d Backend class, so register_backend refuses it and this class is never used
-    there. A Work returned through dist.all_reduce is wrapped by torch's PyWorkHolder, which
-    forwards wait() and get_future() only: its is_completed() stays False and its result() raises
-    (torch's, docs/usage.md); called on the backend object the methods below answer."""
+    there. The native backend wraps it in a C++ Work whose every answer is one of the methods
+    below; the Python backend's is wrapped by torch's PyWorkHolder, which forwards wait() and
+    get_future() only (docs/usage.md, "Which torch")."""
 
     def __init__(self, tensors, what):
         super().__init__()
@@ -262,18 +267,19 @@ def _invitation(store, rank):
     return tuple(store.get(key).decode() for key in ("onebit/root", "onebit/identity", "onebit/secret"))
 
 
-class OnebitBackend(torch._C._distributed_c10d.Backend):
-    """A c10d backend: gloo for everything, onebit's compressed allreduce for tagged tensors.
+class _Compression:
+    """The onebit half of an onebit group, whichever form the group's backend takes: the
+    communicator over onebit's TCP transport, the queue of compressed calls, and the counters.
+    allreduce() answers whether a call is onebit's (its Work) or gloo's (None).
 
-    Its base is c10d's Backend from torch._C (the way torch documents for third-party backends in
-    Python, though not a public API): checked on torch 2.15.0 (the pip venv); Debian's torch 1.13
-    has none (register_backend refuses it)."""
+    The native backend (csrc/c10d_backend.cc) calls allreduce, drain, close, release, split and
+    merge from C++ with the GIL held for the call; the Python backend (OnebitBackend) calls them
+    from its methods."""
 
-    def __init__(self, store, rank, size, timeout):
-        super().__init__(rank, size)
+    def __init__(self, gloo, store, rank, size, timeout):
         self._lib = _library()
-        self._rank, self._size = rank, size
-        self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
+        self._gloo = gloo  # shut down by close(), with the communicator
+        self._rank, self._size, self._timeout = rank, size, timeout
         self._comm = ctypes.c_void_p()
         root, identity, secret = _invitation(store, rank)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
@@ -284,36 +290,7 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         self.forwarded_calls = 0
         self.forwarded_bytes = 0
         self._final_stats = None  # stats() once released
-        _backends.append(self)
-
-    @property
-    def _gloo(self):
-        if self._gloo_group is None:
-            raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
-        return self._gloo_group
-
-    def shutdown(self):
-        """Called by destroy_process_group: releases onebit's communicator and the inner gloo group
-        now, their threads joined while Python is whole — not at interpreter teardown, where a
-        gloo thread meeting a half-finalized interpreter ended finished jobs with SIGABRT
-        ("terminate called without an active exception")."""
-        self._release()
-
-    def _release(self):
-        with _release_lock:
-            if self._comm is None:
-                return
-            self._compressed_calls.close()  # queued calls run first: peers issued them too
-            self._final_stats = self.stats()
-            comm, self._comm = self._comm, None
-            self._lib.onebit_comm_destroy(comm)
-            gloo, self._gloo_group = self._gloo_group, None
-            if hasattr(gloo, "shutdown"):
-                gloo.shutdown()
-            del gloo
-
-    def getBackendName(self):
-        return BACKEND_NAME
+        _groups.append(self)
 
     def _compressible(self, tensors, opts):
         if len(tensors) != 1:
@@ -336,16 +313,15 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
             return dtype, _ONEBIT_AVG
         return None
 
-    def allreduce(self, *args, **kwargs):
-        # Every form gloo's binding accepts (a tensor or a list; opts, or op and timeout): torch
-        # calls (tensors, opts), code holding the backend object any of them.
-        tensors, opts = allreduce_arguments(*args, **kwargs)
+    def allreduce(self, tensors, opts):
+        """The Work of the compressed all_reduce of `tensors` (a tagged tensor, SUM or AVG), or None
+        for a call that is gloo's (counted as forwarded)."""
         verdict = self._compressible(tensors, opts)
         if verdict is None:
             with self._lock:
                 self.forwarded_calls += 1
                 self.forwarded_bytes += sum(t.numel() * t.element_size() for t in tensors)
-            return self._gloo.allreduce(*args, **kwargs)
+            return None
         dtype, op = verdict
         t = tensors[0]
         if self._comm is None:
@@ -371,22 +347,28 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
             return work
         return self._compressed_calls.submit(call, tensors, f"the compressed all_reduce of tag '{_tag_name(t)}'")
 
-    # Everything else is gloo's, forwarded by _forward.forward_backend_methods below (generated from
-    # the installed torch's Backend method table, docs/design.md "Forwarding by construction").
-    # barrier stays spelled out, as gloo's: it is where this backend's own calls in flight would be
-    # waited for.
-    def barrier(self, *args, **kwargs):
-        # As gloo's barrier, which first waits for the group's work in flight: queued compressed
-        # calls end first (their errors stay with their Work).
+    def drain(self):
+        """Returns once the queued compressed calls ran (barrier() calls it before gloo's)."""
         self._compressed_calls.drain()
-        return self._gloo.barrier(*args, **kwargs)
 
-    def _forward_target(self):
-        return self._gloo
+    def release(self):
+        """Runs the queued calls, then releases onebit's communicator (idempotent)."""
+        with _release_lock:
+            if self._comm is None:
+                return
+            self._compressed_calls.close()  # queued calls run first: peers issued them too
+            self._final_stats = self.stats()
+            comm, self._comm = self._comm, None
+            self._lib.onebit_comm_destroy(comm)
 
-    @property
-    def supports_splitting(self):
-        return True  # split() below: a child group is an onebit backend too
+    def close(self):
+        """release(), then gloo's shutdown — while Python is whole (destroy_process_group, or the
+        atexit hook): at interpreter teardown a gloo thread meeting a half-finalized interpreter
+        ended finished jobs with SIGABRT ("terminate called without an active exception")."""
+        self.release()
+        gloo, self._gloo = self._gloo, None
+        if gloo is not None and hasattr(gloo, "shutdown"):
+            gloo.shutdown()
 
     def split(self, store, ranks, opts):
         """The backend of a group split from this one (dist.split_group): an onebit backend over
@@ -395,12 +377,12 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         ranks = list(ranks)
         if self._rank not in ranks:
             return None
-        return OnebitBackend(store, ranks.index(self._rank), len(ranks), opts._timeout)
+        return make_backend(store, ranks.index(self._rank), len(ranks), opts._timeout)
 
     def merge(self, store, opts, rank, size):
         """The backend of a group merged from this one's ranks and others (c10d's merge): an
         onebit backend over `store`."""
-        return OnebitBackend(store, rank, size, opts._timeout)
+        return make_backend(store, rank, size, opts._timeout)
 
     def stats(self):
         if self._comm is None:
@@ -410,36 +392,138 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         return {name: getattr(out, name) for name, _ in _capi.Stats._fields_}
 
 
+class OnebitBackend(torch._C._distributed_c10d.Backend):
+    """The Python form of the onebit backend, for a process where the native one
+    (csrc/c10d_backend.cc) cannot be built: gloo for everything, onebit's compressed allreduce for
+    tagged tensors.
+
+    Its base is c10d's Backend from torch._C (the way torch documents for third-party backends in
+    Python, though not a public API): checked on torch 2.15.0 (the pip venv); Debian's torch 1.13
+    has none (register_backend refuses it); torch 2.5 cannot construct one. torch wraps each Work
+    it returns in PyWorkHolder (docs/design.md, "The native c10d backend")."""
+
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        self._rank = rank
+        self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
+        self._onebit = _Compression(self._gloo_group, store, rank, size, timeout)
+
+    @property
+    def _gloo(self):
+        if self._gloo_group is None:
+            raise RuntimeError("onebit backend: this process group was destroyed (destroy_process_group)")
+        return self._gloo_group
+
+    def shutdown(self):
+        """Called by destroy_process_group: releases onebit's communicator and the inner gloo group
+        now (_Compression.close)."""
+        self._onebit.close()
+        self._gloo_group = None
+
+    def getBackendName(self):
+        return BACKEND_NAME
+
+    def allreduce(self, *args, **kwargs):
+        # Every form gloo's binding accepts (a tensor or a list; opts, or op and timeout): torch
+        # calls (tensors, opts), code holding the backend object any of them.
+        work = self._onebit.allreduce(*allreduce_arguments(*args, **kwargs))
+        return work if work is not None else self._gloo.allreduce(*args, **kwargs)
+
+    # Everything else is gloo's, forwarded by _forward.forward_backend_methods below (generated from
+    # the installed torch's Backend method table, docs/design.md "The native c10d backend").
+    # barrier stays spelled out, as gloo's: it is where this backend's own calls in flight would be
+    # waited for.
+    def barrier(self, *args, **kwargs):
+        # As gloo's barrier, which first waits for the group's work in flight: queued compressed
+        # calls end first (their errors stay with their Work).
+        self._onebit.drain()
+        return self._gloo.barrier(*args, **kwargs)
+
+    def _forward_target(self):
+        return self._gloo
+
+    @property
+    def supports_splitting(self):
+        return True  # split() below: a child group is an onebit backend too
+
+    @property
+    def supports_reconfigure(self):
+        return False  # a reconfigure would reach gloo's connections, not onebit's
+
+    def split(self, store, ranks, opts):
+        ranks = list(ranks)
+        if self._rank not in ranks:
+            return None
+        return OnebitBackend(store, ranks.index(self._rank), len(ranks), opts._timeout)
+
+    def merge(self, store, opts, rank, size):
+        return OnebitBackend(store, rank, size, opts._timeout)
+
+    def stats(self):
+        return self._onebit.stats()
+
+
 FORWARDED = forward_backend_methods(OnebitBackend)  # the names this torch's Backend has and gloo answers
 
-_backends = []  # every OnebitBackend of this process, for onebit.stats() (released ones keep their counts)
+_groups = []  # every _Compression of this process, for onebit.stats() (released ones keep their counts)
+_native_backends = []  # every native backend of this process, for _release_all
+_use_native = None  # register_backend's choice: None (native if it builds), True or False
+
+
+def make_backend(store, rank, size, timeout):
+    """The onebit backend of one group: the native one (csrc/c10d_backend.cc over a gloo backend on
+    the same store) unless register_backend chose the Python one or the native one cannot be built
+    here (onebit._native says why, once)."""
+    module = None if _use_native is False else _native_module(required=_use_native is True)
+    if module is None:
+        try:
+            return OnebitBackend(store, rank, size, timeout)
+        except TypeError as failure:  # pybind11's "No constructor defined!": no Python trampoline for Backend
+            raise RuntimeError(f"onebit backend: torch {torch.__version__} cannot run a c10d Backend written in Python "
+                               f"({failure}), and the native backend is not available here: build it (a C++ compiler "
+                               "and ninja; docs/usage.md, \"Which torch\") or use a newer torch") from None
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
+    backend = module.OnebitBackend(gloo, _Compression(gloo, store, rank, size, timeout))
+    _native_backends.append(backend)  # shut down at exit if torch has not (it drops gloo without the GIL)
+    return backend
 
 
 def wait_for_compressed_calls():
     """Returns once every backend's queued compressed calls have run: what onebit.tag and
     onebit.untag call before they change a tag, since a queued call finds its tag by address when
     it runs, and must find on every rank what the program had tagged when it issued the call."""
-    for backend in list(_backends):
-        backend._compressed_calls.drain()
+    for group in list(_groups):
+        group.drain()
+
+
 _release_lock = threading.Lock()
 _registered = False
 
 
 @atexit.register
 def _release_all():
-    """At interpreter exit, before its teardown: every backend not destroyed by then releases its
-    communicator and gloo group (see OnebitBackend.shutdown)."""
-    for backend in list(_backends):
-        backend._release()
+    """At interpreter exit, before its teardown: every group not destroyed by then releases its
+    communicator and gloo backend (see _Compression.close; a native backend's shutdown then drops
+    gloo itself, csrc/c10d_backend.cc)."""
+    for backend in list(_native_backends):
+        backend.shutdown()
+    for group in list(_groups):
+        group.close()
 
 
-def register_backend():
-    """Registers the "onebit" backend with torch.distributed (idempotent)."""
-    global _registered
+def register_backend(native=None):
+    """Registers the "onebit" backend with torch.distributed (idempotent).
+
+    Args:
+        native: which form later groups take: None (the default) the native c10d backend when it
+            can be built here, else the Python one with a warning; True the native one or a
+            RuntimeError saying why not; False the Python one (docs/usage.md, "Which torch").
+    """
+    global _registered, _use_native
+    _use_native = native
     if _registered:
         return
-    dist.Backend.register_backend(BACKEND_NAME, lambda store, rank, size, timeout: OnebitBackend(store, rank, size, timeout),
-                                  devices=["cpu"])
+    dist.Backend.register_backend(BACKEND_NAME, make_backend, devices=["cpu"])
     _registered = True
 
 
@@ -447,9 +531,9 @@ def backend_stats():
     """What every onebit backend of this process did, as onebit.stats() reports it."""
     total = {name: 0 for name, _ in _capi.Stats._fields_}
     total.update(forwarded_calls=0, forwarded_bytes=0)
-    for backend in _backends:
-        for name, value in backend.stats().items():
+    for group in _groups:
+        for name, value in group.stats().items():
             total[name] += value
-        total["forwarded_calls"] += backend.forwarded_calls
-        total["forwarded_bytes"] += backend.forwarded_bytes
+        total["forwarded_calls"] += group.forwarded_calls
+        total["forwarded_bytes"] += group.forwarded_bytes
     return total

@@ -10,6 +10,7 @@
      and NCCL_NET_PLUGIN cleared, so that nothing comes from the checkout:
      - tests/python/torch_backend_check.py --installed at 2 ranks (tagged vs the float64 reference,
        untagged exact, DDP + OnebitAdam bitwise equal across ranks) from the installed package;
+     - the native c10d backend builds from the wheel's onebit/csrc (which the wheel must hold);
      - onebit-run --check says the shipped libraries load, from inside the venv;
      - onebit-run --nccl-net --print-env prints the absolute plugin path inside the venv;
      - onebit-run passes a command's exit code through, refuses --gloo-preload for pip's torch
@@ -117,6 +118,8 @@ def check_wheel_shape(wheel):
         fail(f"no onebit-run console script in entry_points.txt:\n{entry_points}")
     if any(n.startswith(("tests/", "tools/")) for n in names):
         fail("the wheel carries tests or tools")
+    if "onebit/csrc/c10d_backend.cc" not in names:
+        fail("no onebit/csrc/c10d_backend.cc in the wheel: the native c10d backend could not be built where it is installed")
     if "onebit/py.typed" not in names:
         fail("no onebit/py.typed in the wheel: type checkers would ignore the package's hints (PEP 561)")
     print(f"OK: {name} holds {', '.join(os.path.basename(n) for n in shared)}, once each; no torch requirement")
@@ -223,10 +226,17 @@ def main():
     # The backend test and the reference it compares with, alone in an empty folder.
     for part in ("tests/python/torch_backend_check.py", "tools/gpu/reference.py"):
         shutil.copy(os.path.join(source, part), cwd)
-    env = clean_env()
+    # The native c10d backend is built from the installed source into an extension cache of its own.
+    env = dict(clean_env(), TORCH_EXTENSIONS_DIR=os.path.join(work, "torch-extensions"))
     print(run([os.path.join(venv, "bin", "python"), "-W", "ignore", "torch_backend_check.py", "--installed", "2"],
               "the 2-rank backend test from the installed wheel", cwd=cwd, env=env)[1])
     check_launcher(venv, site, has_preload, cwd, env)
+    native = "import onebit._native as n; print(n.native_module(required=True).OnebitBackend.__module__)"
+    out = run([os.path.join(venv, "bin", "python"), "-W", "ignore", "-c", native], "the native backend, installed",
+              cwd=cwd, env=env)[1]
+    if "onebit_c10d" not in out:
+        fail(f"the installed native backend: {out}")
+    print("OK: the native c10d backend builds from the installed wheel's source")
     print("OK: the wheel built from a clean copy works installed, with nothing from the checkout")
     return 0
 

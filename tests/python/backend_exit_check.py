@@ -2,8 +2,8 @@
 DDP model, an untagged and a tagged all_reduce and an OnebitAdam step, half of them ending with
 destroy_process_group() and half leaving the group to interpreter exit.
 
-Before the backend released its communicator and inner gloo group itself (OnebitBackend.shutdown,
-and an atexit hook), about one job in three ended with SIGABRT after its last line ("terminate
+Before the backend released its communicator and inner gloo group itself (shutdown, which
+c10d calls in destroy_process_group, and an atexit hook: backend._Compression.close), about one job in three ended with SIGABRT after its last line ("terminate
 called without an active exception": a gloo thread meeting a half-finalized interpreter) and
 torchrun reported the job failed.
 
@@ -36,8 +36,8 @@ def rank_main(rank, store, destroy):
     dist.all_reduce(counts)
     if destroy:
         dist.destroy_process_group()
-        from onebit.backend import _backends
-        if any(backend._comm is not None for backend in _backends):  # torch called shutdown(): released now
+        from onebit.backend import _groups
+        if any(group._comm is not None for group in _groups):  # torch called shutdown(): released now
             sys.exit(6)
         if onebit.stats()["compressed_calls"] != 1:  # the counts outlive the group
             sys.exit(5)

@@ -15,7 +15,7 @@ every new_group / new_subgroups group; split_group's children are onebit's own s
         that do not and exits 1 if any.
     PYTHON tests/python/c10d_suite.py --check BUILD_DIR
         the test command's form (python.c10d_suite_pip): the subset on onebit; every one of its
-        tests (each passes on gloo) must pass, bar NAME_ASSERTING and KNOWN_TORCH_LIMITS; exit 77 when this torch lacks the suite
+        tests (each passes on gloo) must pass, bar NAME_ASSERTING; exit 77 when this torch lacks the suite
         or the c10d Backend class.
 
 How the backend is substituted: torch.distributed.distributed_c10d._new_process_group_helper (a
@@ -61,14 +61,6 @@ SUBSET = [
 # compares DDP's logged backend_name with dist.get_backend(), and torch 2.15 logs "custom" for
 # every backend registered through Backend.register_backend.
 NAME_ASSERTING = {"test_get_backend", "test_ddp_logging_data_cpu"}
-
-# What no Python c10d backend can give on torch 2.15.0 (docs/design.md, "Forwarding by
-# construction"): torch wraps a Python backend's Work in a holder forwarding wait() and
-# get_future() only, so Work.is_completed() stays False (test_isend and test_irecv assert it after
-# wait()), result() raises, and dist.recv without src (it asks the Work for _source_rank()) fails.
-KNOWN_TORCH_LIMITS = {"test_send_recv_any_source", "test_send_recv_any_source_autograd_profiler",
-                      "test_send_recv_any_source_torch_profiler", "test_isend", "test_isend_autograd_profiler",
-                      "test_isend_torch_profiler", "test_irecv"}
 
 def use_onebit_for_gloo():
     """Makes every process group asked for as "gloo" an onebit group (see the module docstring)."""
@@ -201,11 +193,11 @@ def main(argv):
             gloo = json.load(f)
         with open(argv[i + 2]) as f:
             onebit = json.load(f)
-        lost = compare(gloo, onebit, NAME_ASSERTING | KNOWN_TORCH_LIMITS)
+        lost = compare(gloo, onebit, NAME_ASSERTING)
         print(f"gloo: {sum(v == 'PASS' for v in gloo.values())} of {len(gloo)} pass; onebit: "
               f"{sum(v == 'PASS' for v in onebit.values())} of {len(onebit)} pass")
-        for name in sorted((NAME_ASSERTING | KNOWN_TORCH_LIMITS) & set(gloo)):
-            print(f"excepted: {name} ({'asserts the backend name' if name in NAME_ASSERTING else 'torch limit'}): "
+        for name in sorted(NAME_ASSERTING & set(gloo)):
+            print(f"excepted: {name} (asserts the backend name): "
                   f"gloo {gloo[name]}, onebit {onebit.get(name)}")
         for name in lost:
             print(f"passes on gloo, not on onebit: {name} ({onebit.get(name)})")
@@ -243,12 +235,12 @@ def main(argv):
             json.dump(outcomes, f, indent=1, sort_keys=True)
     if not check:
         return 0 if all(v in ("PASS", "SKIP") for v in outcomes.values()) else 1
-    lost = [n for n in SUBSET if outcomes.get(n) != "PASS" and n not in NAME_ASSERTING | KNOWN_TORCH_LIMITS]
+    lost = [n for n in SUBSET if outcomes.get(n) != "PASS" and n not in NAME_ASSERTING]
     for name in lost:
         print(f"FAIL: {name} passes on gloo and is {outcomes.get(name)} on onebit")
     if not lost:
         print(f"every one of the {len(SUBSET)} subset tests, which pass on gloo, passes on onebit "
-              f"(bar {', '.join(sorted(NAME_ASSERTING | KNOWN_TORCH_LIMITS))})")
+              f"(bar {', '.join(sorted(NAME_ASSERTING))})")
     return 1 if lost else 0
 
 

@@ -16,11 +16,12 @@
   error            rank 1's input holds a NaN: the async call's wait() raises RuntimeError naming the
                    tag on every rank, its future's wait() raises too, the buffers are unchanged; the
                    next call of the tag equals the reference's first call (error state unchanged).
-  work-state       after wait(): is_completed() is True and result() gives the tensors, for tagged
-                   and forwarded calls through the backend object (pg._get_backend); through
-                   dist.all_reduce, wait() returns True and the future is done with the tensors
-                   (torch's PyWorkHolder wraps a Python backend's Work there and answers
-                   is_completed() False, result() raising: docs/usage.md).
+  work-state       after wait(): wait() True, is_completed() and is_success() True, result() gives
+                   the tensors and the future is done with them, for tagged calls (compressed:
+                   the group's compressed-call count grows by one each) and forwarded ones, through
+                   the group object (group.allreduce([t], opts)), the backend object and
+                   dist.all_reduce (the native backend; the Python one's is checked by
+                   backend_object_check.py).
   tag-lifetime     a tensor tagged (onebit.tag) and dropped without untag, an OnebitAdam dropped
                    without close(), and a tagged tensor dropped while its async all_reduce is in
                    flight (gone after its Work and a barrier): each address leaves onebit's tag
@@ -170,25 +171,31 @@ def error(mode, rank, torch, dist, onebit, tmp):
 
 
 def work_state(mode, rank, torch, dist, onebit, tmp):
-    backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+    group = dist.distributed_c10d._get_default_group()
     opts = dist.AllreduceOptions()
     opts.asyncOp = True
     tagged, plain = torch.full((N,), float(rank + 1)), torch.full((N,), float(rank + 1))
     onebit.tag(tagged, "state")
+    backend = group._get_backend(torch.device("cpu"))
+    calls = (("group.allreduce", lambda t: group.allreduce([t], opts)),
+             ("backend.allreduce", lambda t: backend.allreduce([t], opts)),
+             ("dist.all_reduce", lambda t: dist.all_reduce(t, async_op=True)))
     for what, t in (("tagged", tagged), ("forwarded", plain)):
-        t.fill_(rank + 1)
-        work = backend.allreduce([t], opts)
-        require(work.wait(), f"{what}: wait() did not return True")
-        require(work.is_completed(), f"{what} (backend object): is_completed() False after wait()")
-        result = work.result()
-        require(len(result) == 1 and torch.equal(result[0], torch.full_like(t, 3.0)),
-                f"{what} (backend object): result() is not the reduced tensor")
-        t.fill_(rank + 1)
-        work = dist.all_reduce(t, async_op=True)
-        require(work.wait() is True, f"{what} (dist.all_reduce): wait() did not return True")
-        fut = work.get_future()
-        require(fut.done() and torch.equal(fut.value()[0], torch.full_like(t, 3.0)),
-                f"{what} (dist.all_reduce): the future is not done with the reduced tensor after wait()")
+        for how, issue in calls:
+            t.fill_(rank + 1)
+            compressed = onebit.stats()["compressed_calls"]
+            work = issue(t)
+            require(work.wait() is True, f"{what} ({how}): wait() did not return True")
+            require(work.is_completed() and work.is_success(), f"{what} ({how}): not completed after wait()")
+            result = work.result()
+            require(len(result) == 1 and torch.equal(result[0], torch.full_like(t, 3.0)),
+                    f"{what} ({how}): result() is not the reduced tensor")
+            fut = work.get_future()
+            require(fut.done() and torch.equal(fut.value()[0], torch.full_like(t, 3.0)),
+                    f"{what} ({how}): the future is not done with the reduced tensor after wait()")
+            want = compressed + (1 if what == "tagged" else 0)
+            require(onebit.stats()["compressed_calls"] == want, f"{what} ({how}): compressed calls "
+                    f"{onebit.stats()['compressed_calls']}, expected {want}")
     print(f"rank {rank}: tagged and forwarded Work complete after wait(), result() gives the tensors", flush=True)
 
 
