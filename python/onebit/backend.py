@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check, _library, _tag_name, _tagged_dtype
+from ._logging import logger
 
 if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derives from it
     # An ImportError: the module cannot exist with this torch (onebit.stats() takes it as "no
@@ -347,6 +348,18 @@ class _Compression:
             return work
         return self._compressed_calls.submit(call, tensors, f"the compressed all_reduce of tag '{_tag_name(t)}'")
 
+    def note_coalesced(self, tensors):
+        """all_reduce_coalesced (and a coalescing manager's all_reduces, which end in it) is gloo's,
+        tagged members included — exact fp32 sums, not compressed: said once per tag, so that a
+        tag meant to be compressed is not silently sent in full."""
+        for t in tensors:
+            if t.layout == torch.strided and t.device.type == "cpu" and _tagged_dtype(t) is not None:
+                name = _tag_name(t)
+                if name not in _coalesced_said:
+                    _coalesced_said.add(name)
+                    logger.warning("all_reduce_coalesced of the tagged tensor '%s' runs uncompressed, as gloo's (exact "
+                                   "fp32 sums): onebit compresses an all_reduce of the tagged tensor alone", name)
+
     def drain(self):
         """Returns once the queued compressed calls ran (barrier() calls it before gloo's)."""
         self._compressed_calls.drain()
@@ -429,6 +442,10 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         work = self._onebit.allreduce(*allreduce_arguments(*args, **kwargs))
         return work if work is not None else self._gloo.allreduce(*args, **kwargs)
 
+    def allreduce_coalesced(self, *args, **kwargs):
+        self._onebit.note_coalesced(args[0] if args else kwargs.get("tensors", ()))
+        return self._gloo.allreduce_coalesced(*args, **kwargs)
+
     # Everything else is gloo's, forwarded by _forward.forward_backend_methods below (generated from
     # the installed torch's Backend method table, docs/design.md "The native c10d backend").
     # barrier stays spelled out, as gloo's: it is where this backend's own calls in flight would be
@@ -467,6 +484,7 @@ FORWARDED = forward_backend_methods(OnebitBackend)  # the names this torch's Bac
 
 _groups = []  # every _Compression of this process, for onebit.stats() (released ones keep their counts)
 _native_backends = []  # every native backend of this process, for _release_all
+_coalesced_said = set()  # the tags note_coalesced has warned about
 _use_native = None  # register_backend's choice: None (native if it builds), True or False
 
 

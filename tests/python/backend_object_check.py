@@ -174,6 +174,13 @@ def rank_main(mode, rank, store):
         check(rank, _torch_refuses_custom(rank, "the group's sequence number", e), f"the sequence number: {e}")
 
     work_contract(rank, torch, dist, onebit, native, values)
+    tagged = torch.full((64,), float(rank + 1))
+    onebit.tag(tagged, "object-coalesced")
+    before = onebit.stats()["compressed_calls"]
+    dist.all_reduce_coalesced([tagged, values()])
+    check(rank, torch.equal(tagged, torch.full((64,), 3.0)) and onebit.stats()["compressed_calls"] == before,
+          "all_reduce_coalesced with a tagged member: gloo's exact sum, nothing compressed")
+    onebit.untag(tagged)
 
     # Groups: new_group, split_group (one group of both ranks, and one group per rank), where this
     # torch splits CPU groups (ProcessGroup.split_group; torch 2.8's dist.split_group is NCCL's only),

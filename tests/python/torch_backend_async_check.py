@@ -22,6 +22,9 @@
                    the group object (group.allreduce([t], opts)), the backend object and
                    dist.all_reduce (the native backend; the Python one's is checked by
                    backend_object_check.py).
+  coalesced        all_reduce_coalesced([tagged, untagged]) twice: gloo's exact sums for both, no
+                   compressed call, one warning naming the tag; the tag's own all_reduce is then
+                   compressed.
   tag-lifetime     a tensor tagged (onebit.tag) and dropped without untag, an OnebitAdam dropped
                    without close(), and a tagged tensor dropped while its async all_reduce is in
                    flight (gone after its Work and a barrier): each address leaves onebit's tag
@@ -278,9 +281,33 @@ def tag_lifetime(mode, rank, torch, dist, onebit, tmp):
           flush=True)
 
 
+def coalesced(mode, rank, torch, dist, onebit, tmp):
+    import logging
+    said = []
+    handler = logging.Handler()
+    handler.emit = lambda record: said.append(record.getMessage())
+    logging.getLogger("onebit").addHandler(handler)
+    tagged, plain = torch.full((N,), float(rank + 1)), torch.arange(7, dtype=torch.float32) * (rank + 1)
+    onebit.tag(tagged, "coalesced")
+    before = onebit.stats()["compressed_calls"]
+    for _ in range(2):
+        tagged.fill_(rank + 1), plain.copy_(torch.arange(7, dtype=torch.float32) * (rank + 1))
+        dist.all_reduce_coalesced([tagged, plain], async_op=True).wait()
+        require(torch.equal(tagged, torch.full_like(tagged, 3.0)) and torch.equal(plain, torch.arange(7.0) * 3),
+                "all_reduce_coalesced of a tagged and an untagged tensor: not gloo's exact sums")
+    require(onebit.stats()["compressed_calls"] == before, "all_reduce_coalesced compressed a call")
+    notes = [m for m in said if "all_reduce_coalesced of the tagged tensor 'coalesced' runs uncompressed" in m]
+    require(len(notes) == 1, f"the uncompressed coalesced call is said once per tag, got {said}")
+    dist.all_reduce(tagged)
+    require(onebit.stats()["compressed_calls"] == before + 1, "the tagged tensor's own all_reduce was not compressed")
+    logging.getLogger("onebit").removeHandler(handler)
+    onebit.untag(tagged)
+    print(f"rank {rank}: all_reduce_coalesced with a tagged member: gloo's exact sums, said once", flush=True)
+
+
 CASES = {"returns-at-once": returns_at_once, "exact": exact, "untag-after-async": untag_after_async,
          "in-flight": in_flight, "future": future,
-         "error": error, "work-state": work_state, "tag-lifetime": tag_lifetime}
+         "error": error, "work-state": work_state, "coalesced": coalesced, "tag-lifetime": tag_lifetime}
 
 
 def rank_env(mode, rank, env):

@@ -15,6 +15,7 @@
 // overridden here), except
 //   - allreduce: asks the Python side (onebit.backend._Compression.allreduce) first; a Work from it
 //     is the compressed call's, None sends the call to gloo;
+//   - allreduce_coalesced: gloo's, after the Python side noted any tagged member (said once a tag);
 //   - barrier: the Python side's queued compressed calls end first, as gloo's barrier waits for the
 //     group's work in flight;
 //   - shutdown, abort: the Python side releases onebit's communicator first (and shuts gloo down);
@@ -115,6 +116,16 @@ class OnebitBackend : public c10d::Backend {
       }
     }
     return gloo().allreduce(tensors, opts);
+  }
+
+  // gloo's, tagged members included; the Python side says so once per tag (note_coalesced).
+  intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                          const c10d::AllreduceCoalescedOptions& opts) override {
+    {
+      py::gil_scoped_acquire gil;
+      onebit_.attr("note_coalesced")(tensors);
+    }
+    return gloo().allreduce_coalesced(tensors, opts);
   }
 
   intrusive_ptr<Work> barrier(const c10d::BarrierOptions& opts) override {
@@ -255,10 +266,6 @@ class OnebitBackend : public c10d::Backend {
   }
   intrusive_ptr<Work> allreduce_sparse(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) override {
     return gloo().allreduce_sparse(tensors, opts);
-  }
-  intrusive_ptr<Work> allreduce_coalesced(std::vector<at::Tensor>& tensors,
-                                          const c10d::AllreduceCoalescedOptions& opts) override {
-    return gloo().allreduce_coalesced(tensors, opts);
   }
   intrusive_ptr<Work> reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) override {
     return gloo().reduce(tensors, opts);
