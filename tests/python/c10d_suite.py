@@ -10,9 +10,10 @@ every new_group / new_subgroups group; split_group's children are onebit's own s
         runs the selection (all of _DistTestBase by default; --subset: the CI subset below;
         -k as unittest's, repeatable; -x leaves out the tests whose name contains TEXT) and prints one line per test (PASS / FAIL / SKIP / ERROR),
         then the counts; --json writes {test: outcome}.
-    PYTHON tests/python/c10d_suite.py --compare GLOO.json ONEBIT.json
-        every test that passes on gloo must pass on onebit, bar NAME_ASSERTING below: lists those
-        that do not and exits 1 if any.
+    PYTHON tests/python/c10d_suite.py --compare GLOO.json ONEBIT.json [--torch-refuses TEST,...]
+        every test that passes on gloo must pass on onebit, bar NAME_ASSERTING below (and the
+        tests named by --torch-refuses: what an older torch refuses to every backend not named
+        gloo, tools/oldest-torch.sh): lists those that do not and exits 1 if any.
     PYTHON tests/python/c10d_suite.py --check BUILD_DIR
         the test command's form (python.c10d_suite_pip): the subset on onebit; every one of its
         tests (each passes on gloo) must pass, bar NAME_ASSERTING; exit 77 when this torch lacks the suite
@@ -193,11 +194,15 @@ def main(argv):
             gloo = json.load(f)
         with open(argv[i + 2]) as f:
             onebit = json.load(f)
-        lost = compare(gloo, onebit, NAME_ASSERTING)
+        refused = set(argv[argv.index("--torch-refuses") + 1].split(",")) if "--torch-refuses" in argv else set()
+        lost = compare(gloo, onebit, NAME_ASSERTING | refused)
         print(f"gloo: {sum(v == 'PASS' for v in gloo.values())} of {len(gloo)} pass; onebit: "
               f"{sum(v == 'PASS' for v in onebit.values())} of {len(onebit)} pass")
         for name in sorted(NAME_ASSERTING & set(gloo)):
             print(f"excepted: {name} (asserts the backend name): "
+                  f"gloo {gloo[name]}, onebit {onebit.get(name)}")
+        for name in sorted(refused & set(gloo)):
+            print(f"excepted: {name} (this torch refuses it to every backend not named gloo): "
                   f"gloo {gloo[name]}, onebit {onebit.get(name)}")
         for name in lost:
             print(f"passes on gloo, not on onebit: {name} ({onebit.get(name)})")
