@@ -220,6 +220,21 @@ class _CompressedCallQueue:
         if not self._on_worker():
             thread.join()
 
+    def abort(self, reason):
+        """Fails every queued call's Work with `reason` without running it, and lets the worker stop
+        after the call it is running (which ends by itself, at the latest at the group's timeout).
+        Returns at once: what c10d's abort asks of a group whose peers may be gone."""
+        with self._lock:
+            self._closed = True
+            dropped = [work for call, work in self._jobs if call is not None]
+            self._jobs.clear()
+            if self._thread is not None:
+                self._jobs.append((None, None))
+            self._finished += len(dropped)
+            self._lock.notify_all()
+        for work in dropped:
+            work._finish(reason)
+
 
 def _listen_for_root(where):
     """Rank 0's bootstrap listener on `where` ("host:0": a port the kernel picks), held open by
@@ -370,9 +385,18 @@ class _Compression:
             if self._comm is None:
                 return
             self._compressed_calls.close()  # queued calls run first: peers issued them too
-            self._final_stats = self.stats()
-            comm, self._comm = self._comm, None
-            self._lib.onebit_comm_destroy(comm)
+            try:
+                self._final_stats = self.stats()
+            finally:
+                comm, self._comm = self._comm, None
+                self._lib.onebit_comm_destroy(comm)
+
+    def abort(self):
+        """c10d's abort: the queued compressed calls fail without running (their Work raises) and
+        nothing waits; the communicator is released by the next close() (destroy_process_group or
+        the exit hook), once the call in flight, if any, has ended."""
+        self._compressed_calls.abort("onebit backend: this process group was aborted before its queued compressed "
+                                     "all_reduce ran")
 
     def close(self):
         """release(), then gloo's shutdown — while Python is whole (destroy_process_group, or the
@@ -441,6 +465,10 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         # calls (tensors, opts), code holding the backend object any of them.
         work = self._onebit.allreduce(*allreduce_arguments(*args, **kwargs))
         return work if work is not None else self._gloo.allreduce(*args, **kwargs)
+
+    def abort(self):
+        self._onebit.abort()
+        return self._gloo.abort()
 
     def allreduce_coalesced(self, *args, **kwargs):
         self._onebit.note_coalesced(args[0] if args else kwargs.get("tensors", ()))
@@ -523,10 +551,11 @@ def _release_all():
     """At interpreter exit, before its teardown: every group not destroyed by then releases its
     communicator and gloo backend (see _Compression.close; a native backend's shutdown then drops
     gloo itself, csrc/c10d_backend.cc)."""
-    for backend in list(_native_backends):
-        backend.shutdown()
-    for group in list(_groups):
-        group.close()
+    for release in [backend.shutdown for backend in _native_backends] + [group.close for group in _groups]:
+        try:
+            release()
+        except Exception as failure:  # the others are still released
+            logger.warning("releasing an onebit group at exit failed: %s", failure)
 
 
 def register_backend(native=None):

@@ -25,6 +25,10 @@
   coalesced        all_reduce_coalesced([tagged, untagged]) twice: gloo's exact sums for both, no
                    compressed call, one warning naming the tag; the tag's own all_reduce is then
                    compressed.
+  abort            rank 1 queues two tagged calls rank 0 has not issued and aborts the group: abort
+                   returns at once (rank 0 waits for its word, 60 s at most), the queued call's
+                   wait() raises "aborted" with its tensor untouched, and the call in flight, if
+                   one was, completes when rank 0 issues its twin.
   tag-lifetime     a tensor tagged (onebit.tag) and dropped without untag, an OnebitAdam dropped
                    without close(), and a tagged tensor dropped while its async all_reduce is in
                    flight (gone after its Work and a barrier): each address leaves onebit's tag
@@ -305,9 +309,48 @@ def coalesced(mode, rank, torch, dist, onebit, tmp):
     print(f"rank {rank}: all_reduce_coalesced with a tagged member: gloo's exact sums, said once", flush=True)
 
 
+def abort(mode, rank, torch, dist, onebit, tmp):
+    side = dist.FileStore(os.path.join(tmp, "side-abort"), WORLD)
+    side.set_timeout(datetime.timedelta(seconds=60))
+    first, second = torch.full((N,), float(rank + 1)), torch.full((N,), float(rank + 1))
+    onebit.tag(first, "abort-first")
+    onebit.tag(second, "abort-second")
+    if rank == 1:
+        backend = dist.distributed_c10d._get_default_group()._get_backend(torch.device("cpu"))
+        running = dist.all_reduce(first, async_op=True)  # rank 0 has not issued it: in flight, or still queued
+        queued = dist.all_reduce(second, async_op=True)
+        backend.abort()  # must return with the first call unfinished: rank 0 waits for this word, 60 s at most
+        in_flight = not running.is_completed()
+        side.set("aborted", "in flight" if in_flight else "dropped")
+        try:
+            queued.wait()
+            failed = None
+        except RuntimeError as error:
+            failed = str(error)
+        require(failed is not None and "aborted" in failed, f"the queued call's wait() after abort: {failed}")
+        require(torch.equal(second, torch.full_like(second, 2.0)), "the aborted queued call changed its tensor")
+        if in_flight:
+            running.wait()
+            require(torch.equal(first, torch.full_like(first, 3.0)), "the call in flight at abort did not complete")
+        print(f"rank 1: abort returned at once (first call {'in flight' if in_flight else 'dropped'}); the queued "
+              "call's wait() raised 'aborted', its tensor untouched", flush=True)
+    else:
+        try:
+            side.wait(["aborted"])
+            word = side.get("aborted").decode()
+        except RuntimeError as error:  # the store's timeout: rank 1's abort waited for the calls
+            word = f"no word from rank 1's abort ({error})"
+        require(word in ("in flight", "dropped"), word)
+        if word == "in flight":
+            dist.all_reduce(first)  # pairs with rank 1's call in flight
+    onebit.untag(first)
+    onebit.untag(second)
+
+
 CASES = {"returns-at-once": returns_at_once, "exact": exact, "untag-after-async": untag_after_async,
          "in-flight": in_flight, "future": future,
-         "error": error, "work-state": work_state, "coalesced": coalesced, "tag-lifetime": tag_lifetime}
+         "error": error, "work-state": work_state, "coalesced": coalesced, "abort": abort,
+         "tag-lifetime": tag_lifetime}
 
 
 def rank_env(mode, rank, env):

@@ -18,7 +18,8 @@
 //   - allreduce_coalesced: gloo's, after the Python side noted any tagged member (said once a tag);
 //   - barrier: the Python side's queued compressed calls end first, as gloo's barrier waits for the
 //     group's work in flight;
-//   - shutdown, abort: the Python side releases onebit's communicator first (and shuts gloo down);
+//   - shutdown: the Python side releases onebit's communicator first (and shuts gloo down);
+//   - abort: the Python side fails the queued compressed calls without waiting, then gloo's abort;
 //   - split, merge: the Python side makes the child, an OnebitBackend too;
 //   - getBackendName ("onebit"), supportsReconfigure (false: a reconfigure would reach gloo's
 //     connections, not onebit's).
@@ -99,7 +100,14 @@ class OnebitBackend : public c10d::Backend {
   // (onebit.backend._Compression) of the same group.
   OnebitBackend(intrusive_ptr<c10d::Backend> gloo, py::object onebit)
       : Backend(gloo->getRank(), gloo->getSize()), gloo_(std::move(gloo)), onebit_(std::move(onebit)) {}
-  ~OnebitBackend() override { release(onebit_); }
+  // gloo, if shutdown() has not dropped it, is dropped with the GIL released, as there.
+  ~OnebitBackend() override {
+    release(onebit_);
+    if (gloo_ && Py_IsInitialized() && PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      gloo_.reset();
+    }
+  }
 
   // What onebit adds.
   const std::string getBackendName() const override { return "onebit"; }
@@ -149,8 +157,10 @@ class OnebitBackend : public c10d::Backend {
 #endif
 
 #ifdef ONEBIT_C10D_HAS_abort
+  // The queued compressed calls fail without running and nothing waits for the one in flight
+  // (_Compression.abort); then gloo's abort.
   void abort() override {
-    call("release");
+    call("abort");
     gloo().abort();
   }
 #endif
