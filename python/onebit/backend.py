@@ -496,13 +496,10 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
         return False  # a reconfigure would reach gloo's connections, not onebit's
 
     def split(self, store, ranks, opts):
-        ranks = list(ranks)
-        if self._rank not in ranks:
-            return None
-        return OnebitBackend(store, ranks.index(self._rank), len(ranks), opts._timeout)
+        return self._onebit.split(store, ranks, opts)  # make_backend: this form, as register_backend chose
 
     def merge(self, store, opts, rank, size):
-        return OnebitBackend(store, rank, size, opts._timeout)
+        return self._onebit.merge(store, opts, rank, size)
 
     def stats(self):
         return self._onebit.stats()

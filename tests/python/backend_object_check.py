@@ -60,7 +60,8 @@ def rank_main(mode, rank, store):
           and dist.get_backend() == "onebit" and backend.name() == "onebit",
           f"the default group's backend is onebit's {mode} one ({type(backend).__module__}.{type(backend).__name__}, "
           f"{dist.get_backend()}, {backend.name()})")
-    check(rank, getattr(backend, "supports_reconfigure", False) is False, "supports_reconfigure False (a reconfigure would miss onebit's connections)")
+    check(rank, not hasattr(torch._C._distributed_c10d.Backend, "supports_reconfigure")  # torch 2.5, 2.8: none
+          or backend.supports_reconfigure is False, "supports_reconfigure False (a reconfigure would miss onebit's connections)")
     if not native:  # By construction: every name of this torch's Backend table is the Python class's own or a forwarder.
         from onebit import _forward, backend as module
         table = {n for n, v in vars(torch._C._distributed_c10d.Backend).items()
@@ -217,8 +218,11 @@ def rank_main(mode, rank, store):
 
 
 def _torch_refuses_custom(rank, what, error):
-    """Whether `error` is one of torch's refusals of every custom backend (printed when it is)."""
-    if any(text in str(error) for text in TORCH_REFUSES_CUSTOM):
+    """Whether `error` is one of torch's refusals of every custom backend, on a torch older than
+    2.15 (printed when it is): on 2.15 and later it is a failure."""
+    import torch
+    older = tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 15)
+    if older and any(text in str(error) for text in TORCH_REFUSES_CUSTOM):
         print(f"rank {rank}: {what}: torch refuses it to every custom backend: {str(error).splitlines()[0]}", flush=True)
         return True
     return False
