@@ -1,5 +1,6 @@
-// 1-bit Adam's rule for one element, written once for the CPU loops (optim/onebit_adam.cc) and the
-// CUDA kernels (optim/cuda/adam_device.cu): the same IEEE operations in the same order, so the two
+// The Adam family's rules for one element — 1-bit Adam's and 0/1 Adam's — written once for the CPU
+// loops (optim/onebit_adam.cc, optim/zero_one_adam.cc) and the CUDA kernels (optim/cuda/adam_device.cu,
+// optim/cuda/zero_one_adam_device.cu): the same IEEE operations in the same order, so the two
 // give the same bits wherever neither side fuses a multiply and an add — the CPU sources are built
 // with -ffp-contract=off and the CUDA ones with --fmad=false (CMakeLists.txt), and sqrtf and the
 // division are correctly rounded on both (nvcc's defaults -prec-sqrt=true, -prec-div=true).
@@ -41,6 +42,33 @@ ONEBIT_ELEMENTWISE float frozen_direction(float m, float v, float eps, float bou
 ONEBIT_ELEMENTWISE float frozen_update(float lr, float eps, float weight_decay, float bound, float p, float m,
                                        float v) {
   return p - lr * (frozen_direction(m, v, eps, bound) + weight_decay * p);
+}
+
+// ---- 0/1 Adam (optim/zero_one_adam.h has the stages) ----
+
+// A local step's move, lr·(clip(m / (√v + ε), ±bound) + wd·p): taken from p and from u alike.
+ONEBIT_ELEMENTWISE float frozen_step(float lr, float eps, float weight_decay, float bound, float p, float m, float v) {
+  return lr * (frozen_direction(m, v, eps, bound) + weight_decay * p);
+}
+
+// A sync's u before the average: u·(√v + ε).
+ONEBIT_ELEMENTWISE float sync_scaled(float u, float v, float eps) { return u * (sqrtf(v) + eps); }
+
+// A sync after the average of u, one element: a dormant element keeps p (it moved by weight decay
+// alone since the last sync) and its m is 0; any other takes m ← −u/lrs and moves from p_sync by
+// u/(√v+ε) within ±lrs·(bound + wd·|p_sync|). Then p_sync ← p, u ← 0.
+ONEBIT_ELEMENTWISE void sync_end(float eps, float weight_decay, float bound, float lrs, float& p, float& p_sync,
+                                 float& m, float& u, float v) {
+  if (dormant(v, eps)) {
+    m = 0.0f;
+  } else {
+    m = -(u / lrs);
+    const float reach = lrs * (bound + weight_decay * fabsf(p_sync));
+    const float move = u / (sqrtf(v) + eps);
+    p = p_sync + (move < -reach ? -reach : (reach < move ? reach : move));  // std::clamp's order
+  }
+  p_sync = p;
+  u = 0.0f;
 }
 
 }  // namespace onebit::optim::elementwise

@@ -5,17 +5,13 @@
 #include <limits>
 
 #include "common/error.h"
+#include "optim/adam_elementwise.h"
 #include "optim/frozen_variance.h"
 
 namespace onebit::optim::zero_one_adam {
 namespace {
 
 bool in_variance_stage(const Config& c, std::int64_t step) { return step <= c.var_freeze_step; }
-
-// d = clip(m/(√v+ε), ±bound) + wd·p; the bound is infinite where v was just updated (Adam's own step).
-inline float direction(const Config& c, float p, float m, float v, float bound) {
-  return frozen_direction(m, v, c.eps, bound) + c.weight_decay * p;
-}
 
 }  // namespace
 
@@ -66,10 +62,10 @@ void advance(const Config& c, Schedule& s) {
 void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance) {
   const float bound = update_variance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    if (update_variance) v[i] = c.beta2 * v[i] + (1.0f - c.beta2) * g[i] * g[i];
-    m[i] = c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
+    if (update_variance) v[i] = elementwise::variance(c.beta2, v[i], g[i]);
+    m[i] = elementwise::momentum(c.beta1, m[i], g[i]);
     if (!update_variance && dormant(v[i], c.eps)) m[i] = 0.0f;  // g was compressed, v kept
-    p[i] = p[i] - c.lr * direction(c, p[i], m[i], v[i], bound);
+    p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], v[i]);
   }
 }
 
@@ -77,35 +73,31 @@ void local_step(const Config& c, float* p, float* m, const float* v, float* u, f
                 std::size_t n) {
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = dormant(v[i], c.eps) ? 0.0f : c.beta1 * m[i] + (1.0f - c.beta1) * g[i];
-    const float step = c.lr * direction(c, p[i], m[i], v[i], bound);
+    m[i] = dormant(v[i], c.eps) ? 0.0f : elementwise::momentum(c.beta1, m[i], g[i]);
+    const float step = elementwise::frozen_step(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], v[i]);
     p[i] = p[i] - step;
     u[i] = u[i] - step;
   }
   *lrs += c.lr;
 }
 
-void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n) {
+void check_sync(float lrs) {
   ONEBIT_CHECK(lrs > 0, ONEBIT_INVALID_ARGUMENT, "0/1 Adam sync with a learning-rate sum of ", lrs,
                " since the last sync (need > 0: sync_end divides by it; was every lr 0?)");
-  for (std::size_t i = 0; i < n; ++i) u[i] = u[i] * (std::sqrt(v[i]) + c.eps);
+}
+
+void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n) {
+  check_sync(lrs);
+  for (std::size_t i = 0; i < n; ++i) u[i] = elementwise::sync_scaled(u[i], v[i], c.eps);
 }
 
 void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs, std::size_t n) {
+  // A dormant element moved by weight decay alone since the last sync, alike on every rank: it
+  // keeps p; its averaged u is compression error. Any other moves from p_sync at most as far as
+  // the local steps could have taken it, lrs·(C + wd·|p_sync|) (frozen_variance.h).
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    // A dormant element moved by weight decay alone since the last sync, alike on every rank: it
-    // keeps p; its averaged u is compression error. Any other moves from p_sync at most as far as
-    // the local steps could have taken it, lrs·(C + wd·|p_sync|) (frozen_variance.h).
-    if (dormant(v[i], c.eps)) {
-      m[i] = 0.0f;
-    } else {
-      m[i] = -(u[i] / *lrs);
-      const float reach = *lrs * (bound + c.weight_decay * std::fabs(p_sync[i]));
-      p[i] = p_sync[i] + std::clamp(u[i] / (std::sqrt(v[i]) + c.eps), -reach, reach);
-    }
-    p_sync[i] = p[i];
-    u[i] = 0.0f;
+    elementwise::sync_end(c.eps, c.weight_decay, bound, *lrs, p[i], p_sync[i], m[i], u[i], v[i]);
   }
   *lrs = 0.0f;
 }

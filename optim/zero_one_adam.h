@@ -34,6 +34,8 @@ void gradient_step(const Config& c, float* p, float* m, float* v, const float* g
 // p ← p − lr·d; u ← u − lr·d; lrs ← lrs + lr.
 void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs, const float* g,
                 std::size_t n);
+// A sync's learning-rate sum must be > 0 (sync_end divides by it); throws naming it otherwise.
+void check_sync(float lrs);
 // A sync step, after its local_step: u ← u·(√v+ε). Refuses lrs <= 0 before changing anything.
 void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n);
 // After u was averaged over ranks (compressed): m ← −(u/lrs); p ← p_sync + clip(u/(√v+ε), ±lrs·(C +

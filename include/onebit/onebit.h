@@ -349,6 +349,28 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_a
                                                          float* params_at_sync, float* m, float* u, const float* v,
                                                          float* lrs, size_t count);
 
+/* 0/1 Adam's four steps over device memory (CUDA), as 1-bit Adam's _device steps above: the same
+ * rule, element for element the same bits as the host calls (their oracle), asynchronous on
+ * `stream`, allocating nothing; ONEBIT_UNSUPPORTED from the libraries built without CUDA. `lrs`
+ * stays a host float: local_step adds lr to it and sync_end reads it and sets it to 0 when their
+ * kernels are queued, so these steps do not belong in a captured CUDA graph (replays would reuse
+ * the learning-rate sum of the capture). */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_gradient_step_device(const onebit_zero_one_adam_config_t* config,
+                                                                     float* params, float* m, float* v,
+                                                                     const float* grad, size_t count,
+                                                                     int update_variance, void* stream);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_local_step_device(const onebit_zero_one_adam_config_t* config,
+                                                                  float* params, float* m, const float* v, float* u,
+                                                                  float* lrs, const float* grad, size_t count,
+                                                                  void* stream);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_begin_device(const onebit_zero_one_adam_config_t* config, float* u,
+                                                                  const float* v, float lrs, size_t count,
+                                                                  void* stream);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_config_t* config,
+                                                                float* params, float* params_at_sync, float* m,
+                                                                float* u, const float* v, float* lrs, size_t count,
+                                                                void* stream);
+
 /* ---- 1-bit LAMB (Li et al., 2021; DeepSpeed's OnebitLamb), one layer at a time ----
  * DeepSpeed's names and defaults. A layer is a contiguous range with its own trust ratio.
  * - Warmup, t < freeze_step (t from 0): g averaged over ranks in full precision, then

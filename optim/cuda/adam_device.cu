@@ -1,23 +1,14 @@
 #include "optim/cuda/adam_device.h"
 
 #include "optim/adam_elementwise.h"
+#include "optim/cuda/grid.h"
 #include "optim/frozen_variance.h"
 
 namespace onebit::optim::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-
-// A grid-stride loop over n elements: enough blocks to fill the device, each thread several
-// elements apart by the grid's width.
-unsigned blocks_for(std::size_t n) {
-  const std::size_t wanted = (n + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(wanted < 65535 ? (wanted > 0 ? wanted : 1) : 65535);
-}
-
 __global__ void warmup_kernel(AdamConfig c, float* p, float* m, float* v, const float* g, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
+  ONEBIT_GRID_STRIDE_LOOP(i, n) {
     const float mi = elementwise::momentum(c.beta1, m[i], g[i]);
     const float vi = elementwise::variance(c.beta2, v[i], g[i]);
     m[i] = mi;
@@ -27,8 +18,7 @@ __global__ void warmup_kernel(AdamConfig c, float* p, float* m, float* v, const 
 }
 
 __global__ void momentum_kernel(float beta1, float* m, float* m_before, const float* g, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
+  ONEBIT_GRID_STRIDE_LOOP(i, n) {
     const float before = m[i];
     if (m_before != nullptr) m_before[i] = before;
     m[i] = elementwise::momentum(beta1, before, g[i]);
@@ -36,8 +26,7 @@ __global__ void momentum_kernel(float beta1, float* m, float* m_before, const fl
 }
 
 __global__ void apply_kernel(AdamConfig c, float bound, float* p, float* m, const float* v, std::size_t n) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n;
-       i += std::size_t{gridDim.x} * blockDim.x) {
+  ONEBIT_GRID_STRIDE_LOOP(i, n) {
     const float momentum = elementwise::dormant(v[i], c.eps) ? 0.0f : m[i];
     m[i] = momentum;
     p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], momentum, v[i]);

@@ -7,13 +7,17 @@
 
 #include "common/error.h"
 #include "optim/cuda/adam_device.h"
+#include "optim/cuda/zero_one_adam_device.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/optimizer_args.h"
 
 namespace {
 
 using onebit::capi::check_arrays;
+using onebit::capi::non_null;
 using onebit::capi::to_adam;
+using onebit::capi::to_zero_one_adam;
+namespace zero_one_adam = onebit::optim::zero_one_adam;
 
 // Device (or managed) memory the kernels can read and write; a host pointer, or one CUDA does not
 // know, is the caller's mistake, named.
@@ -72,6 +76,56 @@ onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t* config
     check_arrays(count, {params, m, v});
     check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}});
     check_launch(onebit::optim::cuda::apply_step(c, params, m, v, count, as_stream(stream)), "apply step");
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_gradient_step_device(const onebit_zero_one_adam_config_t* config, float* params,
+                                                          float* m, float* v, const float* grad, size_t count,
+                                                          int update_variance, void* stream) {
+  return onebit::abi_guard("onebit_zero_one_adam_gradient_step_device", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, m, v, grad});
+    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}, {grad, "grad"}});
+    check_launch(
+        zero_one_adam::cuda::gradient_step(c, params, m, v, grad, count, update_variance != 0, as_stream(stream)),
+        "0/1 Adam gradient step");
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_local_step_device(const onebit_zero_one_adam_config_t* config, float* params,
+                                                       float* m, const float* v, float* u, float* lrs,
+                                                       const float* grad, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_zero_one_adam_local_step_device", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, m, v, u, grad});
+    float& sum = non_null(lrs, "lrs");
+    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}, {u, "u"}, {grad, "grad"}});
+    check_launch(zero_one_adam::cuda::local_step(c, params, m, v, u, &sum, grad, count, as_stream(stream)),
+                 "0/1 Adam local step");
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_sync_begin_device(const onebit_zero_one_adam_config_t* config, float* u,
+                                                       const float* v, float lrs, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_zero_one_adam_sync_begin_device", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {u, v});
+    zero_one_adam::check_sync(lrs);
+    check_on_device(count, {{u, "u"}, {v, "v"}});
+    check_launch(zero_one_adam::cuda::sync_begin(c, u, v, lrs, count, as_stream(stream)), "0/1 Adam sync begin");
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_config_t* config, float* params,
+                                                     float* params_at_sync, float* m, float* u, const float* v,
+                                                     float* lrs, size_t count, void* stream) {
+  return onebit::abi_guard("onebit_zero_one_adam_sync_end_device", [&] {
+    const auto& c = to_zero_one_adam(config);
+    check_arrays(count, {params, params_at_sync, m, u, v});
+    zero_one_adam::check_sync(non_null(lrs, "lrs"));
+    check_on_device(count, {{params, "params"}, {params_at_sync, "params_at_sync"}, {m, "m"}, {u, "u"}, {v, "v"}});
+    check_launch(zero_one_adam::cuda::sync_end(c, params, params_at_sync, m, u, v, lrs, count, as_stream(stream)),
+                 "0/1 Adam sync end");
   });
 }
 

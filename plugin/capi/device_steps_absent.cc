@@ -37,4 +37,24 @@ onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t*, float
   return absent("onebit_adam_apply_step_device");
 }
 
+onebit_result_t onebit_zero_one_adam_gradient_step_device(const onebit_zero_one_adam_config_t*, float*, float*, float*,
+                                                          const float*, size_t, int, void*) {
+  return absent("onebit_zero_one_adam_gradient_step_device");
+}
+
+onebit_result_t onebit_zero_one_adam_local_step_device(const onebit_zero_one_adam_config_t*, float*, float*,
+                                                       const float*, float*, float*, const float*, size_t, void*) {
+  return absent("onebit_zero_one_adam_local_step_device");
+}
+
+onebit_result_t onebit_zero_one_adam_sync_begin_device(const onebit_zero_one_adam_config_t*, float*, const float*,
+                                                       float, size_t, void*) {
+  return absent("onebit_zero_one_adam_sync_begin_device");
+}
+
+onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_config_t*, float*, float*, float*,
+                                                     float*, const float*, float*, size_t, void*) {
+  return absent("onebit_zero_one_adam_sync_end_device");
+}
+
 }  // extern "C"

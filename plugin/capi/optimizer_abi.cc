@@ -16,7 +16,9 @@
 namespace {
 
 using onebit::capi::check_arrays;
+using onebit::capi::non_null;
 using onebit::capi::to_adam;
+using onebit::capi::to_zero_one_adam;
 
 onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "auto freeze config is NULL");
@@ -25,22 +27,10 @@ onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   return config;
 }
 
-const onebit_zero_one_adam_config_t& to_zero_one_adam(const onebit_zero_one_adam_config_t* c) {
-  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
-  onebit::optim::zero_one_adam::check(*c);
-  return *c;
-}
-
 const onebit_lamb_config_t& to_lamb(const onebit_lamb_config_t* c) {
   ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
   onebit::optim::lamb::check(*c);
   return *c;
-}
-
-template <typename T>
-T& non_null(T* pointer, const char* what) {
-  ONEBIT_CHECK(pointer != nullptr, ONEBIT_INVALID_ARGUMENT, what, " is NULL");
-  return *pointer;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "onebit/onebit.h"
 #include "optim/onebit_adam.h"
+#include "optim/zero_one_adam.h"
 
 namespace onebit::capi {
 
@@ -20,6 +21,18 @@ inline onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
                "), eps ", c->eps, ", weight_decay ", c->weight_decay, ", freeze_step ", c->freeze_step,
                " (need lr, wd >= 0; 0 <= beta < 1; eps > 0; freeze_step >= 0)");
   return onebit::optim::AdamConfig{c->lr, c->beta1, c->beta2, c->eps, c->weight_decay, c->freeze_step};
+}
+
+inline const onebit_zero_one_adam_config_t& to_zero_one_adam(const onebit_zero_one_adam_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  onebit::optim::zero_one_adam::check(*c);
+  return *c;
+}
+
+template <typename T>
+T& non_null(T* pointer, const char* what) {
+  ONEBIT_CHECK(pointer != nullptr, ONEBIT_INVALID_ARGUMENT, what, " is NULL");
+  return *pointer;
 }
 
 // m_before, where one is given, lies apart from m (the step reads m while writing m_before).

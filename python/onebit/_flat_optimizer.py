@@ -52,9 +52,17 @@ class _FlatOptimizer(torch.optim.Optimizer):
         devices = {p.device for group in self.param_groups for p in group["params"]}
         allowed = ("cpu", "cuda") if cuda else ("cpu",)
         if len(devices) != 1 or next(iter(devices)).type not in allowed:
-            where = "one CPU or CUDA device" if cuda else "the CPU (the C core works on host memory; OnebitAdam also runs on CUDA)"
+            where = ("one CPU or CUDA device" if cuda else "the CPU (its C core has no device steps yet; OnebitAdam "
+                     "and ZeroOneAdam also run on CUDA)")
             raise ValueError(f"{who}: parameters must all be on {where}, not {sorted(map(str, devices))}")
         self._device = next(iter(devices))
+        if self._device.type == "cuda" and not (hasattr(self._lib, "onebit_device_steps")
+                                                and self._lib.onebit_device_steps() == 1):
+            raise ValueError(f"{who}: CUDA parameters step with the C core's device steps, which only "
+                             "libonebit-nccl-preload.so has (the NCCL door, which also compresses the tagged "
+                             "all_reduce); this process has a library built without them: run with "
+                             "LD_PRELOAD=$(python -c 'import onebit; print(onebit.nccl_preload_path())') "
+                             "(docs/usage.md, \"NCCL\")")
         # _warn_if_not_compressed ran (on CPU only: the NCCL door counts in its own library)
         self._checked_compression = self._device.type == "cuda"
         self._ranges, self._slices = [], []  # per group; per parameter
@@ -87,6 +95,19 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _zeros(self):
         return torch.zeros(self._total, device=self._device)
+
+    def _stream(self):
+        """The stream the device steps run on: torch's current one on this optimizer's device, the
+        stream the tensors' other work (and ProcessGroupNCCL's wait before a collective) is ordered on."""
+        return ctypes.c_void_p(torch.cuda.current_stream(self._device).cuda_stream)
+
+    def _core_step(self, name, *args):
+        """The C core's step `name` over this optimizer's arrays: on the CPU, or on CUDA its
+        `name`_device twin (the same rule, the same bits) on the current stream."""
+        if self._device.type == "cuda":
+            _check(self._lib, getattr(self._lib, name + "_device")(*args, self._stream()))
+        else:
+            _check(self._lib, getattr(self._lib, name)(*args))
 
     def _own_tag(self, buffer, name):
         """Tags `buffer` for as long as this optimizer lives: close() or the optimizer's collection

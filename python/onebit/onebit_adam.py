@@ -17,8 +17,8 @@ Without DDP the optimizer averages the gradients itself during warmup.
 
 Parameters on a CUDA device (all on one) work the same way under libonebit-nccl-preload.so: the
 flat buffers live on that device, the tagged momentum's all_reduce goes through NCCL and is
-compressed there, and the same update rule runs as torch operations on the device (the C core
-works on host memory); the phase decision is still the C core's.
+compressed there, and the steps are the C core's device steps (onebit_adam_*_step_device: the
+same rule, the same bits as on the CPU) on torch's current stream.
 
 freeze_step="auto" ends the warmup when the variance has settled: every `freeze_window` warmup
 steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, its
@@ -269,13 +269,11 @@ class OnebitAdam(_FlatOptimizer):
                 self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
             self._average_gradients()
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                if self._device.type == "cuda":
-                    _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
-                    beta2 = group["betas"][1]
-                    self._v[lo:hi].mul_(beta2).addcmul_(self._grad[lo:hi], self._grad[lo:hi], value=1.0 - beta2)
-                    _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi])
-                    continue
                 config = ctypes.byref(self._config(group))
+                if self._device.type == "cuda":
+                    self._core_step("onebit_adam_warmup_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                    _ptr(self._v[lo:]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
+                    continue
                 for params, at, n, p in self._pieces(index):
                     grad = self._grad[at:] if gathered else self._local_gradient(p, at, at + n)
                     _check(lib, lib.onebit_adam_warmup_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
@@ -283,15 +281,14 @@ class OnebitAdam(_FlatOptimizer):
         else:
             if self._step == self._freeze_step:
                 self._report_freeze(self._step, self._v)
-            if self._device.type == "cuda":
-                self._m_before.copy_(self._m)  # on the CPU the momentum step keeps it, in the same pass
             if self._in_place:
                 self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                if self._device.type == "cuda":
-                    _momentum_on_device(group, self._m[lo:hi], self._grad[lo:hi])
-                    continue
                 config = ctypes.byref(self._config(group))
+                if self._device.type == "cuda":  # the momentum as it was kept in the same pass, as below
+                    self._core_step("onebit_adam_momentum_step", config, _ptr(self._m[lo:]), _ptr(self._m_before[lo:]),
+                                    _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
+                    continue
                 for _, at, n, p in self._pieces(index):
                     grad = self._grad[at:] if p is None else self._local_gradient(p, at, at + n)
                     _check(lib, lib.onebit_adam_momentum_step_keeping(config, _ptr(self._m[at:]),
@@ -303,13 +300,11 @@ class OnebitAdam(_FlatOptimizer):
                 self._m.copy_(self._m_before)  # a failed step changes nothing
                 raise
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                if self._device.type == "cuda":
-                    bound = lib.onebit_adam_step_bound(ctypes.c_float(group["betas"][0]),
-                                                       ctypes.c_float(group["betas"][1]))
-                    _apply_on_device(self._config(group), self._flat[lo:hi], self._m[lo:hi], self._v[lo:hi],
-                                     bound)
-                    continue
                 config = ctypes.byref(self._config(group))
+                if self._device.type == "cuda":
+                    self._core_step("onebit_adam_apply_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                    _ptr(self._v[lo:]), ctypes.c_size_t(hi - lo))
+                    continue
                 for params, at, n, _ in self._pieces(index):
                     _check(lib, lib.onebit_adam_apply_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
                                                            ctypes.c_size_t(n)))
@@ -355,24 +350,3 @@ class OnebitAdam(_FlatOptimizer):
         optimizer. Dropping the optimizer does the same; calling it twice does nothing."""
         self._drop_tag()
 
-
-# The C core's rule (optim/onebit_adam.cc, dormant elements included) as torch operations,
-# for CUDA parameters.
-def _momentum_on_device(group, m, g):
-    beta1 = group["betas"][0]
-    m.mul_(beta1).add_(g, alpha=1.0 - beta1)
-
-
-def _apply_on_device(config, p, m, v, bound=None):
-    """Warmup's update (bound None), or the compression stage's under the frozen-variance rules
-    (onebit.h): dormant elements' m zeroed, the direction clipped to Adam's own largest step.
-    `config`: the C core's (OnebitAdam._config: bias correction folded in)."""
-    root = v.sqrt()
-    if bound is not None:
-        m.masked_fill_(root <= config.eps, 0.0)
-    update = m / root.add_(config.eps)
-    if bound is not None:
-        update.clamp_(-bound, bound)
-    if config.weight_decay:
-        update.add_(p, alpha=config.weight_decay)
-    p.add_(update, alpha=-config.lr)

@@ -18,7 +18,9 @@ uses too. Step t (from 0) is one of four kinds:
   local_step_scaler steps, up to local_step_clipper.
 
 With DDP, register onebit.ddp_comm_hook: it averages only for variance steps. Parameters live on
-the CPU (the C core works on host memory; OnebitAdam also runs on CUDA). state_dict() holds the
+the CPU, or all on one CUDA device under libonebit-nccl-preload.so (the steps are then the C
+core's device steps, onebit_zero_one_adam_*_device: the same rule, the same bits, on torch's
+current stream; the tagged buffer's all_reduce is compressed by the NCCL door). state_dict() holds the
 schedule, m, v, u, the parameters at the last sync, the lr sums and this rank's error-feedback
 state (every rank's after consolidate_state_dict(), as OnebitAdam's): loaded into a job of the
 same size, training continues bit for bit. synchronize() makes the replicas equal before a save
@@ -44,8 +46,8 @@ class ZeroOneAdam(_FlatOptimizer):
     """0/1 Adam (Lu et al., 2022) with DeepSpeed's parameter names and defaults: Adam whose variance
     is updated on ever sparser steps, whose gradients are averaged 1-bit compressed in between,
     and whose ranks, once the variance is frozen, take local steps and synchronise ever more
-    rarely. A torch.optim.Optimizer over float32 CPU parameters; docs/usage.md, "ZeroOneAdam and
-    OnebitLamb".
+    rarely. A torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device;
+    docs/usage.md, "ZeroOneAdam and OnebitLamb".
 
     What step() does, by the kind of step (``next_step_kind()`` says the next one's):
 
@@ -64,8 +66,8 @@ class ZeroOneAdam(_FlatOptimizer):
 
     Args:
         params: the parameters to optimize, or parameter groups (dicts; each may set its own lr,
-            betas, eps and weight_decay). float32 on the CPU, all requiring grad; the groups are
-            fixed at construction.
+            betas, eps and weight_decay). float32, all on the CPU or all on one CUDA device (under
+            libonebit-nccl-preload.so), all requiring grad; the groups are fixed at construction.
         lr: the learning rate (default 1e-3).
         betas: Adam's (beta1, beta2) (default (0.9, 0.999)).
         eps: Adam's epsilon (default 1e-8); also the dormant bound after the freeze.
@@ -87,8 +89,8 @@ class ZeroOneAdam(_FlatOptimizer):
             "zero_one_adam/buffer"). The same on every rank; one per live optimizer.
 
     Raises:
-        ValueError: parameters not float32 on the CPU, or requiring no grad; a name another live
-            optimizer holds.
+        ValueError: parameters not float32, on mixed devices, on CUDA without the NCCL door's
+            device steps, or requiring no grad; a name another live optimizer holds.
         RuntimeError: the ranks disagree on the schedule or the parameters.
         OnebitError: the C core refuses a hyper-parameter (a scaler or the clipper < 1,
             var_freeze_step < 0): code INVALID_ARGUMENT.
@@ -99,7 +101,7 @@ class ZeroOneAdam(_FlatOptimizer):
                  var_update_scaler: int = 16, local_step_scaler: int = 32678, local_step_clipper: int = 16,
                  process_group: Optional[dist.ProcessGroup] = None, name: str = "zero_one_adam/buffer") -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-        self._flatten("ZeroOneAdam", process_group, cuda=False)
+        self._flatten("ZeroOneAdam", process_group)
         self._schedule_config = (var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper)
         self._schedule = _capi.ZeroOneAdamSchedule()
         _check(self._lib, self._lib.onebit_zero_one_adam_schedule_init(ctypes.byref(self._schedule)))
@@ -143,11 +145,10 @@ class ZeroOneAdam(_FlatOptimizer):
         return {name: getattr(self._schedule, name) for name, _ in _capi.ZeroOneAdamSchedule._fields_}
 
     def _local_steps(self):
-        lib = self._lib
         for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-            _check(lib, lib.onebit_zero_one_adam_local_step(
-                ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                _ptr(self._u[lo:]), ctypes.byref(self._lrs[index]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo)))
+            self._core_step("onebit_zero_one_adam_local_step", ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
+                            _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._u[lo:]), ctypes.byref(self._lrs[index]),
+                            _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
 
     def _flat_step(self):
         lib = self._lib
@@ -162,9 +163,9 @@ class ZeroOneAdam(_FlatOptimizer):
                 self._average_tagged(self._u, self._schedule.step, "a compressed-gradient step of the variance stage")
                 averaged = self._u
             for group, (lo, hi) in zip(self.param_groups, self._ranges):
-                _check(lib, lib.onebit_zero_one_adam_gradient_step(
-                    ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                    _ptr(averaged[lo:]), ctypes.c_size_t(hi - lo), ctypes.c_int(kind == VARIANCE_STEP)))
+                self._core_step("onebit_zero_one_adam_gradient_step", ctypes.byref(self._config(group)),
+                                _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(averaged[lo:]),
+                                ctypes.c_size_t(hi - lo), ctypes.c_int(kind == VARIANCE_STEP))
         elif kind == LOCAL_STEP:
             self._local_steps()
         else:
@@ -183,14 +184,12 @@ class ZeroOneAdam(_FlatOptimizer):
     def _sync(self, local_steps, stage):
         """A sync: `local_steps()` (the sync step's own local step, or nothing), u scaled, averaged
         compressed, the parameters rebuilt from the last sync's. A failure changes nothing."""
-        lib = self._lib
         before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
         try:
             local_steps()
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                _check(lib, lib.onebit_zero_one_adam_sync_begin(
-                    ctypes.byref(self._config(group)), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
-                    self._lrs[index], ctypes.c_size_t(hi - lo)))
+                self._core_step("onebit_zero_one_adam_sync_begin", ctypes.byref(self._config(group)),
+                                _ptr(self._u[lo:]), _ptr(self._v[lo:]), self._lrs[index], ctypes.c_size_t(hi - lo))
             self._average_tagged(self._u, self._schedule.step, stage)
         except RuntimeError:
             self._flat.copy_(before[0])
@@ -200,10 +199,9 @@ class ZeroOneAdam(_FlatOptimizer):
                 l.value = value
             raise
         for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-            _check(lib, lib.onebit_zero_one_adam_sync_end(
-                ctypes.byref(self._config(group)), _ptr(self._flat[lo:]), _ptr(self._p_sync[lo:]),
-                _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]), ctypes.byref(self._lrs[index]),
-                ctypes.c_size_t(hi - lo)))
+            self._core_step("onebit_zero_one_adam_sync_end", ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
+                            _ptr(self._p_sync[lo:]), _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
+                            ctypes.byref(self._lrs[index]), ctypes.c_size_t(hi - lo))
 
     @torch.no_grad()
     def synchronize(self) -> bool:

@@ -1,7 +1,8 @@
 // The optimizers' device steps (onebit_adam_*_device, optim/cuda) against the C core on the CPU,
 // their oracle: random arrays with dormant elements (v = 0), tiny variances (clipped directions),
 // weight decay and odd sizes; every element of every array bit-identical after each step. Also
-// the refusals: host memory where device memory is due, an m_before overlapping m, a bad config.
+// the refusals: host memory where device memory is due, an m_before overlapping m, a bad config,
+// a 0/1 Adam sync with no learning rate summed. 0/1 Adam's four steps likewise.
 // Skips, saying so, where no CUDA device is present; tools/gpu-check.sh runs it on a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -94,6 +95,62 @@ TEST(OptimizerDeviceSteps, EveryAdamStepGivesTheCpuCoresBits) {
   }
 }
 
+// 0/1 Adam's four steps in the order of its stages: a variance step and a compressed step of the
+// variance stage, two local steps, and a sync (its begin, then its end with the "averaged" u —
+// here u itself), each array equal to the CPU core's bits after each; the host lrs alike.
+TEST(OptimizerDeviceSteps, EveryZeroOneAdamStepGivesTheCpuCoresBits) {
+  ASSERT_EQ(onebit_device_steps(), 1);
+  SKIP_WITHOUT_GPU();
+  const onebit_zero_one_adam_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 2, 2, 4};
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{1} << 20 | 77}) {
+    Arrays host = random_arrays(n, static_cast<unsigned>(n) + 1);
+    std::vector<float> host_u(n, 0.0f), host_sync = host.p;
+    OnDevice p(host.p), m(host.m), v(host.v), g(host.g), u(host_u), p_sync(host_sync);
+    float host_lrs = 0.0f, lrs = 0.0f;
+    cudaStream_t stream;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    const auto expect_equal = [&](const char* after) {
+      ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+      EXPECT_EQ(p.get(), host.p) << "params after " << after << ", n " << n;
+      EXPECT_EQ(m.get(), host.m) << "m after " << after << ", n " << n;
+      EXPECT_EQ(v.get(), host.v) << "v after " << after << ", n " << n;
+      EXPECT_EQ(u.get(), host_u) << "u after " << after << ", n " << n;
+      EXPECT_EQ(p_sync.get(), host_sync) << "params_at_sync after " << after << ", n " << n;
+      EXPECT_EQ(lrs, host_lrs) << "lrs after " << after;
+    };
+    for (const int update_variance : {1, 0}) {
+      ASSERT_EQ(onebit_zero_one_adam_gradient_step(&c, host.p.data(), host.m.data(), host.v.data(), host.g.data(), n,
+                                                   update_variance),
+                ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_zero_one_adam_gradient_step_device(&c, p.ptr, m.ptr, v.ptr, g.ptr, n, update_variance, stream),
+                ONEBIT_SUCCESS)
+          << onebit_last_error();
+      expect_equal(update_variance ? "a variance step" : "a compressed step");
+    }
+    for (int local = 0; local < 2; ++local) {
+      ASSERT_EQ(onebit_zero_one_adam_local_step(&c, host.p.data(), host.m.data(), host.v.data(), host_u.data(),
+                                                &host_lrs, host.g.data(), n),
+                ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_zero_one_adam_local_step_device(&c, p.ptr, m.ptr, v.ptr, u.ptr, &lrs, g.ptr, n, stream),
+                ONEBIT_SUCCESS)
+          << onebit_last_error();
+      expect_equal("a local step");
+    }
+    ASSERT_EQ(onebit_zero_one_adam_sync_begin(&c, host_u.data(), host.v.data(), host_lrs, n), ONEBIT_SUCCESS);
+    ASSERT_EQ(onebit_zero_one_adam_sync_begin_device(&c, u.ptr, v.ptr, lrs, n, stream), ONEBIT_SUCCESS)
+        << onebit_last_error();
+    expect_equal("a sync's begin");
+    ASSERT_EQ(onebit_zero_one_adam_sync_end(&c, host.p.data(), host_sync.data(), host.m.data(), host_u.data(),
+                                            host.v.data(), &host_lrs, n),
+              ONEBIT_SUCCESS);
+    ASSERT_EQ(onebit_zero_one_adam_sync_end_device(&c, p.ptr, p_sync.ptr, m.ptr, u.ptr, v.ptr, &lrs, n, stream),
+              ONEBIT_SUCCESS)
+        << onebit_last_error();
+    expect_equal("a sync's end");
+    cudaStreamDestroy(stream);
+  }
+}
+
 TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothing) {
   SKIP_WITHOUT_GPU();
   const onebit_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};
@@ -106,6 +163,18 @@ TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothin
   EXPECT_NE(std::string(onebit_last_error()).find("m_before overlaps m"), std::string::npos) << onebit_last_error();
   const onebit_adam_config_t bad{0.01f, 1.5f, 0.999f, 1e-8f, 0.0f, 0};
   EXPECT_EQ(onebit_adam_warmup_step_device(&bad, p.ptr, m.ptr, v.ptr, g.ptr, 64, nullptr), ONEBIT_INVALID_ARGUMENT);
+  const onebit_zero_one_adam_config_t zero_one{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 4, 2, 2, 4};
+  float lrs = 0.0f;  // a sync with no local step since the last
+  EXPECT_EQ(onebit_zero_one_adam_sync_end_device(&zero_one, p.ptr, m.ptr, g.ptr, v.ptr, v.ptr, &lrs, 64, nullptr),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("learning-rate sum of 0"), std::string::npos) << onebit_last_error();
+  lrs = 0.5f;
+  EXPECT_EQ(
+      onebit_zero_one_adam_local_step_device(&zero_one, p.ptr, m.ptr, v.ptr, g.ptr, &lrs, host.g.data(), 64, nullptr),
+      ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("grad is not device memory"), std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(lrs, 0.5f);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(p.get(), host.p);
   EXPECT_EQ(m.get(), host.m);

@@ -101,6 +101,30 @@ TEST(OnebitAdam, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
   EXPECT_STREQ(onebit_result_string(ONEBIT_UNSUPPORTED), "ONEBIT_UNSUPPORTED");
 }
 
+TEST(ZeroOneAdam, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
+  const onebit_zero_one_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 4, 2, 2, 4};
+  std::vector<float> p(4, 1.0f), p_sync(4, 1.0f), m(4, 0.5f), v(4, 0.25f), u(4, 0.125f), g(4, 2.0f);
+  const std::vector<float> before = p, u_before = u;
+  float lrs = 0.5f;
+  EXPECT_EQ(onebit_zero_one_adam_gradient_step_device(&c, p.data(), m.data(), v.data(), g.data(), 4, 1, nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_NE(std::string(onebit_last_error())
+                .find("onebit_zero_one_adam_gradient_step_device: this library was built "
+                      "without CUDA"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(
+      onebit_zero_one_adam_local_step_device(&c, p.data(), m.data(), v.data(), u.data(), &lrs, g.data(), 4, nullptr),
+      ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(onebit_zero_one_adam_sync_begin_device(&c, u.data(), v.data(), lrs, 4, nullptr), ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(
+      onebit_zero_one_adam_sync_end_device(&c, p.data(), p_sync.data(), m.data(), u.data(), v.data(), &lrs, 4, nullptr),
+      ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(p, before);
+  EXPECT_EQ(u, u_before);
+  EXPECT_EQ(lrs, 0.5f);
+}
+
 // The compression-stage update over enough elements that its vector loop runs (in whichever clone
 // this CPU selects: avx512f, avx2 or the default), not only its scalar tail: every element equal to
 // the rule written out here — dormant elements, clipped directions, weight decay, and an unaligned

@@ -11,7 +11,11 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
   - a tagged all_reduce captured once in a CUDA graph and replayed 3 times: every replay equals the
     reference's next call (the error feedback builds from replay to replay), and the tag's calls
     (onebit_tag_stats) count the replays;
-  - onebit.stats() counts the compressed calls.
+  - onebit.stats() counts the compressed calls;
+  - OnebitAdam and ZeroOneAdam on CUDA parameters (two groups) step with the C core's device steps:
+    after each step whose inputs stay observable (warmup, compression stage; variance, compressed
+    and local steps) parameters and state equal the C core's host step over the same inputs, bit
+    for bit; after every 0/1 Adam sync the two ranks' parameters are equal.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
@@ -139,8 +143,117 @@ def rank_main(rank, store):
         want = 2 * (torch.arange(n, device="cuda", dtype=torch.float32) % 1000) + 1
         if not torch.equal(t, want):
             fail(rank, f"untagged all_reduce of {n} floats is not exact")
+    optimizers_on_cuda(rank)
     torch.cuda.synchronize()
     dist.destroy_process_group()
+
+
+def optimizers_on_cuda(rank, device="cuda"):
+    """The optimizers' CUDA steps against the C core's host steps (their oracle), through the
+    Python shims as a training loop drives them. (device="cpu" checks the check itself, on the
+    host steps, where no GPU is.)"""
+    import ctypes
+    import torch
+    import torch.distributed as dist
+    import onebit
+    from onebit import zero_one_adam
+    lib = onebit._library()
+
+    def ptr(t):
+        return ctypes.c_void_p(t.data_ptr())
+
+    def model():
+        torch.manual_seed(7)  # the same parameters on both ranks
+        return [torch.nn.Parameter(torch.randn(1003).to(device)), torch.nn.Parameter(torch.randn(300).to(device))]
+
+    def groups(params):
+        return [{"params": params[:1]}, {"params": params[1:], "lr": 3e-3, "weight_decay": 0.01}]
+
+    def set_gradients(params, step):
+        g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g).to(device)
+
+    def flat(params):
+        return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
+
+    def host(tensor):
+        return tensor.detach().cpu().clone()
+
+    def same(what, got, want):
+        got = got.detach().cpu()
+        if not torch.equal(got, want):
+            fail(rank, f"{what}: {int((got != want).sum())} of {want.numel()} elements differ from the C core's host step")
+
+    def each_group(opt, call):
+        for group, (lo, hi) in zip(opt.param_groups, opt._ranges):
+            result = call(ctypes.byref(opt._config(group)), lo, ctypes.c_size_t(hi - lo))
+            if result != 0:
+                fail(rank, f"the host step failed: {lib.onebit_last_error().decode()}")
+
+    params = model()
+    opt = onebit.OnebitAdam(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_adam")
+    for step in range(5):
+        set_gradients(params, step)
+        compressing, p, m, v = opt.compressing, flat(params), host(opt._m), host(opt._v)
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if not compressing:
+            g = host(opt._grad)  # averaged over the ranks
+            each_group(opt, lambda c, lo, n: lib.onebit_adam_warmup_step(c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]),
+                                                                         ptr(g[lo:]), n))
+            same(f"OnebitAdam warmup step {step}: m", opt._m, m)
+            same(f"OnebitAdam warmup step {step}: v", opt._v, v)
+        else:
+            same(f"OnebitAdam step {step}: the momentum kept before the step", opt._m_before, m)
+            m = host(opt._m)  # averaged (compressed) over the ranks, dormant elements zeroed
+            each_group(opt, lambda c, lo, n: lib.onebit_adam_apply_step(c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), n))
+        same(f"OnebitAdam step {step} ({'compression' if compressing else 'warmup'}): parameters", flat(params), p)
+    opt.close()
+
+    params = model()
+    opt = onebit.ZeroOneAdam(groups(params), lr=1e-3, var_freeze_step=4, var_update_scaler=2, local_step_scaler=1,
+                             local_step_clipper=2, name="cuda/zero_one_adam")
+    kinds = []
+    for step in range(8):
+        set_gradients(params, step)
+        kind = opt.next_step_kind()
+        kinds.append(kind)
+        entering_local_stage = step == 4  # the tagged buffer is zeroed after the step: its input is gone
+        p, m, v, u = flat(params), host(opt._m), host(opt._v), host(opt._u)
+        lrs = [ctypes.c_float(l.value) for l in opt._lrs]
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if kind in (zero_one_adam.VARIANCE_STEP, zero_one_adam.COMPRESSED_STEP) and not entering_local_stage:
+            g = host(opt._grad if kind == zero_one_adam.VARIANCE_STEP else opt._u)  # averaged over the ranks
+            each_group(opt, lambda c, lo, n: lib.onebit_zero_one_adam_gradient_step(
+                c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), ptr(g[lo:]), n, int(kind == zero_one_adam.VARIANCE_STEP)))
+        elif kind == zero_one_adam.LOCAL_STEP:
+            g = host(opt._grad)  # this rank's own
+            for index, (group, (lo, hi)) in enumerate(zip(opt.param_groups, opt._ranges)):
+                if lib.onebit_zero_one_adam_local_step(ctypes.byref(opt._config(group)), ptr(p[lo:]), ptr(m[lo:]),
+                                                       ptr(v[lo:]), ptr(u[lo:]), ctypes.byref(lrs[index]),
+                                                       ptr(g[lo:]), ctypes.c_size_t(hi - lo)) != 0:
+                    fail(rank, f"the host local step failed: {lib.onebit_last_error().decode()}")
+            same(f"ZeroOneAdam local step {step}: u", opt._u, u)
+            if [l.value for l in lrs] != [l.value for l in opt._lrs]:
+                fail(rank, f"ZeroOneAdam local step {step}: lr sums {[l.value for l in opt._lrs]}, the host step's "
+                           f"{[l.value for l in lrs]}")
+        else:  # a sync (or the step that zeroes u): the replicas land on the same parameters
+            every = [torch.empty_like(opt._flat) for _ in range(2)]
+            dist.all_gather(every, opt._flat.detach().clone())
+            if not torch.equal(every[0], every[1]):
+                fail(rank, f"ZeroOneAdam step {step} (kind {kind}): the ranks' parameters differ after it")
+            continue
+        same(f"ZeroOneAdam step {step} (kind {kind}): parameters", flat(params), p)
+        same(f"ZeroOneAdam step {step} (kind {kind}): m", opt._m, m)
+        same(f"ZeroOneAdam step {step} (kind {kind}): v", opt._v, v)
+    want = [0, 0, 1, 0, 1, 3, 2, 3]
+    if kinds != want:
+        fail(rank, f"ZeroOneAdam took the steps {kinds}, the check was written for {want}")
+    opt.close()
 
 
 def main():
@@ -169,7 +282,8 @@ def main():
     print("nccl job: over onebit's NCCL_NET plugin (2 ranks, one GPU, distinct NCCL_HOSTID): untagged all_reduces "
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
           "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
-          "3 graph replays each match the reference's next call")
+          "3 graph replays each match the reference's next call; OnebitAdam's and ZeroOneAdam's CUDA steps give the "
+          "C core's host bits, and 0/1 Adam's syncs equal replicas")
     return 0
 
 
