@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "onebit/onebit.h"
+#include "optim/lamb_rules.h"
 
 namespace onebit::optim::lamb {
 
@@ -18,6 +19,20 @@ void check(const Config& config);  // throws Error(ONEBIT_INVALID_ARGUMENT) nami
 Layer initial_layer();
 
 bool compressing(const Config& config, std::int64_t step);  // step >= freeze_step
+
+// The host's part of a step, between the pass over the layer that sums (lamb_rules.h) and the one
+// that moves p: what the CPU steps below and the CUDA ones (optim/cuda/lamb_device.h) share.
+// warmup_coefficient: the trust ratio from (‖d‖², ‖p‖²), folded into the layer; apply_coefficient:
+// the frozen coefficient times the factor from (‖prelim‖², ‖d‖², the largest ratio), into the layer;
+// each returns the coefficient, and move_step gives p's step float(lr·coefficient).
+double warmup_coefficient(const Config& c, Layer& layer, const Sums& sums);
+double apply_coefficient(const Config& c, Layer& layer, const Sums& sums);
+float move_step(const Config& c, double coefficient);
+// scaling_coeffs from each layer's sum of squared momentum (squares[j]).
+void set_scaling_coeffs(const double* squares, const std::size_t* counts, std::size_t layers, Layer* states);
+// The refusals of momentum_step and apply_step, for a layer not (fully) set up.
+void check_momentum(const Layer& layer);
+void check_apply(const Layer& layer);
 
 // Warmup step `step`, g averaged over ranks: m, v as Adam's; at the last warmup step v_fresh ← v;
 // d = m/(√v+ε) + wd·p; coefficient = clip(‖p‖/‖d‖, min_coeff, max_coeff) (1 if a norm is 0), folded

@@ -385,7 +385,7 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zer
  *   rebuilt from the averaged momentum, and the coefficient is coeff_freeze times a factor
  *   max((sqrt(v)+eps) / (sqrt(v_fresh)+eps)) over the layer's elements that are not dormant (1 if
  *   all are), kept within [factor_min, factor_max] and within factor_threshold of the last step's.
- *   Norms and coefficients are fp64 (sums in element order); arrays fp32.
+ *   Norms and coefficients are fp64 (sums in a fixed tiled order, optim/lamb_rules.h); arrays fp32.
  * docs/design.md ("1-bit LAMB") writes out every operation. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;
@@ -419,6 +419,33 @@ ONEBIT_API onebit_result_t onebit_lamb_momentum_step(const onebit_lamb_config_t*
 ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
                                                   float* params, float* m, const float* m_last, const float* v,
                                                   float* v_fresh, size_t count);
+
+/* 1-bit LAMB's steps over device memory (CUDA): the host calls' rule with the same bits — the fp64
+ * sums of the norms too, which host and device take in one order (a tiled tree, written out in
+ * docs/design.md, "1-bit LAMB") — so the host calls are their oracle; ONEBIT_UNSUPPORTED from the
+ * libraries built without CUDA. The layers (onebit_lamb_layer_t) stay on the host. A layer's trust
+ * ratio needs its norms: warmup_step, scaling_coeffs and apply_step synchronize `stream` once per
+ * layer to read them (as DeepSpeed's .item() does) and return with the layer updated and the pass
+ * that moves the parameters queued; momentum_step is asynchronous. None is capturable in a CUDA
+ * graph. `workspace` (device memory, `workspace_bytes` of it) holds the layer's partial sums:
+ * onebit_lamb_workspace_size(count) bytes, for scaling_coeffs that of the largest layer; too little
+ * is refused naming both sizes, before anything runs. */
+ONEBIT_API size_t onebit_lamb_workspace_size(size_t count);
+ONEBIT_API onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t* config,
+                                                          onebit_lamb_layer_t* layer, int64_t step, float* params,
+                                                          float* m, float* v, float* v_fresh, const float* grad,
+                                                          size_t count, void* workspace, size_t workspace_bytes,
+                                                          void* stream);
+ONEBIT_API onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* counts, size_t layers,
+                                                             onebit_lamb_layer_t* states, void* workspace,
+                                                             size_t workspace_bytes, void* stream);
+ONEBIT_API onebit_result_t onebit_lamb_momentum_step_device(const onebit_lamb_config_t* config,
+                                                            const onebit_lamb_layer_t* layer, float* m, float* m_last,
+                                                            const float* grad, size_t count, void* stream);
+ONEBIT_API onebit_result_t onebit_lamb_apply_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
+                                                         float* params, float* m, const float* m_last, const float* v,
+                                                         float* v_fresh, size_t count, void* workspace,
+                                                         size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

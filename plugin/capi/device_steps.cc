@@ -5,8 +5,11 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "optim/cuda/adam_device.h"
+#include "optim/cuda/lamb_device.h"
 #include "optim/cuda/zero_one_adam_device.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/optimizer_args.h"
@@ -16,8 +19,10 @@ namespace {
 using onebit::capi::check_arrays;
 using onebit::capi::non_null;
 using onebit::capi::to_adam;
+using onebit::capi::to_lamb;
 using onebit::capi::to_zero_one_adam;
 namespace zero_one_adam = onebit::optim::zero_one_adam;
+namespace lamb = onebit::optim::lamb;
 
 // Device (or managed) memory the kernels can read and write; a host pointer, or one CUDA does not
 // know, is the caller's mistake, named.
@@ -41,6 +46,14 @@ void check_launch(cudaError_t launched, const char* what) {
 }
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+
+// The workspace of a step that sums: device memory, at least `needed` bytes.
+void check_workspace(void* workspace, std::size_t bytes, std::size_t needed) {
+  ONEBIT_CHECK(workspace != nullptr && bytes >= needed, ONEBIT_INVALID_ARGUMENT, "workspace of ", bytes, " bytes",
+               workspace == nullptr ? " (NULL)" : "", " is too small: this step needs ", needed,
+               " (onebit_lamb_workspace_size)");
+  check_on_device(1, {{workspace, "workspace"}});
+}
 
 }  // namespace
 
@@ -126,6 +139,64 @@ onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_
     check_on_device(count, {{params, "params"}, {params_at_sync, "params_at_sync"}, {m, "m"}, {u, "u"}, {v, "v"}});
     check_launch(zero_one_adam::cuda::sync_end(c, params, params_at_sync, m, u, v, lrs, count, as_stream(stream)),
                  "0/1 Adam sync end");
+  });
+}
+
+onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
+                                               int64_t step, float* params, float* m, float* v, float* v_fresh,
+                                               const float* grad, size_t count, void* workspace, size_t workspace_bytes,
+                                               void* stream) {
+  return onebit::abi_guard("onebit_lamb_warmup_step_device", [&] {
+    const auto& c = to_lamb(config);
+    auto& l = non_null(layer, "layer");
+    check_arrays(count, {params, m, v, v_fresh, grad});
+    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
+    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(count));
+    lamb::cuda::warmup_step(c, l, step, params, m, v, v_fresh, grad, count, workspace, as_stream(stream));
+  });
+}
+
+onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* counts, size_t layers,
+                                                  onebit_lamb_layer_t* states, void* workspace, size_t workspace_bytes,
+                                                  void* stream) {
+  return onebit::abi_guard("onebit_lamb_scaling_coeffs_device", [&] {
+    ONEBIT_CHECK(layers == 0 || (counts != nullptr && states != nullptr), ONEBIT_INVALID_ARGUMENT,
+                 "counts or states is NULL with ", layers, " layers");
+    std::size_t total = 0, largest = 0;
+    for (std::size_t j = 0; j < layers; ++j) {
+      total += counts[j];
+      largest = std::max(largest, counts[j]);
+    }
+    check_arrays(total, {m});
+    check_on_device(total, {{m, "m"}});
+    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(largest));
+    lamb::cuda::scaling_coeffs(m, counts, layers, states, workspace, as_stream(stream));
+  });
+}
+
+onebit_result_t onebit_lamb_momentum_step_device(const onebit_lamb_config_t* config, const onebit_lamb_layer_t* layer,
+                                                 float* m, float* m_last, const float* grad, size_t count,
+                                                 void* stream) {
+  return onebit::abi_guard("onebit_lamb_momentum_step_device", [&] {
+    const auto& c = to_lamb(config);
+    const auto& l = non_null(layer, "layer");
+    check_arrays(count, {m, m_last, grad});
+    check_on_device(count, {{m, "m"}, {m_last, "m_last"}, {grad, "grad"}});
+    lamb::cuda::momentum_step(c, l, m, m_last, grad, count, as_stream(stream));
+  });
+}
+
+onebit_result_t onebit_lamb_apply_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
+                                              float* params, float* m, const float* m_last, const float* v,
+                                              float* v_fresh, size_t count, void* workspace, size_t workspace_bytes,
+                                              void* stream) {
+  return onebit::abi_guard("onebit_lamb_apply_step_device", [&] {
+    const auto& c = to_lamb(config);
+    auto& l = non_null(layer, "layer");
+    check_arrays(count, {params, m, m_last, v, v_fresh});
+    check_on_device(count, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
+    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(count));
+    lamb::cuda::apply_step(c, l, params, m, m_last, v, v_fresh, count, workspace, as_stream(stream));
   });
 }
 

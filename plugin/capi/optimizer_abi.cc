@@ -2,11 +2,13 @@
 // measures and auto freeze, 0/1 Adam and 1-bit LAMB, each entry point a guarded call into optim/.
 #include "onebit/onebit.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 
 #include "optim/frozen_variance.h"
+#include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
 #include "optim/zero_one_adam.h"
@@ -18,6 +20,7 @@ namespace {
 using onebit::capi::check_arrays;
 using onebit::capi::non_null;
 using onebit::capi::to_adam;
+using onebit::capi::to_lamb;
 using onebit::capi::to_zero_one_adam;
 
 onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
@@ -25,12 +28,6 @@ onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   const onebit::optim::AutoFreeze config{c->window, c->threshold, c->max_step};
   onebit::optim::check(config);
   return config;
-}
-
-const onebit_lamb_config_t& to_lamb(const onebit_lamb_config_t* c) {
-  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
-  onebit::optim::lamb::check(*c);
-  return *c;
 }
 
 }  // namespace
@@ -233,6 +230,11 @@ onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebi
     check_arrays(count, {params, m, m_last, v, v_fresh});
     onebit::optim::lamb::apply_step(c, non_null(layer, "layer"), params, m, m_last, v, v_fresh, count);
   });
+}
+
+size_t onebit_lamb_workspace_size(size_t count) {
+  return std::max<size_t>(1, (count + onebit::optim::lamb::kTile - 1) / onebit::optim::lamb::kTile) *
+         sizeof(onebit::optim::lamb::Sums);
 }
 
 }  // extern "C"

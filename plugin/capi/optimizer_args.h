@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "onebit/onebit.h"
 #include "optim/onebit_adam.h"
+#include "optim/onebit_lamb.h"
 #include "optim/zero_one_adam.h"
 
 namespace onebit::capi {
@@ -26,6 +27,12 @@ inline onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
 inline const onebit_zero_one_adam_config_t& to_zero_one_adam(const onebit_zero_one_adam_config_t* c) {
   ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
   onebit::optim::zero_one_adam::check(*c);
+  return *c;
+}
+
+inline const onebit_lamb_config_t& to_lamb(const onebit_lamb_config_t* c) {
+  ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
+  onebit::optim::lamb::check(*c);
   return *c;
 }
 

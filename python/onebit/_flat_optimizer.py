@@ -40,7 +40,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
     average of the full-precision steps; the tagged buffer's error-feedback state in state_dict();
     and the DDP hook's question: does the next step want averaged gradients?"""
 
-    def _flatten(self, who, process_group, cuda=True):
+    def _flatten(self, who, process_group):
         self._who = who
         self._lib = _library()
         self._group = process_group
@@ -50,11 +50,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._checked_for_ddp = False  # _warn_if_averaged_twice ran
         self.dormant_elements = None  # at the freeze: how many elements are dormant (onebit.h)
         devices = {p.device for group in self.param_groups for p in group["params"]}
-        allowed = ("cpu", "cuda") if cuda else ("cpu",)
-        if len(devices) != 1 or next(iter(devices)).type not in allowed:
-            where = ("one CPU or CUDA device" if cuda else "the CPU (its C core has no device steps yet; OnebitAdam "
-                     "and ZeroOneAdam also run on CUDA)")
-            raise ValueError(f"{who}: parameters must all be on {where}, not {sorted(map(str, devices))}")
+        if len(devices) != 1 or next(iter(devices)).type not in ("cpu", "cuda"):
+            raise ValueError(f"{who}: parameters must all be on the CPU or all on one CUDA device, not "
+                             f"{sorted(map(str, devices))}")
         self._device = next(iter(devices))
         if self._device.type == "cuda" and not (hasattr(self._lib, "onebit_device_steps")
                                                 and self._lib.onebit_device_steps() == 1):

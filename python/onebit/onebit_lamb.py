@@ -12,8 +12,10 @@ from a fresh variance, kept within [factor_min, factor_max] and within factor_th
 step's. The arithmetic is onebit's C core (onebit_lamb_*; the rule in include/onebit/onebit.h and
 docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
 
-With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU (the C core works on host
-memory). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
+With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU, or all on one CUDA device
+under libonebit-nccl-preload.so: the steps are then the C core's device steps (onebit_lamb_*_device:
+the same rule and the same bits, the layers' norms summed in one order on both; each layer's norms
+are read back to the host once per step, as DeepSpeed's .item() does). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
 error-feedback state: training resumes bit for bit on the same rank of a job of the same size.
 """
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any, Dict, List, Optional, Tuple
 
+import torch
 import torch.distributed as dist
 
 from . import _capi, _check
@@ -32,7 +35,8 @@ __all__ = ["OnebitLamb"]
 class OnebitLamb(_FlatOptimizer):
     """1-bit LAMB (Li et al., 2021) with DeepSpeed's parameter names and defaults: LAMB (each
     parameter tensor a layer with its own trust ratio) with 1-bit Adam's two stages. A
-    torch.optim.Optimizer over float32 CPU parameters; docs/usage.md, "ZeroOneAdam and OnebitLamb".
+    torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device; docs/usage.md,
+    "ZeroOneAdam and OnebitLamb".
 
     What step() does in each stage:
 
@@ -51,8 +55,9 @@ class OnebitLamb(_FlatOptimizer):
 
     Args:
         params: the parameters to optimize, or parameter groups (dicts; each may set its own lr,
-            betas, eps, weight_decay, max_coeff and min_coeff). float32 on the CPU, all requiring
-            grad; the groups are fixed at construction.
+            betas, eps, weight_decay, max_coeff and min_coeff). float32, all on the CPU or all on
+            one CUDA device (under libonebit-nccl-preload.so), all requiring grad; the groups are
+            fixed at construction.
         lr: the learning rate (default 1e-3).
         freeze_step: the first step of the compression stage, an int >= 0 (default 100000,
             DeepSpeed's: scale it down for short runs). ONEBIT_FREEZE_STEP, when set, overrides it.
@@ -69,13 +74,15 @@ class OnebitLamb(_FlatOptimizer):
         factor_threshold: the largest relative change of the factor from one step to the next
             (default 0.1). Lower: steadier steps, slower to follow the fresh variance.
         process_group: the ranks to average over (default None: the default process group); its
-            backend must be "onebit", or gloo under libonebit-preload.so, for compression.
+            backend must be "onebit", or gloo under libonebit-preload.so, or NCCL under
+            libonebit-nccl-preload.so (CUDA parameters), for compression.
         name: the tag of the momentum buffer, which keys its error feedback (default
             "onebit_lamb/momentum"). The same on every rank; one per live optimizer.
 
     Raises:
-        ValueError: parameters not float32 on the CPU, or requiring no grad; a bad freeze_step; a
-            name another live optimizer holds.
+        ValueError: parameters not float32, on mixed devices, on CUDA without the NCCL door's
+            device steps, or requiring no grad; a bad freeze_step; a name another live optimizer
+            holds.
         RuntimeError: the ranks disagree on the schedule or the parameters.
         OnebitError: the C core refuses a hyper-parameter (code INVALID_ARGUMENT).
     """
@@ -87,7 +94,7 @@ class OnebitLamb(_FlatOptimizer):
                  process_group: Optional[dist.ProcessGroup] = None, name: str = "onebit_lamb/momentum") -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay, max_coeff=max_coeff,
                                       min_coeff=min_coeff))
-        self._flatten("OnebitLamb", process_group, cuda=False)
+        self._flatten("OnebitLamb", process_group)
         if not isinstance(freeze_step, int) or freeze_step < 0:
             raise ValueError(f"OnebitLamb: freeze_step must be an int >= 0, not {freeze_step!r}")
         # ONEBIT_FREEZE_STEP, when set, overrides it (as for OnebitAdam; docs/env.md).
@@ -101,6 +108,10 @@ class OnebitLamb(_FlatOptimizer):
         for layer in self._layers:
             _check(self._lib, self._lib.onebit_lamb_layer_init(ctypes.byref(layer)))
         self._counts = (ctypes.c_size_t * len(self._slices))(*[hi - lo for lo, hi in self._slices])
+        self._workspace = None  # on CUDA: the device steps' partial sums, for the largest layer
+        if self._device.type == "cuda":
+            size = self._lib.onebit_lamb_workspace_size(ctypes.c_size_t(max(self._counts, default=0)))
+            self._workspace = torch.empty(size, dtype=torch.uint8, device=self._device)
         self._m = self._zeros()
         self._v = self._zeros()
         self._v_fresh = self._zeros()
@@ -143,23 +154,30 @@ class OnebitLamb(_FlatOptimizer):
         for j, ((lo, hi), group) in enumerate(zip(self._slices, self._layer_groups)):
             yield ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo)
 
+    def _summing_step(self, name, *args):
+        """A C core step that sums over its layer (warmup_step, scaling_coeffs, apply_step): on CUDA
+        its _device twin, given the workspace (it synchronizes the stream once per layer)."""
+        if self._device.type == "cuda":
+            self._core_step(name, *args, _ptr(self._workspace), ctypes.c_size_t(self._workspace.numel()))
+        else:
+            self._core_step(name, *args)
+
     def _flat_step(self):
-        lib = self._lib
         if not self.compressing:
             self._average_gradients()
             for config, layer, lo, n in self._each_layer():
-                _check(lib, lib.onebit_lamb_warmup_step(config, layer, ctypes.c_int64(self._step), _ptr(self._flat[lo:]),
-                                                        _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                                                        _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n))
+                self._summing_step("onebit_lamb_warmup_step", config, layer, ctypes.c_int64(self._step),
+                                   _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                                   _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n)
         else:
             layers_before = bytes(self._layers)
             if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
                 self._report_freeze(self._step, self._v)
-                _check(lib, lib.onebit_lamb_scaling_coeffs(_ptr(self._m), self._counts,
-                                                           ctypes.c_size_t(len(self._layers)), self._layers))
+                self._summing_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
+                                   ctypes.c_size_t(len(self._layers)), self._layers)
             for config, layer, lo, n in self._each_layer():
-                _check(lib, lib.onebit_lamb_momentum_step(config, layer, _ptr(self._m[lo:]), _ptr(self._m_last[lo:]),
-                                                          _ptr(self._grad[lo:]), n))
+                self._core_step("onebit_lamb_momentum_step", config, layer, _ptr(self._m[lo:]),
+                                _ptr(self._m_last[lo:]), _ptr(self._grad[lo:]), n)
             try:
                 self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:
@@ -167,9 +185,8 @@ class OnebitLamb(_FlatOptimizer):
                 ctypes.memmove(self._layers, layers_before, len(layers_before))
                 raise
             for config, layer, lo, n in self._each_layer():
-                _check(lib, lib.onebit_lamb_apply_step(config, layer, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
-                                                       _ptr(self._m_last[lo:]), _ptr(self._v[lo:]),
-                                                       _ptr(self._v_fresh[lo:]), n))
+                self._summing_step("onebit_lamb_apply_step", config, layer, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                   _ptr(self._m_last[lo:]), _ptr(self._v[lo:]), _ptr(self._v_fresh[lo:]), n)
         self._step += 1
 
     def _onebit_state(self):

@@ -2,12 +2,15 @@
 // their oracle: random arrays with dormant elements (v = 0), tiny variances (clipped directions),
 // weight decay and odd sizes; every element of every array bit-identical after each step. Also
 // the refusals: host memory where device memory is due, an m_before overlapping m, a bad config,
-// a 0/1 Adam sync with no learning rate summed. 0/1 Adam's four steps likewise.
+// a 0/1 Adam sync with no learning rate summed, a LAMB workspace too small. 0/1 Adam's four steps
+// and 1-bit LAMB's five likewise (LAMB's layer scalars too).
 // Skips, saying so, where no CUDA device is present; tools/gpu-check.sh runs it on a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <random>
 #include <string>
 #include <vector>
@@ -149,6 +152,100 @@ TEST(OptimizerDeviceSteps, EveryZeroOneAdamStepGivesTheCpuCoresBits) {
     expect_equal("a sync's end");
     cudaStreamDestroy(stream);
   }
+}
+
+void expect_same_layers(const std::vector<onebit_lamb_layer_t>& got, const std::vector<onebit_lamb_layer_t>& want,
+                        const char* after) {
+  for (std::size_t j = 0; j < want.size(); ++j) {
+    EXPECT_EQ(got[j].coeff_freeze, want[j].coeff_freeze) << "layer " << j << " after " << after;
+    EXPECT_EQ(got[j].last_factor, want[j].last_factor) << "layer " << j << " after " << after;
+    EXPECT_EQ(got[j].scaling_coeff, want[j].scaling_coeff) << "layer " << j << " after " << after;
+    EXPECT_EQ(got[j].lamb_coeff, want[j].lamb_coeff) << "layer " << j << " after " << after;
+  }
+}
+
+// 1-bit LAMB's device steps through a whole schedule over four layers (empty, one element, one
+// tile and a bit, many tiles): warmup steps (the last copies v into v_fresh), the scaling
+// coefficients, then compression steps (momentum; the "average" is the momentum itself; apply).
+// Every array and every layer's fp64 scalars equal the CPU core's, bit for bit: the norms are
+// summed in one order on both (optim/lamb_rules.h).
+TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
+  ASSERT_EQ(onebit_device_steps(), 1);
+  SKIP_WITHOUT_GPU();
+  const onebit_lamb_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  const std::vector<std::size_t> counts = {0, 1, 2048 + 300, (std::size_t{1} << 20) | 77};
+  std::size_t n = 0, largest = 0;
+  for (const std::size_t count : counts) n += count, largest = std::max(largest, count);
+  Arrays host = random_arrays(n, 11);
+  std::vector<float> host_fresh(n, 0.0f), host_last(n, 0.0f);
+  OnDevice p(host.p), m(host.m), v(host.v), g(host.g), fresh(host_fresh), last(host_last);
+  std::vector<onebit_lamb_layer_t> host_layers(counts.size()), layers(counts.size());
+  for (std::size_t j = 0; j < counts.size(); ++j) {
+    ASSERT_EQ(onebit_lamb_layer_init(&host_layers[j]), ONEBIT_SUCCESS);
+    layers[j] = host_layers[j];
+  }
+  const std::size_t workspace_bytes = onebit_lamb_workspace_size(largest);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const auto expect_equal = [&](const char* after) {
+    ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+    EXPECT_EQ(p.get(), host.p) << "params after " << after;
+    EXPECT_EQ(m.get(), host.m) << "m after " << after;
+    EXPECT_EQ(v.get(), host.v) << "v after " << after;
+    EXPECT_EQ(fresh.get(), host_fresh) << "v_fresh after " << after;
+    EXPECT_EQ(last.get(), host_last) << "m_last after " << after;
+    expect_same_layers(layers, host_layers, after);
+  };
+  for (std::int64_t step = 0; step < 4; ++step) {
+    const bool warmup = step < c.freeze_step;
+    if (step == c.freeze_step) {
+      ASSERT_EQ(onebit_lamb_scaling_coeffs(host.m.data(), counts.data(), counts.size(), host_layers.data()),
+                ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_lamb_scaling_coeffs_device(m.ptr, counts.data(), counts.size(), layers.data(), workspace,
+                                                  workspace_bytes, stream),
+                ONEBIT_SUCCESS)
+          << onebit_last_error();
+      expect_equal("the scaling coefficients");
+    }
+    std::size_t at = 0;
+    for (std::size_t j = 0; j < counts.size(); at += counts[j], ++j) {
+      const std::size_t k = counts[j];
+      float *hp = host.p.data() + at, *hm = host.m.data() + at, *hv = host.v.data() + at;
+      float *hf = host_fresh.data() + at, *hl = host_last.data() + at, *hg = host.g.data() + at;
+      float *dp = p.ptr + at, *dm = m.ptr + at, *dv = v.ptr + at, *df = fresh.ptr + at, *dl = last.ptr + at;
+      float* dg = g.ptr + at;
+      if (warmup) {
+        ASSERT_EQ(onebit_lamb_warmup_step(&c, &host_layers[j], step, hp, hm, hv, hf, hg, k), ONEBIT_SUCCESS);
+        ASSERT_EQ(onebit_lamb_warmup_step_device(&c, &layers[j], step, dp, dm, dv, df, dg, k, workspace,
+                                                 workspace_bytes, stream),
+                  ONEBIT_SUCCESS)
+            << onebit_last_error();
+        continue;
+      }
+      ASSERT_EQ(onebit_lamb_momentum_step(&c, &host_layers[j], hm, hl, hg, k), ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_lamb_momentum_step_device(&c, &layers[j], dm, dl, dg, k, stream), ONEBIT_SUCCESS)
+          << onebit_last_error();
+      ASSERT_EQ(onebit_lamb_apply_step(&c, &host_layers[j], hp, hm, hl, hv, hf, k), ONEBIT_SUCCESS);
+      ASSERT_EQ(
+          onebit_lamb_apply_step_device(&c, &layers[j], dp, dm, dl, dv, df, k, workspace, workspace_bytes, stream),
+          ONEBIT_SUCCESS)
+          << onebit_last_error();
+    }
+    expect_equal(warmup ? "a warmup step" : "a compression step");
+  }
+  // Too small a workspace is refused before anything runs, naming both sizes.
+  const std::vector<float> p_before = p.get();
+  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layers[3], p.ptr + 2349, m.ptr + 2349, last.ptr + 2349, v.ptr + 2349,
+                                          fresh.ptr + 2349, counts[3], workspace, 8, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("workspace of 8 bytes is too small"), std::string::npos)
+      << onebit_last_error();
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  EXPECT_EQ(p.get(), p_before);
+  cudaStreamDestroy(stream);
+  cudaFree(workspace);
 }
 
 TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothing) {

@@ -13,6 +13,7 @@
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "optim/frozen_variance.h"
+#include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
 #include "optim/zero_one_adam.h"
@@ -325,6 +326,60 @@ TEST(FrozenVariance, OnebitLambLeavesDormantOutOfTheFactor) {
   lamb::apply_step(c, asleep, q.data(), mq.data(), lq.data(), vq.data(), fq.data(), 2);
   EXPECT_EQ(asleep.last_factor, 1.0);
   EXPECT_EQ(q[0], 1.0f);
+}
+
+// lamb_rules.h's order of sums (which the CUDA steps share): every element's term taken exactly
+// once, whatever the count (within a tile, across tiles, across levels of tiles), and the sums
+// exact where every partial sum is (integers): the order covers each element, no more, no less.
+TEST(OnebitLamb, TiledSumsTakeEveryElementOnce) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{257}, lamb::kTile,
+                              lamb::kTile + 1, 3 * lamb::kTile + 5, lamb::kTile * lamb::kTile + 7}) {
+    std::vector<int> taken(n, 0);
+    const lamb::Sums sums = lamb::total(lamb::tile_sums(n, [&](std::size_t i) {
+      ++taken[i];
+      return lamb::Sums{static_cast<double>(i % 1000), 1.0, static_cast<float>(i % 4099)};
+    }));
+    EXPECT_TRUE(std::all_of(taken.begin(), taken.end(), [](int t) { return t == 1; })) << n;
+    double want = 0;
+    for (std::size_t i = 0; i < n; ++i) want += static_cast<double>(i % 1000);
+    EXPECT_EQ(sums.first, want) << n;
+    EXPECT_EQ(sums.second, static_cast<double>(n)) << n;
+    EXPECT_EQ(sums.peak, static_cast<float>(n == 0 ? 0 : std::min<std::size_t>(n - 1, 4098))) << n;
+  }
+}
+
+// The workspace the device steps ask for: one tile's sums per started tile, at least one.
+TEST(OnebitLamb, WorkspaceSizeIsOneSumPerTile) {
+  EXPECT_EQ(onebit_lamb_workspace_size(0), sizeof(lamb::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(lamb::kTile), sizeof(lamb::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(lamb::kTile + 1), 2 * sizeof(lamb::Sums));
+}
+
+TEST(OnebitLamb, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
+  const onebit_lamb_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 2, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  onebit_lamb_layer_t layer{1.0, 1.0, 1.0, 1.0};
+  const onebit_lamb_layer_t layer_before = layer;
+  std::vector<float> p(4, 1.0f), m(4, 0.5f), m_last(4, 0.0f), v(4, 0.25f), fresh(4, 0.25f), g(4, 2.0f);
+  const std::vector<float> p_before = p, m_before = m;
+  std::vector<unsigned char> workspace(onebit_lamb_workspace_size(4));
+  const std::size_t counts[] = {4};
+  EXPECT_EQ(onebit_lamb_warmup_step_device(&c, &layer, 0, p.data(), m.data(), v.data(), fresh.data(), g.data(), 4,
+                                           workspace.data(), workspace.size(), nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_NE(std::string(onebit_last_error()).find("onebit_lamb_warmup_step_device: this library was built without"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_lamb_scaling_coeffs_device(m.data(), counts, 1, &layer, workspace.data(), workspace.size(), nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(onebit_lamb_momentum_step_device(&c, &layer, m.data(), m_last.data(), g.data(), 4, nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layer, p.data(), m.data(), m_last.data(), v.data(), fresh.data(), 4,
+                                          workspace.data(), workspace.size(), nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_EQ(p, p_before);
+  EXPECT_EQ(m, m_before);
+  EXPECT_EQ(layer.lamb_coeff, layer_before.lamb_coeff);
+  EXPECT_EQ(layer.last_factor, layer_before.last_factor);
 }
 
 }  // namespace

@@ -12,10 +12,12 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     reference's next call (the error feedback builds from replay to replay), and the tag's calls
     (onebit_tag_stats) count the replays;
   - onebit.stats() counts the compressed calls;
-  - OnebitAdam and ZeroOneAdam on CUDA parameters (two groups) step with the C core's device steps:
-    after each step whose inputs stay observable (warmup, compression stage; variance, compressed
-    and local steps) parameters and state equal the C core's host step over the same inputs, bit
-    for bit; after every 0/1 Adam sync the two ranks' parameters are equal.
+  - OnebitAdam, ZeroOneAdam and OnebitLamb on CUDA parameters (two groups) step with the C core's
+    device steps: after each step whose inputs stay observable (1-bit Adam's warmup and compression
+    stage; 0/1 Adam's variance, compressed and local steps; LAMB's warmup, its layers' scalars too)
+    parameters and state equal the C core's host step over the same inputs, bit for bit; LAMB's
+    scaling coefficients equal the host's; after every 0/1 Adam sync and every LAMB compression
+    step the two ranks' parameters are equal.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
@@ -255,6 +257,43 @@ def optimizers_on_cuda(rank, device="cuda"):
         fail(rank, f"ZeroOneAdam took the steps {kinds}, the check was written for {want}")
     opt.close()
 
+    params = model()
+    opt = onebit.OnebitLamb(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_lamb")
+    for step in range(4):
+        set_gradients(params, step)
+        p, m, v, v_fresh = flat(params), host(opt._m), host(opt._v), host(opt._v_fresh)
+        layers = type(opt._layers).from_buffer_copy(opt._layers)
+        opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        if step < opt.freeze_step:  # warmup: every input observable
+            g = host(opt._grad)  # averaged over the ranks
+            for j, ((lo, hi), group) in enumerate(zip(opt._slices, opt._layer_groups)):
+                if lib.onebit_lamb_warmup_step(ctypes.byref(opt._config(group)), ctypes.byref(layers[j]),
+                                               ctypes.c_int64(step), ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]),
+                                               ptr(v_fresh[lo:]), ptr(g[lo:]), ctypes.c_size_t(hi - lo)) != 0:
+                    fail(rank, f"the host warmup step failed: {lib.onebit_last_error().decode()}")
+            same(f"OnebitLamb warmup step {step}: parameters", flat(params), p)
+            same(f"OnebitLamb warmup step {step}: m", opt._m, m)
+            same(f"OnebitLamb warmup step {step}: v", opt._v, v)
+            same(f"OnebitLamb warmup step {step}: v_fresh", opt._v_fresh, v_fresh)
+        else:  # the averaged momentum is rescaled by the step: the kept one, the scaling, equal replicas
+            same(f"OnebitLamb step {step}: the momentum kept before the step", opt._m_last, m)
+            if step == opt.freeze_step:
+                if lib.onebit_lamb_scaling_coeffs(ptr(m), opt._counts, ctypes.c_size_t(len(layers)), layers) != 0:
+                    fail(rank, f"the host scaling coefficients failed: {lib.onebit_last_error().decode()}")
+                got = [layer.scaling_coeff for layer in opt._layers]
+                if got != [layer.scaling_coeff for layer in layers]:
+                    fail(rank, f"OnebitLamb scaling coefficients {got}, the host's {[l.scaling_coeff for l in layers]}")
+            every = [torch.empty_like(opt._flat) for _ in range(2)]
+            dist.all_gather(every, opt._flat.detach().clone())
+            if not torch.equal(every[0], every[1]) or not torch.isfinite(every[0]).all():
+                fail(rank, f"OnebitLamb step {step}: the ranks' parameters differ after it (or are not finite)")
+            continue
+        if bytes(layers) != bytes(opt._layers):
+            fail(rank, f"OnebitLamb warmup step {step}: the layers' scalars differ from the host step's")
+    opt.close()
+
 
 def main():
     if len(sys.argv) == 4 and sys.argv[1] == "rank":
@@ -282,8 +321,8 @@ def main():
     print("nccl job: over onebit's NCCL_NET plugin (2 ranks, one GPU, distinct NCCL_HOSTID): untagged all_reduces "
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
           "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
-          "3 graph replays each match the reference's next call; OnebitAdam's and ZeroOneAdam's CUDA steps give the "
-          "C core's host bits, and 0/1 Adam's syncs equal replicas")
+          "3 graph replays each match the reference's next call; the three optimizers' CUDA steps give the C core's "
+          "host bits, and their compressed steps equal replicas")
     return 0
 
 
