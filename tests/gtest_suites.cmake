@@ -36,6 +36,7 @@ add_executable(onebit_unit_tests
   unit/optim_test.cc
   unit/socket_test.cc
   unit/tag_state_test.cc
+  unit/communicator_table_test.cc
   $<TARGET_OBJECTS:onebit_capi>
   $<TARGET_OBJECTS:onebit_device_steps_absent>
 )

@@ -44,6 +44,7 @@
 #include "onebit/preload.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/nccl_guard.h"
+#include "plugin/preload/communicator_table.h"
 #include "transport/nccl/nccl_api.h"
 
 namespace onebit::front::nccl {
@@ -86,56 +87,13 @@ Counters& counters() {
   return *instance;
 }
 
-// What the door knows of each live communicator: a process-unique id — a tag's device state is
-// keyed by it, so a communicator destroyed or aborted takes its states with it and a later one at
-// the same address starts fresh — and whether NCCL runs it non-blocking (learnt from the config of
-// the interposed init or split that made it).
-class Communicators {
- public:
-  std::uint64_t id_of(ncclComm_t comm) { return entry(comm).id; }
-
-  void made(ncclComm_t comm, bool blocking) {
-    if (comm == nullptr) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    known_[comm] = Known{next_++, blocking};
-  }
-
-  // A communicator the door did not see made (an init it does not interpose) is blocking unless
-  // NCCL_COMM_BLOCKING=0 says otherwise, as NCCL's own default.
-  bool blocking(ncclComm_t comm) { return entry(comm).blocking; }
-
-  // Forgets the address (so that a communicator NCCL makes there next starts fresh) and returns the
-  // id its states are kept under; 0 for one never seen.
-  std::uint64_t release(ncclComm_t comm) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = known_.find(comm);
-    if (it == known_.end()) return 0;
-    const std::uint64_t id = it->second.id;
-    known_.erase(it);
-    return id;
-  }
-
- private:
-  struct Known {
-    std::uint64_t id;
-    bool blocking;
-  };
-  Known entry(ncclComm_t comm) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto [it, added] = known_.try_emplace(comm, Known{next_, nccl_comm_blocking() != 0});
-    if (added) ++next_;
-    return it->second;
-  }
-
-  std::mutex mutex_;
-  std::map<ncclComm_t, Known> known_;
-  std::uint64_t next_ = std::uint64_t{1} << 48;  // apart from the CPU engine's communicator ids
-};
-
-Communicators& communicators() {
-  static Communicators* instance = new Communicators();  // leaked, as counters()
+CommunicatorTable& communicators() {
+  static CommunicatorTable* instance = new CommunicatorTable();  // leaked, as counters()
   return *instance;
 }
+
+// NCCL's default for a communicator the door did not see made: blocking unless NCCL_COMM_BLOCKING=0.
+bool unseen_blocking() { return nccl_comm_blocking() != 0; }
 
 // Whether NCCL runs a communicator made with `config` blocking. NCCL_COMM_BLOCKING (0 or 1)
 // overrides every config; a NULL config is NCCL's default — or, for a split or shrink, the parent's
@@ -144,7 +102,7 @@ Communicators& communicators() {
 bool blocking_of(const ncclConfig_t* config, ncclComm_t parent) {
   const int forced = nccl_comm_blocking();
   if (forced >= 0) return forced == 1;
-  if (config == nullptr) return parent == nullptr || communicators().blocking(parent);
+  if (config == nullptr) return parent == nullptr || communicators().blocking(parent, unseen_blocking());
   if (config->version < NCCL_VERSION(2, 14, 0)) return true;
   return config->blocking != 0;
 }
@@ -200,12 +158,12 @@ bool compresses(AllReduceCall& call) {
   // The device path enqueues NCCL sends and receives and its kernels in one go; on a communicator
   // where NCCL may answer ncclInProgress they could be left half queued. Such communicators keep
   // NCCL's own allreduce (TORCH_NCCL_USE_COMM_NONBLOCKING=1, NCCL_COMM_BLOCKING=0).
-  if (!communicators().blocking(call.comm)) return forward("the communicator is non-blocking");
+  if (!communicators().blocking(call.comm, unseen_blocking())) return forward("the communicator is non-blocking");
   // A tag's first call on a communicator allocates (and synchronises): not while a graph is captured.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   if (cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) capture = cudaStreamCaptureStatusNone;
   call.captured = capture != cudaStreamCaptureStatusNone;
-  if (call.captured && !has_device_state(*call.tag, communicators().id_of(call.comm))) {
+  if (call.captured && !has_device_state(*call.tag, communicators().id_of(call.comm, unseen_blocking()))) {
     return forward("first call inside CUDA graph capture");
   }
   return true;  // in place or not: the worker reads send, the unpack writes recv
@@ -225,7 +183,7 @@ void run_compressed(const AllReduceCall& call) {
   try {
     const std::uint64_t sent = cuda_compressed_allreduce(
         *call.tag, CudaAllreduceCall{call.send, call.recv, call.count, call.dtype, call.op == ncclSum, call.comm,
-                                     communicators().id_of(call.comm), call.stream, call.captured});
+                                     communicators().id_of(call.comm, unseen_blocking()), call.stream, call.captured});
     counters().compressed_calls += 1;
     counters().compressed_bytes += sent;
   } catch (const Error& error) {
@@ -234,20 +192,22 @@ void run_compressed(const AllReduceCall& call) {
   }
 }
 
-// ncclCommDestroy / ncclCommAbort. The address is forgotten first (a communicator NCCL makes there
-// once this returns starts fresh), then NCCL's own call, then the tags' states on it — after NCCL,
-// and for an abort without waiting on a tag whose call is running: the watchdog aborts a stuck
-// communicator, and the call holding that tag may be the stuck one.
+// ncclCommDestroy / ncclCommAbort. The communicator is marked ending first (a call that starts on it
+// now is refused: CommunicatorTable says why), then NCCL's own call, then the address forgotten (a
+// communicator NCCL makes there next starts fresh) and the tags' states on it dropped — after
+// NCCL, and for an abort without waiting on a tag whose call is running: the watchdog aborts a
+// stuck communicator, and the call holding that tag may be the stuck one.
 ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
                               ncclResult_t (*transport::nccl::NcclApi::*entry)(ncclComm_t),
                               TagRegistry::InFlight in_flight) {
   ncclResult_t result = ncclSuccess;
   const ncclResult_t guarded = guard(entry_point, [&] {
-    const std::uint64_t id = communicators().release(comm);
     const auto call = nccl_api().*entry;
     ONEBIT_CHECK(call != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's p", entry_point, " was not found");
+    const std::uint64_t id = communicators().begin_end(comm);
     result = call(comm);
-    if (id != 0) TagRegistry::instance().forget_communicator(id, in_flight);
+    communicators().finish_end(comm, id);
+    TagRegistry::instance().forget_communicator(id, in_flight);
   });
   return guarded != ncclSuccess ? guarded : result;
 }
