@@ -427,9 +427,10 @@ ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* co
  * ratio needs its norms: warmup_step, scaling_coeffs and apply_step synchronize `stream` once per
  * layer to read them (as DeepSpeed's .item() does) and return with the layer updated and the pass
  * that moves the parameters queued; momentum_step is asynchronous. None is capturable in a CUDA
- * graph. `workspace` (device memory, `workspace_bytes` of it) holds the layer's partial sums:
- * onebit_lamb_workspace_size(count) bytes, for scaling_coeffs that of the largest layer; too little
- * is refused naming both sizes, before anything runs. */
+ * graph. `workspace` (device memory, `workspace_bytes` of it, 8-byte aligned as any cudaMalloc'd
+ * or torch buffer is) holds the layer's partial sums: onebit_lamb_workspace_size(count) bytes, for
+ * scaling_coeffs that of the largest layer; too little is refused naming both sizes, before
+ * anything runs. Every _device step refuses arrays that are not memory of the current device. */
 ONEBIT_API size_t onebit_lamb_workspace_size(size_t count);
 ONEBIT_API onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t* config,
                                                           onebit_lamb_layer_t* layer, int64_t step, float* params,

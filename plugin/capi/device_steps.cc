@@ -6,11 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "common/error.h"
 #include "optim/cuda/adam_device.h"
 #include "optim/cuda/lamb_device.h"
 #include "optim/cuda/zero_one_adam_device.h"
+#include "optim/lamb_rules.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/optimizer_args.h"
 
@@ -24,10 +26,14 @@ using onebit::capi::to_zero_one_adam;
 namespace zero_one_adam = onebit::optim::zero_one_adam;
 namespace lamb = onebit::optim::lamb;
 
-// Device (or managed) memory the kernels can read and write; a host pointer, or one CUDA does not
-// know, is the caller's mistake, named.
+// Device (or managed) memory of the current device, which the kernels run on: a host pointer, one
+// CUDA does not know, or another device's memory (the caller's current device is not the arrays':
+// the launch would fail, or fault the context) is the caller's mistake, named.
 void check_on_device(std::size_t count, std::initializer_list<std::pair<const void*, const char*>> arrays) {
   if (count == 0) return;
+  int current = -1;
+  const cudaError_t got = cudaGetDevice(&current);
+  ONEBIT_CHECK(got == cudaSuccess, ONEBIT_SYSTEM_ERROR, "no current CUDA device: ", cudaGetErrorString(got));
   for (const auto& [pointer, name] : arrays) {
     if (pointer == nullptr) continue;  // optional (m_before); required ones were checked already
     cudaPointerAttributes attributes{};
@@ -37,6 +43,9 @@ void check_on_device(std::size_t count, std::initializer_list<std::pair<const vo
     ONEBIT_CHECK(attributes.type == cudaMemoryTypeDevice || attributes.type == cudaMemoryTypeManaged,
                  ONEBIT_INVALID_ARGUMENT, name, " is not device memory: the _device steps take device pointers ",
                  "(a CUDA tensor's data_ptr); host arrays go to the steps without _device");
+    ONEBIT_CHECK(attributes.type == cudaMemoryTypeManaged || attributes.device == current, ONEBIT_INVALID_ARGUMENT,
+                 name, " is memory of CUDA device ", attributes.device, " but the current device is ", current,
+                 ": make the arrays' device current (cudaSetDevice, torch.cuda.device) for the _device steps");
   }
 }
 
@@ -47,11 +56,14 @@ void check_launch(cudaError_t launched, const char* what) {
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
-// The workspace of a step that sums: device memory, at least `needed` bytes.
+// The workspace of a step that sums: device memory, at least `needed` bytes, aligned for its sums.
 void check_workspace(void* workspace, std::size_t bytes, std::size_t needed) {
-  ONEBIT_CHECK(workspace != nullptr && bytes >= needed, ONEBIT_INVALID_ARGUMENT, "workspace of ", bytes, " bytes",
-               workspace == nullptr ? " (NULL)" : "", " is too small: this step needs ", needed,
-               " (onebit_lamb_workspace_size)");
+  ONEBIT_CHECK(workspace != nullptr, ONEBIT_INVALID_ARGUMENT, "workspace is NULL: this step needs ", needed,
+               " bytes of device memory (onebit_lamb_workspace_size)");
+  ONEBIT_CHECK(bytes >= needed, ONEBIT_INVALID_ARGUMENT, "workspace of ", bytes,
+               " bytes is too small: this step needs ", needed, " (onebit_lamb_workspace_size)");
+  ONEBIT_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(lamb::Sums) == 0, ONEBIT_INVALID_ARGUMENT,
+               "workspace at ", workspace, " is not aligned to ", alignof(lamb::Sums), " bytes");
   check_on_device(1, {{workspace, "workspace"}});
 }
 

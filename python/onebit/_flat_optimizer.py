@@ -103,7 +103,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """The C core's step `name` over this optimizer's arrays: on the CPU, or on CUDA its
         `name`_device twin (the same rule, the same bits) on the current stream."""
         if self._device.type == "cuda":
-            _check(self._lib, getattr(self._lib, name + "_device")(*args, self._stream()))
+            with torch.cuda.device(self._device):  # the kernels run on the current device: the arrays'
+                _check(self._lib, getattr(self._lib, name + "_device")(*args, self._stream()))
         else:
             _check(self._lib, getattr(self._lib, name)(*args))
 

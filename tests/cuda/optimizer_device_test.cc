@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -41,6 +42,13 @@ struct OnDevice {
   }
 };
 
+// The arrays' bits: equal bits, not equal values (+0 and -0 differ; a NaN equals its own bits).
+std::vector<std::uint32_t> bits(const std::vector<float>& values) {
+  std::vector<std::uint32_t> out(values.size());
+  std::memcpy(out.data(), values.data(), values.size() * sizeof(float));
+  return out;
+}
+
 struct Arrays {
   std::vector<float> p, m, v, g;
 };
@@ -54,7 +62,7 @@ Arrays random_arrays(std::size_t n, unsigned seed) {
     a.p[i] = normal(rng);
     a.m[i] = normal(rng) * 0.1f;
     a.v[i] = i % 7 == 0 ? 0.0f : std::pow(10.0f, exponent(rng));
-    a.g[i] = normal(rng);
+    a.g[i] = i % 7 == 0 ? 0.0f : normal(rng);  // no gradient: these stay dormant through warmup steps
   }
   return a;
 }
@@ -80,9 +88,9 @@ TEST(OptimizerDeviceSteps, EveryAdamStepGivesTheCpuCoresBits) {
     ASSERT_EQ(onebit_adam_warmup_step_device(&c, p.ptr, m.ptr, v.ptr, g.ptr, n, stream), ONEBIT_SUCCESS)
         << onebit_last_error();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(p.get(), host.p) << "warmup params, n " << n;
-    EXPECT_EQ(m.get(), host.m) << "warmup m, n " << n;
-    EXPECT_EQ(v.get(), host.v) << "warmup v, n " << n;
+    EXPECT_EQ(bits(p.get()), bits(host.p)) << "warmup params, n " << n;
+    EXPECT_EQ(bits(m.get()), bits(host.m)) << "warmup m, n " << n;
+    EXPECT_EQ(bits(v.get()), bits(host.v)) << "warmup v, n " << n;
 
     std::vector<float> host_kept(n);
     ASSERT_EQ(onebit_adam_momentum_step_keeping(&c, host.m.data(), host_kept.data(), host.g.data(), n), ONEBIT_SUCCESS);
@@ -91,9 +99,9 @@ TEST(OptimizerDeviceSteps, EveryAdamStepGivesTheCpuCoresBits) {
     ASSERT_EQ(onebit_adam_apply_step(&c, host.p.data(), host.m.data(), host.v.data(), n), ONEBIT_SUCCESS);
     ASSERT_EQ(onebit_adam_apply_step_device(&c, p.ptr, m.ptr, v.ptr, n, stream), ONEBIT_SUCCESS) << onebit_last_error();
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(kept.get(), host_kept) << "kept momentum, n " << n;
-    EXPECT_EQ(m.get(), host.m) << "compression-stage m (dormant zeroed), n " << n;
-    EXPECT_EQ(p.get(), host.p) << "compression-stage params, n " << n;
+    EXPECT_EQ(bits(kept.get()), bits(host_kept)) << "kept momentum, n " << n;
+    EXPECT_EQ(bits(m.get()), bits(host.m)) << "compression-stage m (dormant zeroed), n " << n;
+    EXPECT_EQ(bits(p.get()), bits(host.p)) << "compression-stage params, n " << n;
     cudaStreamDestroy(stream);
   }
 }
@@ -114,11 +122,11 @@ TEST(OptimizerDeviceSteps, EveryZeroOneAdamStepGivesTheCpuCoresBits) {
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     const auto expect_equal = [&](const char* after) {
       ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-      EXPECT_EQ(p.get(), host.p) << "params after " << after << ", n " << n;
-      EXPECT_EQ(m.get(), host.m) << "m after " << after << ", n " << n;
-      EXPECT_EQ(v.get(), host.v) << "v after " << after << ", n " << n;
-      EXPECT_EQ(u.get(), host_u) << "u after " << after << ", n " << n;
-      EXPECT_EQ(p_sync.get(), host_sync) << "params_at_sync after " << after << ", n " << n;
+      EXPECT_EQ(bits(p.get()), bits(host.p)) << "params after " << after << ", n " << n;
+      EXPECT_EQ(bits(m.get()), bits(host.m)) << "m after " << after << ", n " << n;
+      EXPECT_EQ(bits(v.get()), bits(host.v)) << "v after " << after << ", n " << n;
+      EXPECT_EQ(bits(u.get()), bits(host_u)) << "u after " << after << ", n " << n;
+      EXPECT_EQ(bits(p_sync.get()), bits(host_sync)) << "params_at_sync after " << after << ", n " << n;
       EXPECT_EQ(lrs, host_lrs) << "lrs after " << after;
     };
     for (const int update_variance : {1, 0}) {
@@ -186,16 +194,16 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   }
   const std::size_t workspace_bytes = onebit_lamb_workspace_size(largest);
   void* workspace = nullptr;
-  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes + 8), cudaSuccess);  // + 8: room for a misaligned try
   cudaStream_t stream;
   ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
   const auto expect_equal = [&](const char* after) {
     ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-    EXPECT_EQ(p.get(), host.p) << "params after " << after;
-    EXPECT_EQ(m.get(), host.m) << "m after " << after;
-    EXPECT_EQ(v.get(), host.v) << "v after " << after;
-    EXPECT_EQ(fresh.get(), host_fresh) << "v_fresh after " << after;
-    EXPECT_EQ(last.get(), host_last) << "m_last after " << after;
+    EXPECT_EQ(bits(p.get()), bits(host.p)) << "params after " << after;
+    EXPECT_EQ(bits(m.get()), bits(host.m)) << "m after " << after;
+    EXPECT_EQ(bits(v.get()), bits(host.v)) << "v after " << after;
+    EXPECT_EQ(bits(fresh.get()), bits(host_fresh)) << "v_fresh after " << after;
+    EXPECT_EQ(bits(last.get()), bits(host_last)) << "m_last after " << after;
     expect_same_layers(layers, host_layers, after);
   };
   for (std::int64_t step = 0; step < 4; ++step) {
@@ -235,15 +243,21 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
     }
     expect_equal(warmup ? "a warmup step" : "a compression step");
   }
-  // Too small a workspace is refused before anything runs, naming both sizes.
+  // Too small or misaligned a workspace is refused before anything runs, naming the sizes.
   const std::vector<float> p_before = p.get();
   EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layers[3], p.ptr + 2349, m.ptr + 2349, last.ptr + 2349, v.ptr + 2349,
                                           fresh.ptr + 2349, counts[3], workspace, 8, stream),
             ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("workspace of 8 bytes is too small"), std::string::npos)
       << onebit_last_error();
+  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layers[3], p.ptr + 2349, m.ptr + 2349, last.ptr + 2349, v.ptr + 2349,
+                                          fresh.ptr + 2349, counts[3], static_cast<char*>(workspace) + 4,
+                                          workspace_bytes, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("is not aligned to 8 bytes"), std::string::npos)
+      << onebit_last_error();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
-  EXPECT_EQ(p.get(), p_before);
+  EXPECT_EQ(bits(p.get()), bits(p_before));
   cudaStreamDestroy(stream);
   cudaFree(workspace);
 }
@@ -273,9 +287,9 @@ TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothin
       << onebit_last_error();
   EXPECT_EQ(lrs, 0.5f);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  EXPECT_EQ(p.get(), host.p);
-  EXPECT_EQ(m.get(), host.m);
-  EXPECT_EQ(v.get(), host.v);
+  EXPECT_EQ(bits(p.get()), bits(host.p));
+  EXPECT_EQ(bits(m.get()), bits(host.m));
+  EXPECT_EQ(bits(v.get()), bits(host.v));
 }
 
 }  // namespace

@@ -12,12 +12,11 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     reference's next call (the error feedback builds from replay to replay), and the tag's calls
     (onebit_tag_stats) count the replays;
   - onebit.stats() counts the compressed calls;
-  - OnebitAdam, ZeroOneAdam and OnebitLamb on CUDA parameters (two groups) step with the C core's
-    device steps: after each step whose inputs stay observable (1-bit Adam's warmup and compression
-    stage; 0/1 Adam's variance, compressed and local steps; LAMB's warmup, its layers' scalars too)
-    parameters and state equal the C core's host step over the same inputs, bit for bit; LAMB's
-    scaling coefficients equal the host's; after every 0/1 Adam sync and every LAMB compression
-    step the two ranks' parameters are equal.
+  - OnebitAdam, ZeroOneAdam and OnebitLamb on CUDA parameters (two groups, 64 elements that never
+    get a gradient) step with the C core's device steps: every step — each stage, each kind of 0/1
+    Adam step, LAMB's scaling coefficients — replayed by the C core's host steps on copies of the
+    state before it, with the gradients and the averaged buffer the step saw, gives the same bits
+    (parameters, m, v, u, v_fresh, the lr sums, LAMB's layer scalars).
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
@@ -152,11 +151,11 @@ def rank_main(rank, store):
 
 def optimizers_on_cuda(rank, device="cuda"):
     """The optimizers' CUDA steps against the C core's host steps (their oracle), through the
-    Python shims as a training loop drives them. (device="cpu" checks the check itself, on the
-    host steps, where no GPU is.)"""
+    Python shims as a training loop drives them: every step replayed on host copies of the state
+    before it, with the gradients and the averaged buffer the step saw, and the results compared
+    bit for bit. (device="cpu" checks the check itself, on the host steps, where no GPU is.)"""
     import ctypes
     import torch
-    import torch.distributed as dist
     import onebit
     from onebit import zero_one_adam
     lib = onebit._library()
@@ -165,8 +164,8 @@ def optimizers_on_cuda(rank, device="cuda"):
         return ctypes.c_void_p(t.data_ptr())
 
     def model():
-        torch.manual_seed(7)  # the same parameters on both ranks
-        return [torch.nn.Parameter(torch.randn(1003).to(device)), torch.nn.Parameter(torch.randn(300).to(device))]
+        torch.manual_seed(7)  # the same parameters on both ranks; one layer of several LAMB tiles
+        return [torch.nn.Parameter(torch.randn(5003).to(device)), torch.nn.Parameter(torch.randn(300).to(device))]
 
     def groups(params):
         return [{"params": params[:1]}, {"params": params[1:], "lr": 3e-3, "weight_decay": 0.01}]
@@ -175,6 +174,7 @@ def optimizers_on_cuda(rank, device="cuda"):
         g = torch.Generator().manual_seed(1000 * step + rank)  # each rank its own
         for p in params:
             p.grad = torch.randn(p.shape, generator=g).to(device)
+        params[0].grad[:64] = 0  # never a gradient: dormant once the variance freezes
 
     def flat(params):
         return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
@@ -184,17 +184,32 @@ def optimizers_on_cuda(rank, device="cuda"):
 
     def same(what, got, want):
         got = got.detach().cpu()
-        if not torch.equal(got, want):
-            fail(rank, f"{what}: {int((got != want).sum())} of {want.numel()} elements differ from the C core's host step")
+        if not torch.equal(got.view(torch.int32), want.view(torch.int32)):
+            fail(rank, f"{what}: {int((got.view(torch.int32) != want.view(torch.int32)).sum())} of {want.numel()} "
+                       "elements differ in their bits from the C core's host step")
+
+    def ok(result, what):
+        if result != 0:
+            fail(rank, f"the host {what} failed: {lib.onebit_last_error().decode()}")
+
+    def recording(opt):
+        """The averaged tagged buffer of each step, as the step saw it (host copies)."""
+        seen, average = {}, opt._average_tagged
+
+        def record(buffer, *args, **kwargs):
+            average(buffer, *args, **kwargs)
+            seen["averaged"] = host(buffer)
+        opt._average_tagged = record
+        return seen
 
     def each_group(opt, call):
         for group, (lo, hi) in zip(opt.param_groups, opt._ranges):
-            result = call(ctypes.byref(opt._config(group)), lo, ctypes.c_size_t(hi - lo))
-            if result != 0:
-                fail(rank, f"the host step failed: {lib.onebit_last_error().decode()}")
+            ok(call(ctypes.byref(opt._config(group)), lo, ctypes.c_size_t(hi - lo)), "step")
 
+    # 1-bit Adam: warmup from the exact average; the compression stage from the averaged momentum.
     params = model()
     opt = onebit.OnebitAdam(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_adam")
+    seen = recording(opt)
     for step in range(5):
         set_gradients(params, step)
         compressing, p, m, v = opt.compressing, flat(params), host(opt._m), host(opt._v)
@@ -205,50 +220,59 @@ def optimizers_on_cuda(rank, device="cuda"):
             g = host(opt._grad)  # averaged over the ranks
             each_group(opt, lambda c, lo, n: lib.onebit_adam_warmup_step(c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]),
                                                                          ptr(g[lo:]), n))
-            same(f"OnebitAdam warmup step {step}: m", opt._m, m)
-            same(f"OnebitAdam warmup step {step}: v", opt._v, v)
         else:
             same(f"OnebitAdam step {step}: the momentum kept before the step", opt._m_before, m)
-            m = host(opt._m)  # averaged (compressed) over the ranks, dormant elements zeroed
+            m = seen["averaged"]
             each_group(opt, lambda c, lo, n: lib.onebit_adam_apply_step(c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), n))
-        same(f"OnebitAdam step {step} ({'compression' if compressing else 'warmup'}): parameters", flat(params), p)
+        stage = "compression" if compressing else "warmup"
+        same(f"OnebitAdam {stage} step {step}: parameters", flat(params), p)
+        same(f"OnebitAdam {stage} step {step}: m", opt._m, m)
+        same(f"OnebitAdam {stage} step {step}: v", opt._v, v)
+    if opt.dormant_elements != 64:
+        fail(rank, f"OnebitAdam: {opt.dormant_elements} dormant elements at the freeze, want the 64 without gradient")
     opt.close()
 
+    # 0/1 Adam: every kind of step (variance, compressed, sync, local).
     params = model()
     opt = onebit.ZeroOneAdam(groups(params), lr=1e-3, var_freeze_step=4, var_update_scaler=2, local_step_scaler=1,
                              local_step_clipper=2, name="cuda/zero_one_adam")
+    seen = recording(opt)
     kinds = []
     for step in range(8):
         set_gradients(params, step)
         kind = opt.next_step_kind()
         kinds.append(kind)
-        entering_local_stage = step == 4  # the tagged buffer is zeroed after the step: its input is gone
-        p, m, v, u = flat(params), host(opt._m), host(opt._v), host(opt._u)
+        p, m, v, u, p_sync = flat(params), host(opt._m), host(opt._v), host(opt._u), host(opt._p_sync)
         lrs = [ctypes.c_float(l.value) for l in opt._lrs]
         opt.step()
         if device == "cuda":
             torch.cuda.synchronize()
-        if kind in (zero_one_adam.VARIANCE_STEP, zero_one_adam.COMPRESSED_STEP) and not entering_local_stage:
-            g = host(opt._grad if kind == zero_one_adam.VARIANCE_STEP else opt._u)  # averaged over the ranks
+        g = host(opt._grad)  # averaged on a variance step, this rank's own otherwise
+        if kind in (zero_one_adam.VARIANCE_STEP, zero_one_adam.COMPRESSED_STEP):
+            variance = kind == zero_one_adam.VARIANCE_STEP
+            averaged = g if variance else seen["averaged"]
             each_group(opt, lambda c, lo, n: lib.onebit_zero_one_adam_gradient_step(
-                c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), ptr(g[lo:]), n, int(kind == zero_one_adam.VARIANCE_STEP)))
-        elif kind == zero_one_adam.LOCAL_STEP:
-            g = host(opt._grad)  # this rank's own
+                c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), ptr(averaged[lo:]), n, int(variance)))
+        else:
             for index, (group, (lo, hi)) in enumerate(zip(opt.param_groups, opt._ranges)):
-                if lib.onebit_zero_one_adam_local_step(ctypes.byref(opt._config(group)), ptr(p[lo:]), ptr(m[lo:]),
-                                                       ptr(v[lo:]), ptr(u[lo:]), ctypes.byref(lrs[index]),
-                                                       ptr(g[lo:]), ctypes.c_size_t(hi - lo)) != 0:
-                    fail(rank, f"the host local step failed: {lib.onebit_last_error().decode()}")
-            same(f"ZeroOneAdam local step {step}: u", opt._u, u)
+                config, n = ctypes.byref(opt._config(group)), ctypes.c_size_t(hi - lo)
+                ok(lib.onebit_zero_one_adam_local_step(config, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), ptr(u[lo:]),
+                                                       ctypes.byref(lrs[index]), ptr(g[lo:]), n), "local step")
+                if kind == zero_one_adam.SYNC_STEP:
+                    ok(lib.onebit_zero_one_adam_sync_begin(config, ptr(u[lo:]), ptr(v[lo:]), lrs[index], n),
+                       "sync begin")
+            if kind == zero_one_adam.SYNC_STEP:
+                u = seen["averaged"]
+                for index, (group, (lo, hi)) in enumerate(zip(opt.param_groups, opt._ranges)):
+                    ok(lib.onebit_zero_one_adam_sync_end(ctypes.byref(opt._config(group)), ptr(p[lo:]),
+                                                         ptr(p_sync[lo:]), ptr(m[lo:]), ptr(u[lo:]), ptr(v[lo:]),
+                                                         ctypes.byref(lrs[index]), ctypes.c_size_t(hi - lo)),
+                       "sync end")
+            same(f"ZeroOneAdam step {step} (kind {kind}): u", opt._u, u)
+            same(f"ZeroOneAdam step {step} (kind {kind}): params at the last sync", opt._p_sync, p_sync)
             if [l.value for l in lrs] != [l.value for l in opt._lrs]:
-                fail(rank, f"ZeroOneAdam local step {step}: lr sums {[l.value for l in opt._lrs]}, the host step's "
+                fail(rank, f"ZeroOneAdam step {step}: lr sums {[l.value for l in opt._lrs]}, the host step's "
                            f"{[l.value for l in lrs]}")
-        else:  # a sync (or the step that zeroes u): the replicas land on the same parameters
-            every = [torch.empty_like(opt._flat) for _ in range(2)]
-            dist.all_gather(every, opt._flat.detach().clone())
-            if not torch.equal(every[0], every[1]):
-                fail(rank, f"ZeroOneAdam step {step} (kind {kind}): the ranks' parameters differ after it")
-            continue
         same(f"ZeroOneAdam step {step} (kind {kind}): parameters", flat(params), p)
         same(f"ZeroOneAdam step {step} (kind {kind}): m", opt._m, m)
         same(f"ZeroOneAdam step {step} (kind {kind}): v", opt._v, v)
@@ -257,41 +281,45 @@ def optimizers_on_cuda(rank, device="cuda"):
         fail(rank, f"ZeroOneAdam took the steps {kinds}, the check was written for {want}")
     opt.close()
 
+    # 1-bit LAMB: warmup, the scaling coefficients, the compression stage (layers' scalars too).
     params = model()
     opt = onebit.OnebitLamb(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_lamb")
+    seen = recording(opt)
     for step in range(4):
         set_gradients(params, step)
-        p, m, v, v_fresh = flat(params), host(opt._m), host(opt._v), host(opt._v_fresh)
+        p, m, v, v_fresh, m_last = flat(params), host(opt._m), host(opt._v), host(opt._v_fresh), host(opt._m_last)
         layers = type(opt._layers).from_buffer_copy(opt._layers)
         opt.step()
         if device == "cuda":
             torch.cuda.synchronize()
-        if step < opt.freeze_step:  # warmup: every input observable
-            g = host(opt._grad)  # averaged over the ranks
+        g = host(opt._grad)  # averaged in warmup, this rank's own in the compression stage
+        if step == opt.freeze_step:
+            ok(lib.onebit_lamb_scaling_coeffs(ptr(m), opt._counts, ctypes.c_size_t(len(layers)), layers),
+               "scaling coefficients")
+        for j, ((lo, hi), group) in enumerate(zip(opt._slices, opt._layer_groups)):
+            config, layer, n = ctypes.byref(opt._config(group)), ctypes.byref(layers[j]), ctypes.c_size_t(hi - lo)
+            if step < opt.freeze_step:
+                ok(lib.onebit_lamb_warmup_step(config, layer, ctypes.c_int64(step), ptr(p[lo:]), ptr(m[lo:]),
+                                               ptr(v[lo:]), ptr(v_fresh[lo:]), ptr(g[lo:]), n), "warmup step")
+            else:
+                ok(lib.onebit_lamb_momentum_step(config, layer, ptr(m[lo:]), ptr(m_last[lo:]), ptr(g[lo:]), n),
+                   "momentum step")
+        if step >= opt.freeze_step:
+            m = seen["averaged"]
             for j, ((lo, hi), group) in enumerate(zip(opt._slices, opt._layer_groups)):
-                if lib.onebit_lamb_warmup_step(ctypes.byref(opt._config(group)), ctypes.byref(layers[j]),
-                                               ctypes.c_int64(step), ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]),
-                                               ptr(v_fresh[lo:]), ptr(g[lo:]), ctypes.c_size_t(hi - lo)) != 0:
-                    fail(rank, f"the host warmup step failed: {lib.onebit_last_error().decode()}")
-            same(f"OnebitLamb warmup step {step}: parameters", flat(params), p)
-            same(f"OnebitLamb warmup step {step}: m", opt._m, m)
-            same(f"OnebitLamb warmup step {step}: v", opt._v, v)
-            same(f"OnebitLamb warmup step {step}: v_fresh", opt._v_fresh, v_fresh)
-        else:  # the averaged momentum is rescaled by the step: the kept one, the scaling, equal replicas
-            same(f"OnebitLamb step {step}: the momentum kept before the step", opt._m_last, m)
-            if step == opt.freeze_step:
-                if lib.onebit_lamb_scaling_coeffs(ptr(m), opt._counts, ctypes.c_size_t(len(layers)), layers) != 0:
-                    fail(rank, f"the host scaling coefficients failed: {lib.onebit_last_error().decode()}")
-                got = [layer.scaling_coeff for layer in opt._layers]
-                if got != [layer.scaling_coeff for layer in layers]:
-                    fail(rank, f"OnebitLamb scaling coefficients {got}, the host's {[l.scaling_coeff for l in layers]}")
-            every = [torch.empty_like(opt._flat) for _ in range(2)]
-            dist.all_gather(every, opt._flat.detach().clone())
-            if not torch.equal(every[0], every[1]) or not torch.isfinite(every[0]).all():
-                fail(rank, f"OnebitLamb step {step}: the ranks' parameters differ after it (or are not finite)")
-            continue
+                ok(lib.onebit_lamb_apply_step(ctypes.byref(opt._config(group)), ctypes.byref(layers[j]), ptr(p[lo:]),
+                                              ptr(m[lo:]), ptr(m_last[lo:]), ptr(v[lo:]), ptr(v_fresh[lo:]),
+                                              ctypes.c_size_t(hi - lo)), "apply step")
+            same(f"OnebitLamb step {step}: the momentum kept before the step", opt._m_last, m_last)
+        stage = "compression" if step >= opt.freeze_step else "warmup"
+        same(f"OnebitLamb {stage} step {step}: parameters", flat(params), p)
+        same(f"OnebitLamb {stage} step {step}: m", opt._m, m)
+        same(f"OnebitLamb {stage} step {step}: v", opt._v, v)
+        same(f"OnebitLamb {stage} step {step}: v_fresh", opt._v_fresh, v_fresh)
         if bytes(layers) != bytes(opt._layers):
-            fail(rank, f"OnebitLamb warmup step {step}: the layers' scalars differ from the host step's")
+            fail(rank, f"OnebitLamb {stage} step {step}: the layers' scalars differ from the host step's: "
+                       f"{[(l.coeff_freeze, l.last_factor, l.scaling_coeff, l.lamb_coeff) for l in opt._layers]} vs "
+                       f"{[(l.coeff_freeze, l.last_factor, l.scaling_coeff, l.lamb_coeff) for l in layers]}")
     opt.close()
 
 
@@ -322,7 +350,7 @@ def main():
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
           "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
           "3 graph replays each match the reference's next call; the three optimizers' CUDA steps give the C core's "
-          "host bits, and their compressed steps equal replicas")
+          "host bits at every step")
     return 0
 
 
