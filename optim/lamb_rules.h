@@ -89,11 +89,14 @@ inline void tile_of_lanes(Sums* lanes) {
   }
 }
 
+// The tiles of a layer of n elements (its partial sums on the device).
+inline std::size_t tiles_of(std::size_t n) { return (n + kTile - 1) / kTile; }
+
 // The tiles' sums of term(i) over [0, n), each tile in the order above; term(i) is called once
 // per element (it may update the element).
 template <typename Term>
 std::vector<Sums> tile_sums(std::size_t n, Term&& term) {
-  std::vector<Sums> tiles((n + kTile - 1) / kTile);
+  std::vector<Sums> tiles(tiles_of(n));
   Sums lanes[kLanes];
   for (std::size_t t = 0; t < tiles.size(); ++t) {
     for (Sums& lane : lanes) lane = Sums{0.0, 0.0, 0.0f};
@@ -107,6 +110,13 @@ std::vector<Sums> tile_sums(std::size_t n, Term&& term) {
     tiles[t] = lanes[0];
   }
   return tiles;
+}
+
+// The bytes of partial sums the device steps keep for `layers` layers (one sum's at least).
+inline std::size_t workspace_bytes(const std::size_t* counts, std::size_t layers) {
+  std::size_t tiles = 0;
+  for (std::size_t j = 0; j < layers; ++j) tiles += tiles_of(counts[j]);
+  return (tiles > 0 ? tiles : 1) * sizeof(Sums);
 }
 
 // The sum of the tiles' sums, folded the same way until one remains (zero for no tile).

@@ -422,31 +422,34 @@ ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* co
 
 /* 1-bit LAMB's steps over device memory (CUDA): the host calls' rule with the same bits — the fp64
  * sums of the norms too, which host and device take in one order (a tiled tree, written out in
- * docs/design.md, "1-bit LAMB") — so the host calls are their oracle; ONEBIT_UNSUPPORTED from the
- * libraries built without CUDA. The layers (onebit_lamb_layer_t) stay on the host. A layer's trust
- * ratio needs its norms: warmup_step, scaling_coeffs and apply_step synchronize `stream` once per
- * layer to read them (as DeepSpeed's .item() does) and return with the layer updated and the pass
- * that moves the parameters queued; momentum_step is asynchronous. None is capturable in a CUDA
- * graph. `workspace` (device memory, `workspace_bytes` of it, 8-byte aligned as any cudaMalloc'd
- * or torch buffer is) holds the layer's partial sums: onebit_lamb_workspace_size(count) bytes, for
- * scaling_coeffs that of the largest layer; too little is refused naming both sizes, before
- * anything runs. Every _device step refuses arrays that are not memory of the current device. */
-ONEBIT_API size_t onebit_lamb_workspace_size(size_t count);
-ONEBIT_API onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t* config,
-                                                          onebit_lamb_layer_t* layer, int64_t step, float* params,
-                                                          float* m, float* v, float* v_fresh, const float* grad,
-                                                          size_t count, void* workspace, size_t workspace_bytes,
-                                                          void* stream);
+ * docs/design.md, "The optimizers on the device") — so the host calls are their oracle;
+ * ONEBIT_UNSUPPORTED from the libraries built without CUDA. The steps that need norms take every
+ * layer at once — `layers` layers one after another in the flat arrays, counts[j] elements,
+ * configs[j] and states[j] each (the states stay on the host) — and synchronize `stream` once per
+ * call to read all the layers' sums back (as DeepSpeed's .item() of its norms does), then return
+ * with the states updated and the passes that move the parameters queued. momentum_step, one layer,
+ * is asynchronous. None is capturable in a CUDA graph. `workspace` holds the partial sums: device
+ * memory of the current device, onebit_lamb_workspace_size(counts, layers) bytes at least (one
+ * 24-byte sum per 2048 elements of each layer), 8-byte aligned as any cudaMalloc'd or torch buffer
+ * is; a workspace too small or misaligned, a bad config or state of any layer, and arrays that are
+ * not memory of the current device are refused, naming them, before anything runs. */
+ONEBIT_API size_t onebit_lamb_workspace_size(const size_t* counts, size_t layers);
+ONEBIT_API onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t* configs,
+                                                           onebit_lamb_layer_t* states, const size_t* counts,
+                                                           size_t layers, int64_t step, float* params, float* m,
+                                                           float* v, float* v_fresh, const float* grad, void* workspace,
+                                                           size_t workspace_bytes, void* stream);
 ONEBIT_API onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* counts, size_t layers,
                                                              onebit_lamb_layer_t* states, void* workspace,
                                                              size_t workspace_bytes, void* stream);
 ONEBIT_API onebit_result_t onebit_lamb_momentum_step_device(const onebit_lamb_config_t* config,
                                                             const onebit_lamb_layer_t* layer, float* m, float* m_last,
                                                             const float* grad, size_t count, void* stream);
-ONEBIT_API onebit_result_t onebit_lamb_apply_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
-                                                         float* params, float* m, const float* m_last, const float* v,
-                                                         float* v_fresh, size_t count, void* workspace,
-                                                         size_t workspace_bytes, void* stream);
+ONEBIT_API onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t* configs,
+                                                          onebit_lamb_layer_t* states, const size_t* counts,
+                                                          size_t layers, float* params, float* m, const float* m_last,
+                                                          const float* v, float* v_fresh, void* workspace,
+                                                          size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -13,8 +13,6 @@ namespace {
 using onebit::optim::cuda::blocks_for;
 using onebit::optim::cuda::kThreads;
 
-std::size_t tiles_of(std::size_t n) { return (n + kTile - 1) / kTile; }
-
 void check_cuda(cudaError_t status, const char* what) {
   ONEBIT_CHECK(status == cudaSuccess, ONEBIT_SYSTEM_ERROR, "1-bit LAMB on the device: ", what, ": ",
                cudaGetErrorString(status));
@@ -86,20 +84,37 @@ __global__ void momentum_kernel(Config c, float scaling, float* m, float* m_last
   }
 }
 
-// The layer's sums: term over its n elements, one block a tile, into workspace; the tiles' sums
-// read back (the one synchronization) and finished on the host.
-template <typename Term>
-Sums layer_sums(std::size_t n, const Term& term, void* workspace, cudaStream_t stream) {
-  const std::size_t tiles = tiles_of(n);
-  if (tiles == 0) return total({});
+// Every layer's sums: layer j's terms (term_of(j, its offset)) summed by one kernel into its
+// slice of the workspace, all the tiles' sums read back at once (the one synchronization) and each
+// layer's finished on the host.
+template <typename TermOf>
+std::vector<Sums> layers_sums(const std::size_t* counts, std::size_t layers, const TermOf& term_of, void* workspace,
+                              cudaStream_t stream) {
   auto* on_device = static_cast<Sums*>(workspace);
-  tiles_kernel<<<static_cast<unsigned>(tiles), kLanes, 0, stream>>>(n, on_device, term);
-  check_cuda(cudaGetLastError(), "the sums' kernel did not launch");
-  std::vector<Sums> on_host(tiles);
-  check_cuda(cudaMemcpyAsync(on_host.data(), on_device, tiles * sizeof(Sums), cudaMemcpyDeviceToHost, stream),
-             "reading the layer's sums back");
-  check_cuda(cudaStreamSynchronize(stream), "waiting for the layer's sums");
-  return total(std::move(on_host));
+  std::vector<std::size_t> first(layers + 1, 0);  // layer j's tiles are [first[j], first[j + 1])
+  std::size_t offset = 0;
+  for (std::size_t j = 0; j < layers; ++j) {
+    const std::size_t tiles = tiles_of(counts[j]);
+    if (tiles > 0) {
+      tiles_kernel<<<static_cast<unsigned>(tiles), kLanes, 0, stream>>>(counts[j], on_device + first[j],
+                                                                        term_of(j, offset));
+      check_cuda(cudaGetLastError(), "the sums' kernel did not launch");
+    }
+    first[j + 1] = first[j] + tiles;
+    offset += counts[j];
+  }
+  std::vector<Sums> on_host(first[layers]);
+  if (!on_host.empty()) {
+    check_cuda(
+        cudaMemcpyAsync(on_host.data(), on_device, on_host.size() * sizeof(Sums), cudaMemcpyDeviceToHost, stream),
+        "reading the layers' sums back");
+    check_cuda(cudaStreamSynchronize(stream), "waiting for the layers' sums");
+  }
+  std::vector<Sums> totals(layers);
+  for (std::size_t j = 0; j < layers; ++j) {
+    totals[j] = total(std::vector<Sums>(on_host.begin() + first[j], on_host.begin() + first[j + 1]));
+  }
+  return totals;
 }
 
 void move(const Config& c, double coefficient, float* p, const float* m, const float* v, std::size_t n,
@@ -111,23 +126,25 @@ void move(const Config& c, double coefficient, float* p, const float* m, const f
 
 }  // namespace
 
-std::size_t workspace_bytes(std::size_t n) { return (tiles_of(n) > 0 ? tiles_of(n) : 1) * sizeof(Sums); }
-
-void warmup_step(const Config& c, Layer& layer, std::int64_t step, float* p, float* m, float* v, float* v_fresh,
-                 const float* g, std::size_t n, void* workspace, cudaStream_t stream) {
-  const bool last = step + 1 == c.freeze_step;
-  const Sums sums = layer_sums(n, WarmupTerm{c, last, p, m, v, v_fresh, g}, workspace, stream);
-  move(c, warmup_coefficient(c, layer, sums), p, m, v, n, stream);
+void warmup_steps(const Config* configs, Layer* states, const std::size_t* counts, std::size_t layers,
+                  std::int64_t step, float* p, float* m, float* v, float* v_fresh, const float* g, void* workspace,
+                  cudaStream_t stream) {
+  const auto term_of = [&](std::size_t j, std::size_t at) {
+    const bool last = step + 1 == configs[j].freeze_step;
+    return WarmupTerm{configs[j], last, p + at, m + at, v + at, v_fresh + at, g + at};
+  };
+  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
+  for (std::size_t j = 0, at = 0; j < layers; at += counts[j], ++j) {
+    move(configs[j], warmup_coefficient(configs[j], states[j], sums[j]), p + at, m + at, v + at, counts[j], stream);
+  }
 }
 
 void scaling_coeffs(const float* m, const std::size_t* counts, std::size_t layers, Layer* states, void* workspace,
                     cudaStream_t stream) {
+  const auto term_of = [&](std::size_t, std::size_t at) { return SquareTerm{m + at}; };
+  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
   std::vector<double> squares(layers);
-  std::size_t offset = 0;
-  for (std::size_t j = 0; j < layers; ++j) {
-    squares[j] = layer_sums(counts[j], SquareTerm{m + offset}, workspace, stream).first;
-    offset += counts[j];
-  }
+  for (std::size_t j = 0; j < layers; ++j) squares[j] = sums[j].first;
   set_scaling_coeffs(squares.data(), counts, layers, states);
 }
 
@@ -139,12 +156,17 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
   check_cuda(cudaGetLastError(), "the momentum's kernel did not launch");
 }
 
-void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v, float* v_fresh,
-                std::size_t n, void* workspace, cudaStream_t stream) {
-  check_apply(layer);
-  const float scaling = static_cast<float>(layer.scaling_coeff);
-  const Sums sums = layer_sums(n, ApplyTerm{c, scaling, p, m, m_last, v, v_fresh}, workspace, stream);
-  move(c, apply_coefficient(c, layer, sums), p, m, v, n, stream);
+void apply_steps(const Config* configs, Layer* states, const std::size_t* counts, std::size_t layers, float* p,
+                 float* m, const float* m_last, const float* v, float* v_fresh, void* workspace, cudaStream_t stream) {
+  for (std::size_t j = 0; j < layers; ++j) check_apply(states[j]);
+  const auto term_of = [&](std::size_t j, std::size_t at) {
+    return ApplyTerm{configs[j],  static_cast<float>(states[j].scaling_coeff), p + at, m + at, m_last + at, v + at,
+                     v_fresh + at};
+  };
+  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
+  for (std::size_t j = 0, at = 0; j < layers; at += counts[j], ++j) {
+    move(configs[j], apply_coefficient(configs[j], states[j], sums[j]), p + at, m + at, v + at, counts[j], stream);
+  }
 }
 
 }  // namespace onebit::optim::lamb::cuda

@@ -56,6 +56,28 @@ void check_launch(cudaError_t launched, const char* what) {
 
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
+// The layers of a LAMB step over all of them: counts and states present, and, for a step that
+// takes them (configs_due), every layer's config present and in range (naming the layer); returns
+// the elements in all.
+std::size_t check_lamb_layers(const onebit_lamb_config_t* configs, bool configs_due, const onebit_lamb_layer_t* states,
+                              const std::size_t* counts, std::size_t layers) {
+  if (layers == 0) return 0;
+  ONEBIT_CHECK(counts != nullptr && states != nullptr && (configs != nullptr || !configs_due), ONEBIT_INVALID_ARGUMENT,
+               "counts, states or configs is NULL with ", layers, " layers");
+  std::size_t total = 0;
+  for (std::size_t j = 0; j < layers; ++j) {
+    if (configs_due) {
+      try {
+        to_lamb(&configs[j]);
+      } catch (const onebit::Error& error) {
+        onebit::fail(error.code(), "layer ", j, ": ", error.what());
+      }
+    }
+    total += counts[j];
+  }
+  return total;
+}
+
 // The workspace of a step that sums: device memory, at least `needed` bytes, aligned for its sums.
 void check_workspace(void* workspace, std::size_t bytes, std::size_t needed) {
   ONEBIT_CHECK(workspace != nullptr, ONEBIT_INVALID_ARGUMENT, "workspace is NULL: this step needs ", needed,
@@ -154,17 +176,17 @@ onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_
   });
 }
 
-onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
-                                               int64_t step, float* params, float* m, float* v, float* v_fresh,
-                                               const float* grad, size_t count, void* workspace, size_t workspace_bytes,
-                                               void* stream) {
-  return onebit::abi_guard("onebit_lamb_warmup_step_device", [&] {
-    const auto& c = to_lamb(config);
-    auto& l = non_null(layer, "layer");
-    check_arrays(count, {params, m, v, v_fresh, grad});
-    check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
-    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(count));
-    lamb::cuda::warmup_step(c, l, step, params, m, v, v_fresh, grad, count, workspace, as_stream(stream));
+onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t* configs, onebit_lamb_layer_t* states,
+                                                const size_t* counts, size_t layers, int64_t step, float* params,
+                                                float* m, float* v, float* v_fresh, const float* grad, void* workspace,
+                                                size_t workspace_bytes, void* stream) {
+  return onebit::abi_guard("onebit_lamb_warmup_steps_device", [&] {
+    const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
+    check_arrays(total, {params, m, v, v_fresh, grad});
+    check_on_device(total, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
+    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
+    lamb::cuda::warmup_steps(configs, states, counts, layers, step, params, m, v, v_fresh, grad, workspace,
+                             as_stream(stream));
   });
 }
 
@@ -172,16 +194,10 @@ onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* 
                                                   onebit_lamb_layer_t* states, void* workspace, size_t workspace_bytes,
                                                   void* stream) {
   return onebit::abi_guard("onebit_lamb_scaling_coeffs_device", [&] {
-    ONEBIT_CHECK(layers == 0 || (counts != nullptr && states != nullptr), ONEBIT_INVALID_ARGUMENT,
-                 "counts or states is NULL with ", layers, " layers");
-    std::size_t total = 0, largest = 0;
-    for (std::size_t j = 0; j < layers; ++j) {
-      total += counts[j];
-      largest = std::max(largest, counts[j]);
-    }
+    const std::size_t total = check_lamb_layers(nullptr, false, states, counts, layers);
     check_arrays(total, {m});
     check_on_device(total, {{m, "m"}});
-    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(largest));
+    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
     lamb::cuda::scaling_coeffs(m, counts, layers, states, workspace, as_stream(stream));
   });
 }
@@ -198,17 +214,17 @@ onebit_result_t onebit_lamb_momentum_step_device(const onebit_lamb_config_t* con
   });
 }
 
-onebit_result_t onebit_lamb_apply_step_device(const onebit_lamb_config_t* config, onebit_lamb_layer_t* layer,
-                                              float* params, float* m, const float* m_last, const float* v,
-                                              float* v_fresh, size_t count, void* workspace, size_t workspace_bytes,
-                                              void* stream) {
-  return onebit::abi_guard("onebit_lamb_apply_step_device", [&] {
-    const auto& c = to_lamb(config);
-    auto& l = non_null(layer, "layer");
-    check_arrays(count, {params, m, m_last, v, v_fresh});
-    check_on_device(count, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
-    check_workspace(workspace, workspace_bytes, lamb::cuda::workspace_bytes(count));
-    lamb::cuda::apply_step(c, l, params, m, m_last, v, v_fresh, count, workspace, as_stream(stream));
+onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t* configs, onebit_lamb_layer_t* states,
+                                               const size_t* counts, size_t layers, float* params, float* m,
+                                               const float* m_last, const float* v, float* v_fresh, void* workspace,
+                                               size_t workspace_bytes, void* stream) {
+  return onebit::abi_guard("onebit_lamb_apply_steps_device", [&] {
+    const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
+    check_arrays(total, {params, m, m_last, v, v_fresh});
+    check_on_device(total, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
+    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
+    lamb::cuda::apply_steps(configs, states, counts, layers, params, m, m_last, v, v_fresh, workspace,
+                            as_stream(stream));
   });
 }
 

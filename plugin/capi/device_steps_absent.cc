@@ -57,9 +57,10 @@ onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zero_one_adam_
   return absent("onebit_zero_one_adam_sync_end_device");
 }
 
-onebit_result_t onebit_lamb_warmup_step_device(const onebit_lamb_config_t*, onebit_lamb_layer_t*, int64_t, float*,
-                                               float*, float*, float*, const float*, size_t, void*, size_t, void*) {
-  return absent("onebit_lamb_warmup_step_device");
+onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t*, onebit_lamb_layer_t*, const size_t*,
+                                                size_t, int64_t, float*, float*, float*, float*, const float*, void*,
+                                                size_t, void*) {
+  return absent("onebit_lamb_warmup_steps_device");
 }
 
 onebit_result_t onebit_lamb_scaling_coeffs_device(const float*, const size_t*, size_t, onebit_lamb_layer_t*, void*,
@@ -72,9 +73,10 @@ onebit_result_t onebit_lamb_momentum_step_device(const onebit_lamb_config_t*, co
   return absent("onebit_lamb_momentum_step_device");
 }
 
-onebit_result_t onebit_lamb_apply_step_device(const onebit_lamb_config_t*, onebit_lamb_layer_t*, float*, float*,
-                                              const float*, const float*, float*, size_t, void*, size_t, void*) {
-  return absent("onebit_lamb_apply_step_device");
+onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t*, onebit_lamb_layer_t*, const size_t*, size_t,
+                                               float*, float*, const float*, const float*, float*, void*, size_t,
+                                               void*) {
+  return absent("onebit_lamb_apply_steps_device");
 }
 
 }  // extern "C"

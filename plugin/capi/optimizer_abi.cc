@@ -2,7 +2,6 @@
 // measures and auto freeze, 0/1 Adam and 1-bit LAMB, each entry point a guarded call into optim/.
 #include "onebit/onebit.h"
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -232,9 +231,13 @@ onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* config, onebi
   });
 }
 
-size_t onebit_lamb_workspace_size(size_t count) {
-  return std::max<size_t>(1, (count + onebit::optim::lamb::kTile - 1) / onebit::optim::lamb::kTile) *
-         sizeof(onebit::optim::lamb::Sums);
+size_t onebit_lamb_workspace_size(const size_t* counts, size_t layers) {
+  size_t bytes = 0;
+  onebit::abi_guard("onebit_lamb_workspace_size", [&] {
+    ONEBIT_CHECK(counts != nullptr || layers == 0, ONEBIT_INVALID_ARGUMENT, "counts is NULL with ", layers, " layers");
+    bytes = onebit::optim::lamb::workspace_bytes(counts, layers);
+  });
+  return bytes;
 }
 
 }  // extern "C"

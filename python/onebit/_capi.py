@@ -151,14 +151,14 @@ PROTOTYPES = {
     "onebit_lamb_scaling_coeffs": (_result, (_data, POINTER(c_size_t), c_size_t, _LayerP)),
     "onebit_lamb_momentum_step": (_result, (_LambConfigP, _LayerP, _data, _data, _data, c_size_t)),
     "onebit_lamb_apply_step": (_result, (_LambConfigP, _LayerP, _data, _data, _data, _data, _data, c_size_t)),
-    "onebit_lamb_workspace_size": (c_size_t, (c_size_t,)),
-    "onebit_lamb_warmup_step_device": (_result, (_LambConfigP, _LayerP, c_int64, _data, _data, _data, _data, _data,
-                                                 c_size_t, c_void_p, c_size_t, c_void_p)),
+    "onebit_lamb_workspace_size": (c_size_t, (POINTER(c_size_t), c_size_t)),
+    "onebit_lamb_warmup_steps_device": (_result, (_LambConfigP, _LayerP, POINTER(c_size_t), c_size_t, c_int64, _data,
+                                                  _data, _data, _data, _data, c_void_p, c_size_t, c_void_p)),
     "onebit_lamb_scaling_coeffs_device": (_result, (_data, POINTER(c_size_t), c_size_t, _LayerP, c_void_p, c_size_t,
                                                     c_void_p)),
     "onebit_lamb_momentum_step_device": (_result, (_LambConfigP, _LayerP, _data, _data, _data, c_size_t, c_void_p)),
-    "onebit_lamb_apply_step_device": (_result, (_LambConfigP, _LayerP, _data, _data, _data, _data, _data, c_size_t,
-                                                c_void_p, c_size_t, c_void_p)),
+    "onebit_lamb_apply_steps_device": (_result, (_LambConfigP, _LayerP, POINTER(c_size_t), c_size_t, _data, _data,
+                                                 _data, _data, _data, c_void_p, c_size_t, c_void_p)),
     "onebit_preload_stats": (_result, (POINTER(PreloadStats),)),  # preload.h: the Gloo door only
 }
 

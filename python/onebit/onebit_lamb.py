@@ -14,8 +14,8 @@ docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
 
 With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU, or all on one CUDA device
 under libonebit-nccl-preload.so: the steps are then the C core's device steps (onebit_lamb_*_device:
-the same rule and the same bits, the layers' norms summed in one order on both; each layer's norms
-are read back to the host once per step, as DeepSpeed's .item() does). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
+the same rule and the same bits, the layers' norms summed in one order on both; all layers' norms
+are read back to the host with one synchronization per step, as DeepSpeed's .item() does). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
 error-feedback state: training resumes bit for bit on the same rank of a job of the same size.
 """
 from __future__ import annotations
@@ -108,9 +108,9 @@ class OnebitLamb(_FlatOptimizer):
         for layer in self._layers:
             _check(self._lib, self._lib.onebit_lamb_layer_init(ctypes.byref(layer)))
         self._counts = (ctypes.c_size_t * len(self._slices))(*[hi - lo for lo, hi in self._slices])
-        self._workspace = None  # on CUDA: the device steps' partial sums, for the largest layer
+        self._workspace = None  # on CUDA: the device steps' partial sums of every layer
         if self._device.type == "cuda":
-            size = self._lib.onebit_lamb_workspace_size(ctypes.c_size_t(max(self._counts, default=0)))
+            size = self._lib.onebit_lamb_workspace_size(self._counts, ctypes.c_size_t(len(self._counts)))
             self._workspace = torch.empty(size, dtype=torch.uint8, device=self._device)
         self._m = self._zeros()
         self._v = self._zeros()
@@ -154,27 +154,33 @@ class OnebitLamb(_FlatOptimizer):
         for j, ((lo, hi), group) in enumerate(zip(self._slices, self._layer_groups)):
             yield ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo)
 
-    def _summing_step(self, name, *args):
-        """A C core step that sums over its layer (warmup_step, scaling_coeffs, apply_step): on CUDA
-        its _device twin, given the workspace (it synchronizes the stream once per layer)."""
-        if self._device.type == "cuda":
-            self._core_step(name, *args, _ptr(self._workspace), ctypes.c_size_t(self._workspace.numel()))
-        else:
-            self._core_step(name, *args)
+    def _all_layers(self, name, *arrays, step=None):
+        """On CUDA, a step that needs the layers' norms (warmup, apply) over every layer at once: its
+        _device form reads all the layers' sums back with one synchronization of the stream."""
+        configs = (_capi.LambConfig * len(self._layers))(*[self._config(group) for group in self._layer_groups])
+        before = () if step is None else (ctypes.c_int64(step),)
+        self._core_step(name, configs, self._layers, self._counts, ctypes.c_size_t(len(self._layers)), *before,
+                        *arrays, _ptr(self._workspace), ctypes.c_size_t(self._workspace.numel()))
 
     def _flat_step(self):
+        cuda = self._device.type == "cuda"
         if not self.compressing:
             self._average_gradients()
-            for config, layer, lo, n in self._each_layer():
-                self._summing_step("onebit_lamb_warmup_step", config, layer, ctypes.c_int64(self._step),
-                                   _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                                   _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n)
+            if cuda:
+                self._all_layers("onebit_lamb_warmup_steps", _ptr(self._flat), _ptr(self._m), _ptr(self._v),
+                                 _ptr(self._v_fresh), _ptr(self._grad), step=self._step)
+            else:
+                for config, layer, lo, n in self._each_layer():
+                    self._core_step("onebit_lamb_warmup_step", config, layer, ctypes.c_int64(self._step),
+                                    _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
+                                    _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n)
         else:
             layers_before = bytes(self._layers)
             if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
                 self._report_freeze(self._step, self._v)
-                self._summing_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
-                                   ctypes.c_size_t(len(self._layers)), self._layers)
+                workspace = (_ptr(self._workspace), ctypes.c_size_t(self._workspace.numel())) if cuda else ()
+                self._core_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
+                                ctypes.c_size_t(len(self._layers)), self._layers, *workspace)
             for config, layer, lo, n in self._each_layer():
                 self._core_step("onebit_lamb_momentum_step", config, layer, _ptr(self._m[lo:]),
                                 _ptr(self._m_last[lo:]), _ptr(self._grad[lo:]), n)
@@ -184,9 +190,14 @@ class OnebitLamb(_FlatOptimizer):
                 self._m.copy_(self._m_last)  # a failed step changes nothing
                 ctypes.memmove(self._layers, layers_before, len(layers_before))
                 raise
-            for config, layer, lo, n in self._each_layer():
-                self._summing_step("onebit_lamb_apply_step", config, layer, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
-                                   _ptr(self._m_last[lo:]), _ptr(self._v[lo:]), _ptr(self._v_fresh[lo:]), n)
+            if cuda:
+                self._all_layers("onebit_lamb_apply_steps", _ptr(self._flat), _ptr(self._m), _ptr(self._m_last),
+                                 _ptr(self._v), _ptr(self._v_fresh))
+            else:
+                for config, layer, lo, n in self._each_layer():
+                    self._core_step("onebit_lamb_apply_step", config, layer, _ptr(self._flat[lo:]),
+                                    _ptr(self._m[lo:]), _ptr(self._m_last[lo:]), _ptr(self._v[lo:]),
+                                    _ptr(self._v_fresh[lo:]), n)
         self._step += 1
 
     def _onebit_state(self):

@@ -173,17 +173,22 @@ void expect_same_layers(const std::vector<onebit_lamb_layer_t>& got, const std::
 }
 
 // 1-bit LAMB's device steps through a whole schedule over four layers (empty, one element, one
-// tile and a bit, many tiles): warmup steps (the last copies v into v_fresh), the scaling
-// coefficients, then compression steps (momentum; the "average" is the momentum itself; apply).
-// Every array and every layer's fp64 scalars equal the CPU core's, bit for bit: the norms are
-// summed in one order on both (optim/lamb_rules.h).
+// tile and a bit, many tiles; the last with its own lr and weight decay): warmup steps (the last
+// copies v into v_fresh), the scaling coefficients, then compression steps (momentum; the
+// "average" is the momentum itself; apply). Every array and every layer's fp64 scalars equal the
+// CPU core's, bit for bit: the norms are summed in one order on both (optim/lamb_rules.h). The
+// host steps go layer by layer; the device ones take all layers at once.
 TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   ASSERT_EQ(onebit_device_steps(), 1);
   SKIP_WITHOUT_GPU();
   const onebit_lamb_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  onebit_lamb_config_t other = c;
+  other.lr = 0.001f;
+  other.weight_decay = 0.0f;
   const std::vector<std::size_t> counts = {0, 1, 2048 + 300, (std::size_t{1} << 20) | 77};
-  std::size_t n = 0, largest = 0;
-  for (const std::size_t count : counts) n += count, largest = std::max(largest, count);
+  const std::vector<onebit_lamb_config_t> configs = {c, c, c, other};
+  std::size_t n = 0;
+  for (const std::size_t count : counts) n += count;
   Arrays host = random_arrays(n, 11);
   std::vector<float> host_fresh(n, 0.0f), host_last(n, 0.0f);
   OnDevice p(host.p), m(host.m), v(host.v), g(host.g), fresh(host_fresh), last(host_last);
@@ -192,7 +197,7 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
     ASSERT_EQ(onebit_lamb_layer_init(&host_layers[j]), ONEBIT_SUCCESS);
     layers[j] = host_layers[j];
   }
-  const std::size_t workspace_bytes = onebit_lamb_workspace_size(largest);
+  const std::size_t workspace_bytes = onebit_lamb_workspace_size(counts.data(), counts.size());
   void* workspace = nullptr;
   ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes + 8), cudaSuccess);  // + 8: room for a misaligned try
   cudaStream_t stream;
@@ -206,55 +211,70 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
     EXPECT_EQ(bits(last.get()), bits(host_last)) << "m_last after " << after;
     expect_same_layers(layers, host_layers, after);
   };
+  const std::size_t layer_count = counts.size();
   for (std::int64_t step = 0; step < 4; ++step) {
     const bool warmup = step < c.freeze_step;
     if (step == c.freeze_step) {
-      ASSERT_EQ(onebit_lamb_scaling_coeffs(host.m.data(), counts.data(), counts.size(), host_layers.data()),
+      ASSERT_EQ(onebit_lamb_scaling_coeffs(host.m.data(), counts.data(), layer_count, host_layers.data()),
                 ONEBIT_SUCCESS);
-      ASSERT_EQ(onebit_lamb_scaling_coeffs_device(m.ptr, counts.data(), counts.size(), layers.data(), workspace,
+      ASSERT_EQ(onebit_lamb_scaling_coeffs_device(m.ptr, counts.data(), layer_count, layers.data(), workspace,
                                                   workspace_bytes, stream),
                 ONEBIT_SUCCESS)
           << onebit_last_error();
       expect_equal("the scaling coefficients");
     }
     std::size_t at = 0;
-    for (std::size_t j = 0; j < counts.size(); at += counts[j], ++j) {
+    for (std::size_t j = 0; j < layer_count; at += counts[j], ++j) {  // the host, and the device's momentum
       const std::size_t k = counts[j];
       float *hp = host.p.data() + at, *hm = host.m.data() + at, *hv = host.v.data() + at;
       float *hf = host_fresh.data() + at, *hl = host_last.data() + at, *hg = host.g.data() + at;
-      float *dp = p.ptr + at, *dm = m.ptr + at, *dv = v.ptr + at, *df = fresh.ptr + at, *dl = last.ptr + at;
-      float* dg = g.ptr + at;
       if (warmup) {
-        ASSERT_EQ(onebit_lamb_warmup_step(&c, &host_layers[j], step, hp, hm, hv, hf, hg, k), ONEBIT_SUCCESS);
-        ASSERT_EQ(onebit_lamb_warmup_step_device(&c, &layers[j], step, dp, dm, dv, df, dg, k, workspace,
-                                                 workspace_bytes, stream),
-                  ONEBIT_SUCCESS)
-            << onebit_last_error();
+        ASSERT_EQ(onebit_lamb_warmup_step(&configs[j], &host_layers[j], step, hp, hm, hv, hf, hg, k), ONEBIT_SUCCESS);
         continue;
       }
-      ASSERT_EQ(onebit_lamb_momentum_step(&c, &host_layers[j], hm, hl, hg, k), ONEBIT_SUCCESS);
-      ASSERT_EQ(onebit_lamb_momentum_step_device(&c, &layers[j], dm, dl, dg, k, stream), ONEBIT_SUCCESS)
-          << onebit_last_error();
-      ASSERT_EQ(onebit_lamb_apply_step(&c, &host_layers[j], hp, hm, hl, hv, hf, k), ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_lamb_momentum_step(&configs[j], &host_layers[j], hm, hl, hg, k), ONEBIT_SUCCESS);
       ASSERT_EQ(
-          onebit_lamb_apply_step_device(&c, &layers[j], dp, dm, dl, dv, df, k, workspace, workspace_bytes, stream),
+          onebit_lamb_momentum_step_device(&configs[j], &layers[j], m.ptr + at, last.ptr + at, g.ptr + at, k, stream),
           ONEBIT_SUCCESS)
+          << onebit_last_error();
+      ASSERT_EQ(onebit_lamb_apply_step(&configs[j], &host_layers[j], hp, hm, hl, hv, hf, k), ONEBIT_SUCCESS);
+    }
+    if (warmup) {
+      ASSERT_EQ(onebit_lamb_warmup_steps_device(configs.data(), layers.data(), counts.data(), layer_count, step, p.ptr,
+                                                m.ptr, v.ptr, fresh.ptr, g.ptr, workspace, workspace_bytes, stream),
+                ONEBIT_SUCCESS)
+          << onebit_last_error();
+    } else {
+      ASSERT_EQ(onebit_lamb_apply_steps_device(configs.data(), layers.data(), counts.data(), layer_count, p.ptr, m.ptr,
+                                               last.ptr, v.ptr, fresh.ptr, workspace, workspace_bytes, stream),
+                ONEBIT_SUCCESS)
           << onebit_last_error();
     }
     expect_equal(warmup ? "a warmup step" : "a compression step");
   }
-  // Too small or misaligned a workspace is refused before anything runs, naming the sizes.
+  // Too small or misaligned a workspace, or a bad layer, is refused before anything runs, named.
   const std::vector<float> p_before = p.get();
-  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layers[3], p.ptr + 2349, m.ptr + 2349, last.ptr + 2349, v.ptr + 2349,
-                                          fresh.ptr + 2349, counts[3], workspace, 8, stream),
-            ONEBIT_INVALID_ARGUMENT);
+  const auto apply = [&](void* at, std::size_t bytes, const onebit_lamb_layer_t* states) {
+    std::vector<onebit_lamb_layer_t> copy(states, states + layer_count);
+    return onebit_lamb_apply_steps_device(configs.data(), copy.data(), counts.data(), layer_count, p.ptr, m.ptr,
+                                          last.ptr, v.ptr, fresh.ptr, at, bytes, stream);
+  };
+  EXPECT_EQ(apply(workspace, 8, layers.data()), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("workspace of 8 bytes is too small"), std::string::npos)
       << onebit_last_error();
-  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layers[3], p.ptr + 2349, m.ptr + 2349, last.ptr + 2349, v.ptr + 2349,
-                                          fresh.ptr + 2349, counts[3], static_cast<char*>(workspace) + 4,
-                                          workspace_bytes, stream),
-            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(apply(static_cast<char*>(workspace) + 4, workspace_bytes, layers.data()), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("is not aligned to 8 bytes"), std::string::npos)
+      << onebit_last_error();
+  std::vector<onebit_lamb_layer_t> unset = layers;
+  unset[2].scaling_coeff = 0;  // never through scaling_coeffs
+  EXPECT_EQ(apply(workspace, workspace_bytes, unset.data()), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("scaling_coeff 0"), std::string::npos) << onebit_last_error();
+  std::vector<onebit_lamb_config_t> bad = configs;
+  bad[3].beta1 = 1.5f;
+  EXPECT_EQ(onebit_lamb_warmup_steps_device(bad.data(), layers.data(), counts.data(), layer_count, 0, p.ptr, m.ptr,
+                                            v.ptr, fresh.ptr, g.ptr, workspace, workspace_bytes, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("layer 3: 1-bit LAMB config out of range"), std::string::npos)
       << onebit_last_error();
   ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
   EXPECT_EQ(bits(p.get()), bits(p_before));

@@ -348,11 +348,16 @@ TEST(OnebitLamb, TiledSumsTakeEveryElementOnce) {
   }
 }
 
-// The workspace the device steps ask for: one tile's sums per started tile, at least one.
-TEST(OnebitLamb, WorkspaceSizeIsOneSumPerTile) {
-  EXPECT_EQ(onebit_lamb_workspace_size(0), sizeof(lamb::Sums));
-  EXPECT_EQ(onebit_lamb_workspace_size(lamb::kTile), sizeof(lamb::Sums));
-  EXPECT_EQ(onebit_lamb_workspace_size(lamb::kTile + 1), 2 * sizeof(lamb::Sums));
+// The workspace the device steps ask for: one sum per started tile of each layer, at least one.
+TEST(OnebitLamb, WorkspaceSizeIsOneSumPerTileOfEachLayer) {
+  const std::size_t counts[] = {0, 1, lamb::kTile, lamb::kTile + 1};
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 1), sizeof(lamb::Sums));  // none: still one
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 2), sizeof(lamb::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 4), 4 * sizeof(lamb::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(nullptr, 0), sizeof(lamb::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(nullptr, 2), 0u);
+  EXPECT_NE(std::string(onebit_last_error()).find("counts is NULL with 2 layers"), std::string::npos)
+      << onebit_last_error();
 }
 
 TEST(OnebitLamb, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
@@ -361,20 +366,20 @@ TEST(OnebitLamb, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
   const onebit_lamb_layer_t layer_before = layer;
   std::vector<float> p(4, 1.0f), m(4, 0.5f), m_last(4, 0.0f), v(4, 0.25f), fresh(4, 0.25f), g(4, 2.0f);
   const std::vector<float> p_before = p, m_before = m;
-  std::vector<unsigned char> workspace(onebit_lamb_workspace_size(4));
   const std::size_t counts[] = {4};
-  EXPECT_EQ(onebit_lamb_warmup_step_device(&c, &layer, 0, p.data(), m.data(), v.data(), fresh.data(), g.data(), 4,
-                                           workspace.data(), workspace.size(), nullptr),
+  std::vector<unsigned char> workspace(onebit_lamb_workspace_size(counts, 1));
+  EXPECT_EQ(onebit_lamb_warmup_steps_device(&c, &layer, counts, 1, 0, p.data(), m.data(), v.data(), fresh.data(),
+                                            g.data(), workspace.data(), workspace.size(), nullptr),
             ONEBIT_UNSUPPORTED);
-  EXPECT_NE(std::string(onebit_last_error()).find("onebit_lamb_warmup_step_device: this library was built without"),
+  EXPECT_NE(std::string(onebit_last_error()).find("onebit_lamb_warmup_steps_device: this library was built without"),
             std::string::npos)
       << onebit_last_error();
   EXPECT_EQ(onebit_lamb_scaling_coeffs_device(m.data(), counts, 1, &layer, workspace.data(), workspace.size(), nullptr),
             ONEBIT_UNSUPPORTED);
   EXPECT_EQ(onebit_lamb_momentum_step_device(&c, &layer, m.data(), m_last.data(), g.data(), 4, nullptr),
             ONEBIT_UNSUPPORTED);
-  EXPECT_EQ(onebit_lamb_apply_step_device(&c, &layer, p.data(), m.data(), m_last.data(), v.data(), fresh.data(), 4,
-                                          workspace.data(), workspace.size(), nullptr),
+  EXPECT_EQ(onebit_lamb_apply_steps_device(&c, &layer, counts, 1, p.data(), m.data(), m_last.data(), v.data(),
+                                           fresh.data(), workspace.data(), workspace.size(), nullptr),
             ONEBIT_UNSUPPORTED);
   EXPECT_EQ(p, p_before);
   EXPECT_EQ(m, m_before);
