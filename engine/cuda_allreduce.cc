@@ -345,6 +345,10 @@ class CudaRound {
 
 std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call) {
   const std::unique_lock<std::mutex> busy = claim_tag_for_call(tag, "");
+  ONEBIT_CHECK(call.live == nullptr || call.live(call.comm, call.comm_id), ONEBIT_INVALID_ARGUMENT, "communicator ",
+               call.comm,
+               " is being destroyed or aborted (ncclCommDestroy/ncclCommAbort on another thread, begun as "
+               "this call started): a compressed call on it now would make state for a communicator that is going");
   const transport::nccl::NcclApi& api = transport::nccl::nccl_api();
   int w = 0, me = 0;
   transport::nccl::check_nccl(api.comm_count(call.comm, &w), "pncclCommCount");

@@ -36,6 +36,10 @@ struct CudaAllreduceCall {
   std::uint64_t comm_id;  // process-unique, keys the tag's device state (a reused ncclComm_t address gets a new id)
   cudaStream_t stream;
   bool captured = false;  // enqueued into a CUDA graph being captured (replayed later, without the host)
+  // Whether comm_id still names a live communicator, asked once the call holds its tag (null: not
+  // asked): a call that took its id just before another thread began to destroy or abort the
+  // communicator is refused before it makes state under the dead id (the front door's table).
+  bool (*live)(ncclComm_t comm, std::uint64_t comm_id) = nullptr;
 };
 
 // Enqueues the call. Throws onebit::Error (nothing enqueued for this call's state if it throws

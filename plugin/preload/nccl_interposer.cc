@@ -95,6 +95,9 @@ CommunicatorTable& communicators() {
 // NCCL's default for a communicator the door did not see made: blocking unless NCCL_COMM_BLOCKING=0.
 bool unseen_blocking() { return nccl_comm_blocking() != 0; }
 
+// What the engine asks once it holds a call's tag (CudaAllreduceCall::live).
+bool communicator_live(ncclComm_t comm, std::uint64_t id) { return communicators().live(comm, id); }
+
 // Whether NCCL runs a communicator made with `config` blocking. NCCL_COMM_BLOCKING (0 or 1)
 // overrides every config; a NULL config is NCCL's default — or, for a split or shrink, the parent's
 // (`parent`, when given); a config older than NCCL 2.14 has no `blocking`; NCCL_CONFIG_UNDEF_INT
@@ -183,7 +186,8 @@ void run_compressed(const AllReduceCall& call) {
   try {
     const std::uint64_t sent = cuda_compressed_allreduce(
         *call.tag, CudaAllreduceCall{call.send, call.recv, call.count, call.dtype, call.op == ncclSum, call.comm,
-                                     communicators().id_of(call.comm, unseen_blocking()), call.stream, call.captured});
+                                     communicators().id_of(call.comm, unseen_blocking()), call.stream, call.captured,
+                                     &communicator_live});
     counters().compressed_calls += 1;
     counters().compressed_bytes += sent;
   } catch (const Error& error) {
@@ -196,7 +200,8 @@ void run_compressed(const AllReduceCall& call) {
 // now is refused: CommunicatorTable says why), then NCCL's own call, then the address forgotten (a
 // communicator NCCL makes there next starts fresh) and the tags' states on it dropped — after
 // NCCL, and for an abort without waiting on a tag whose call is running: the watchdog aborts a
-// stuck communicator, and the call holding that tag may be the stuck one.
+// stuck communicator, and the call holding that tag may be the stuck one. Where NCCL's call fails
+// the communicator lives on (a destroy that failed is followed by an abort): nothing is dropped.
 ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
                               ncclResult_t (*transport::nccl::NcclApi::*entry)(ncclComm_t),
                               TagRegistry::InFlight in_flight) {
@@ -204,10 +209,14 @@ ncclResult_t end_communicator(const char* entry_point, ncclComm_t comm,
   const ncclResult_t guarded = guard(entry_point, [&] {
     const auto call = nccl_api().*entry;
     ONEBIT_CHECK(call != nullptr, ONEBIT_SYSTEM_ERROR, "NCCL's p", entry_point, " was not found");
-    const std::uint64_t id = communicators().begin_end(comm);
+    const CommunicatorTable::Ending ending = communicators().begin_end(comm, unseen_blocking());
     result = call(comm);
-    communicators().finish_end(comm, id);
-    TagRegistry::instance().forget_communicator(id, in_flight);
+    if (result != ncclSuccess && result != ncclInProgress) {  // NCCL kept it: its states and all stay
+      communicators().cancel_end(comm, ending);
+      return;
+    }
+    communicators().finish_end(comm, ending);
+    if (ending.seen) TagRegistry::instance().forget_communicator(ending.id, in_flight);
   });
   return guarded != ncclSuccess ? guarded : result;
 }

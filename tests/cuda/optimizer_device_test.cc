@@ -181,10 +181,13 @@ void expect_same_layers(const std::vector<onebit_lamb_layer_t>& got, const std::
 TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   ASSERT_EQ(onebit_device_steps(), 1);
   SKIP_WITHOUT_GPU();
-  const onebit_lamb_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  // Trust ratios and factors far from every clamp (min_coeff 1e-9, max_coeff 1e9, factor within
+  // [0.5, 4]), so that the fp64 norms decide the coefficients' bits: a sum in another order, or
+  // another layer's sums, would show. The last layer (513 tiles) has its own lr and weight decay.
+  const onebit_lamb_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 1e9, 1e-9, 0.9, 4.0, 0.5, 0.1};
   onebit_lamb_config_t other = c;
   other.lr = 0.001f;
-  other.weight_decay = 0.0f;
+  other.weight_decay = 0.5f;
   const std::vector<std::size_t> counts = {0, 1, 2048 + 300, (std::size_t{1} << 20) | 77};
   const std::vector<onebit_lamb_config_t> configs = {c, c, c, other};
   std::size_t n = 0;
@@ -251,6 +254,13 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
           << onebit_last_error();
     }
     expect_equal(warmup ? "a warmup step" : "a compression step");
+    for (std::size_t j = 2; j < layer_count; ++j) {  // the clamps did not decide (the test's premise)
+      EXPECT_GT(host_layers[j].lamb_coeff, c.min_coeff) << "layer " << j << ", step " << step;
+      EXPECT_LT(host_layers[j].lamb_coeff, c.max_coeff) << "layer " << j << ", step " << step;
+      if (!warmup) {
+        EXPECT_NE(host_layers[j].last_factor, c.factor_max) << "layer " << j << ", step " << step;
+      }
+    }
   }
   // Too small or misaligned a workspace, or a bad layer, is refused before anything runs, named.
   const std::vector<float> p_before = p.get();
@@ -268,7 +278,8 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   std::vector<onebit_lamb_layer_t> unset = layers;
   unset[2].scaling_coeff = 0;  // never through scaling_coeffs
   EXPECT_EQ(apply(workspace, workspace_bytes, unset.data()), ONEBIT_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(onebit_last_error()).find("scaling_coeff 0"), std::string::npos) << onebit_last_error();
+  EXPECT_NE(std::string(onebit_last_error()).find("layer 2: 1-bit LAMB layer has scaling_coeff 0"), std::string::npos)
+      << onebit_last_error();
   std::vector<onebit_lamb_config_t> bad = configs;
   bad[3].beta1 = 1.5f;
   EXPECT_EQ(onebit_lamb_warmup_steps_device(bad.data(), layers.data(), counts.data(), layer_count, 0, p.ptr, m.ptr,

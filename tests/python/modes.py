@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 
 class CheckFailed(Exception):
@@ -75,6 +76,28 @@ def door_env(build, door):
     return env
 
 
+# How long a mode's ranks may take, shorter than ctest's 600 s: a rank that failed while the other
+# waits in a collective is then reported with its message, not as ctest's bare timeout.
+RANKS_SECONDS = 540
+
+
+def collect(procs, seconds):
+    """Every rank's (stdout, stderr) and exit code, waiting `seconds` in all; past it the ranks still
+    running are killed (exit code None) and what they wrote is returned all the same."""
+    deadline = time.monotonic() + seconds
+    outputs, codes = [], []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+            codes.append(p.returncode)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+            outputs.append((out, err + f"\n(killed after {seconds} s)"))
+            codes.append(None)
+    return outputs, codes
+
+
 def run_modes(script, argv, modes, world, check=None, rank_env=None, doc=""):
     """The driver's main: `argv` is BUILD_DIR [preload|onebit] [MODE ...]. Runs each mode's ranks
     (their environment from `rank_env(mode, rank, env)` if given), fails a mode whose ranks do not
@@ -99,8 +122,7 @@ def run_modes(script, argv, modes, world, check=None, rank_env=None, doc=""):
             procs = [subprocess.Popen([sys.executable, script, "rank", mode, door, str(rank), store, tmp],
                                       env=rank_env(mode, rank, env) if rank_env else env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True) for rank in range(world)]
-            outputs = [p.communicate(timeout=600) for p in procs]
-            codes = [p.returncode for p in procs]
+            outputs, codes = collect(procs, RANKS_SECONDS)
             try:
                 require(codes == [0] * world, f"exit codes {codes}")
                 if check is not None:

@@ -42,24 +42,56 @@ TEST(CommunicatorTable, ACallRacingTheEndIsRefusedAndTheNextCommunicatorThereSta
   CommunicatorTable table;
   table.made(kFirst, true);
   const std::uint64_t id = table.id_of(kFirst, true);
-  EXPECT_EQ(table.begin_end(kFirst), id);  // the states to drop are this id's
+  EXPECT_TRUE(table.live(kFirst, id));
+  const CommunicatorTable::Ending ending = table.begin_end(kFirst, true);
+  EXPECT_EQ(ending.id, id);  // the states to drop are this id's
+  EXPECT_TRUE(ending.seen);
   const auto [code, message] = refusal(table, kFirst);
   EXPECT_EQ(code, ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(message.find("is being destroyed or aborted"), std::string::npos) << message;
+  // A call that took its id before the end began asks again once it holds its tag: refused too.
+  EXPECT_FALSE(table.live(kFirst, id));
   EXPECT_TRUE(table.blocking(kFirst, false));                         // still answered, as it was made
   EXPECT_EQ(table.id_of(kSecond, true), table.id_of(kSecond, true));  // others untouched
-  table.finish_end(kFirst, id);
+  table.finish_end(kFirst, ending);
+  EXPECT_FALSE(table.live(kFirst, id));
   const std::uint64_t next = table.id_of(kFirst, true);  // a later communicator at that address
   EXPECT_NE(next, id);
   EXPECT_EQ(refusal(table, kFirst).first, ONEBIT_SUCCESS);
+  EXPECT_TRUE(table.live(kFirst, next));
 }
 
+// An unseen communicator has no states (nothing to drop: `seen` is false), but calls racing its
+// end are refused all the same, and it blocks during the end as NCCL's default says.
 TEST(CommunicatorTable, AnEndOfAnUnseenCommunicatorAlsoRefusesRacingCalls) {
   CommunicatorTable table;
-  const std::uint64_t id = table.begin_end(kFirst);
+  const CommunicatorTable::Ending ending = table.begin_end(kFirst, false);
+  EXPECT_FALSE(ending.seen);
   EXPECT_EQ(refusal(table, kFirst).first, ONEBIT_INVALID_ARGUMENT);
-  table.finish_end(kFirst, id);
-  EXPECT_NE(table.id_of(kFirst, true), id);
+  EXPECT_FALSE(table.blocking(kFirst, true));
+  table.finish_end(kFirst, ending);
+  EXPECT_NE(table.id_of(kFirst, true), ending.id);
+}
+
+// NCCL's destroy failed: the communicator lives on (an abort follows) with its id and blocking; one
+// recorded only for the end is forgotten.
+TEST(CommunicatorTable, AFailedEndLeavesTheCommunicatorAsItWas) {
+  CommunicatorTable table;
+  table.made(kFirst, false);
+  const std::uint64_t id = table.id_of(kFirst, true);
+  const CommunicatorTable::Ending ending = table.begin_end(kFirst, true);
+  table.cancel_end(kFirst, ending);
+  EXPECT_EQ(table.id_of(kFirst, true), id);
+  EXPECT_TRUE(table.live(kFirst, id));
+  EXPECT_FALSE(table.blocking(kFirst, true));
+  const CommunicatorTable::Ending unseen = table.begin_end(kSecond, true);
+  table.cancel_end(kSecond, unseen);
+  EXPECT_FALSE(table.live(kSecond, unseen.id));
+  EXPECT_FALSE(table.blocking(kSecond, false));  // recorded afresh, with this default
+  // The abort after: an end as any other.
+  const CommunicatorTable::Ending abort = table.begin_end(kFirst, true);
+  EXPECT_TRUE(abort.seen);
+  EXPECT_EQ(abort.id, id);
 }
 
 // NCCL may hand the address to a communicator an interposed init makes before the end's own
@@ -67,13 +99,15 @@ TEST(CommunicatorTable, AnEndOfAnUnseenCommunicatorAlsoRefusesRacingCalls) {
 TEST(CommunicatorTable, ACommunicatorMadeAtTheAddressDuringTheEndIsKept) {
   CommunicatorTable table;
   table.made(kFirst, true);
-  const std::uint64_t old_id = table.begin_end(kFirst);
+  const CommunicatorTable::Ending ending = table.begin_end(kFirst, true);
   table.made(kFirst, false);
   const std::uint64_t new_id = table.id_of(kFirst, true);
-  EXPECT_NE(new_id, old_id);
-  table.finish_end(kFirst, old_id);
+  EXPECT_NE(new_id, ending.id);
+  table.finish_end(kFirst, ending);
   EXPECT_EQ(table.id_of(kFirst, true), new_id);
   EXPECT_FALSE(table.blocking(kFirst, true));
+  table.cancel_end(kFirst, ending);  // nor does a cancel of the old end touch it
+  EXPECT_TRUE(table.live(kFirst, new_id));
 }
 
 }  // namespace
