@@ -1,7 +1,6 @@
 #include "optim/zero_one_adam.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 
 #include "common/error.h"
@@ -95,6 +94,7 @@ void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, cons
   // A dormant element moved by weight decay alone since the last sync, alike on every rank: it
   // keeps p; its averaged u is compression error. Any other moves from p_sync at most as far as
   // the local steps could have taken it, lrs·(C + wd·|p_sync|) (frozen_variance.h).
+  check_sync(*lrs);
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
     elementwise::sync_end(c.eps, c.weight_decay, bound, *lrs, p[i], p_sync[i], m[i], u[i], v[i]);

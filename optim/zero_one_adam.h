@@ -39,8 +39,9 @@ void check_sync(float lrs);
 // A sync step, after its local_step: u ← u·(√v+ε). Refuses lrs <= 0 before changing anything.
 void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n);
 // After u was averaged over ranks (compressed): m ← −(u/lrs); p ← p_sync + clip(u/(√v+ε), ±lrs·(C +
-// wd·|p_sync|)) (a dormant element: m ← 0, p kept); p_sync ← p; u ← 0; lrs ← 0. p_sync holds the parameters of the last
-// sync (at the local stage's start, p).
+// wd·|p_sync|)) (a dormant element: m ← 0, p kept); p_sync ← p; u ← 0; lrs ← 0. Refuses lrs <= 0
+// before changing anything. p_sync holds the parameters of the last sync (at the local stage's
+// start, p).
 void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs, std::size_t n);
 
 }  // namespace onebit::optim::zero_one_adam

@@ -158,7 +158,13 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
 
 void apply_steps(const Config* configs, Layer* states, const std::size_t* counts, std::size_t layers, float* p,
                  float* m, const float* m_last, const float* v, float* v_fresh, void* workspace, cudaStream_t stream) {
-  for (std::size_t j = 0; j < layers; ++j) check_apply(states[j]);
+  for (std::size_t j = 0; j < layers; ++j) {  // every layer before any kernel, a bad one named
+    try {
+      check_apply(states[j]);
+    } catch (const Error& error) {
+      fail(error.code(), "layer ", j, ": ", error.what());
+    }
+  }
   const auto term_of = [&](std::size_t j, std::size_t at) {
     return ApplyTerm{configs[j],  static_cast<float>(states[j].scaling_coeff), p + at, m + at, m_last + at, v + at,
                      v_fresh + at};

@@ -5,7 +5,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "common/error.h"
@@ -57,21 +56,21 @@ void check_launch(cudaError_t launched, const char* what) {
 cudaStream_t as_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
 
 // The layers of a LAMB step over all of them: counts and states present, and, for a step that
-// takes them (configs_due), every layer's config present and in range; for the compression
-// stage's apply (states_set_up), every state set up. A bad one is named by its layer. Returns the
-// elements in all.
+// takes them (configs_due), every layer's config present and in range, a bad one named by its
+// layer (lamb::cuda::apply_steps checks the states likewise). Returns the elements in all.
 std::size_t check_lamb_layers(const onebit_lamb_config_t* configs, bool configs_due, const onebit_lamb_layer_t* states,
-                              bool states_set_up, const std::size_t* counts, std::size_t layers) {
+                              const std::size_t* counts, std::size_t layers) {
   if (layers == 0) return 0;
   ONEBIT_CHECK(counts != nullptr && states != nullptr && (configs != nullptr || !configs_due), ONEBIT_INVALID_ARGUMENT,
                "counts, states or configs is NULL with ", layers, " layers");
   std::size_t total = 0;
   for (std::size_t j = 0; j < layers; ++j) {
-    try {
-      if (configs_due) to_lamb(&configs[j]);
-      if (states_set_up) lamb::check_apply(states[j]);
-    } catch (const onebit::Error& error) {
-      onebit::fail(error.code(), "layer ", j, ": ", error.what());
+    if (configs_due) {
+      try {
+        to_lamb(&configs[j]);
+      } catch (const onebit::Error& error) {
+        onebit::fail(error.code(), "layer ", j, ": ", error.what());
+      }
     }
     total += counts[j];
   }
@@ -181,7 +180,7 @@ onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t* conf
                                                 float* m, float* v, float* v_fresh, const float* grad, void* workspace,
                                                 size_t workspace_bytes, void* stream) {
   return onebit::abi_guard("onebit_lamb_warmup_steps_device", [&] {
-    const std::size_t total = check_lamb_layers(configs, true, states, false, counts, layers);
+    const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, v, v_fresh, grad});
     check_on_device(total, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
     check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
@@ -194,7 +193,7 @@ onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* 
                                                   onebit_lamb_layer_t* states, void* workspace, size_t workspace_bytes,
                                                   void* stream) {
   return onebit::abi_guard("onebit_lamb_scaling_coeffs_device", [&] {
-    const std::size_t total = check_lamb_layers(nullptr, false, states, false, counts, layers);
+    const std::size_t total = check_lamb_layers(nullptr, false, states, counts, layers);
     check_arrays(total, {m});
     check_on_device(total, {{m, "m"}});
     check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
@@ -219,7 +218,7 @@ onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t* confi
                                                const float* m_last, const float* v, float* v_fresh, void* workspace,
                                                size_t workspace_bytes, void* stream) {
   return onebit::abi_guard("onebit_lamb_apply_steps_device", [&] {
-    const std::size_t total = check_lamb_layers(configs, true, states, true, counts, layers);
+    const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, m_last, v, v_fresh});
     check_on_device(total, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
     check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));

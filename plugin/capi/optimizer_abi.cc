@@ -175,8 +175,7 @@ onebit_result_t onebit_zero_one_adam_sync_end(const onebit_zero_one_adam_config_
   return onebit::abi_guard("onebit_zero_one_adam_sync_end", [&] {
     const auto& c = to_zero_one_adam(config);
     check_arrays(count, {params, params_at_sync, m, u, v});
-    ONEBIT_CHECK(non_null(lrs, "lrs") > 0, ONEBIT_INVALID_ARGUMENT, "lrs is ", *lrs, " (need > 0, as at sync_begin)");
-    onebit::optim::zero_one_adam::sync_end(c, params, params_at_sync, m, u, v, lrs, count);
+    onebit::optim::zero_one_adam::sync_end(c, params, params_at_sync, m, u, v, &non_null(lrs, "lrs"), count);
   });
 }
 

@@ -295,7 +295,7 @@ class _Compression:
     def __init__(self, gloo, store, rank, size, timeout):
         self._lib = _library()
         self._gloo = gloo  # shut down by close(), with the communicator
-        self._rank, self._size, self._timeout = rank, size, timeout
+        self._rank = rank  # split() finds its place among the child's ranks
         self._comm = ctypes.c_void_p()
         root, identity, secret = _invitation(store, rank)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
@@ -441,7 +441,6 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
-        self._rank = rank
         self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
         self._onebit = _Compression(self._gloo_group, store, rank, size, timeout)
 
@@ -548,11 +547,15 @@ def _release_all():
     """At interpreter exit, before its teardown: every group not destroyed by then releases its
     communicator and gloo backend (see _Compression.close; a native backend's shutdown then drops
     gloo itself, csrc/c10d_backend.cc)."""
-    for release in [backend.shutdown for backend in _native_backends] + [group.close for group in _groups]:
+    def release(what):
         try:
-            release()
+            what()
         except Exception as failure:  # the others are still released
             logger.warning("releasing an onebit group at exit failed: %s", failure)
+    for backend in _native_backends:
+        release(lambda: backend.shutdown())  # closes its _Compression too
+    for group in _groups:
+        release(group.close)  # the Python form's, and any a shutdown left (close is idempotent)
 
 
 def register_backend(native=None):

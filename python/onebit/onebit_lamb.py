@@ -15,8 +15,9 @@ docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
 With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU, or all on one CUDA device
 under libonebit-nccl-preload.so: the steps are then the C core's device steps (onebit_lamb_*_device:
 the same rule and the same bits, the layers' norms summed in one order on both; all layers' norms
-are read back to the host with one synchronization per step, as DeepSpeed's .item() does). state_dict() holds step, m, v, v_fresh, every layer's scalars and this rank's
-error-feedback state: training resumes bit for bit on the same rank of a job of the same size.
+are read back to the host with one synchronization per step). state_dict() holds step, m, v,
+v_fresh, every layer's scalars and this rank's error-feedback state: training resumes bit for bit
+on the same rank of a job of the same size.
 """
 from __future__ import annotations
 
@@ -160,7 +161,13 @@ class OnebitLamb(_FlatOptimizer):
         configs = (_capi.LambConfig * len(self._layers))(*[self._config(group) for group in self._layer_groups])
         before = () if step is None else (ctypes.c_int64(step),)
         self._core_step(name, configs, self._layers, self._counts, ctypes.c_size_t(len(self._layers)), *before,
-                        *arrays, _ptr(self._workspace), ctypes.c_size_t(self._workspace.numel()))
+                        *arrays, *self._workspace_args())
+
+    def _workspace_args(self):
+        """The workspace the _device steps that sum take (its address and bytes); none on the CPU."""
+        if self._workspace is None:
+            return ()
+        return _ptr(self._workspace), ctypes.c_size_t(self._workspace.numel())
 
     def _flat_step(self):
         cuda = self._device.type == "cuda"
@@ -178,9 +185,8 @@ class OnebitLamb(_FlatOptimizer):
             layers_before = bytes(self._layers)
             if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
                 self._report_freeze(self._step, self._v)
-                workspace = (_ptr(self._workspace), ctypes.c_size_t(self._workspace.numel())) if cuda else ()
                 self._core_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
-                                ctypes.c_size_t(len(self._layers)), self._layers, *workspace)
+                                ctypes.c_size_t(len(self._layers)), self._layers, *self._workspace_args())
             for config, layer, lo, n in self._each_layer():
                 self._core_step("onebit_lamb_momentum_step", config, layer, _ptr(self._m[lo:]),
                                 _ptr(self._m_last[lo:]), _ptr(self._grad[lo:]), n)

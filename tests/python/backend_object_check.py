@@ -3,8 +3,8 @@ test_c10d_gloo.py's ProcessGroupGlooTest checks on a gloo object, checked here o
 default group, each against the same call on a plain gloo group of the same job (so "exact" means
 bit for bit what gloo gives):
 
-  - the structure: the default group is an OnebitProcessGroup whose CPU backend is a
-    ProcessGroupGloo object;
+  - the structure: the default group's CPU backend is onebit's OnebitBackend (the native or the
+    Python form, as the mode says);
   - the group object's overloads: allreduce(t), allreduce([t]), allreduce([t], op=MAX),
     allreduce([t], AllreduceOptions), broadcast(x, root=...), broadcast([x], BroadcastOptions),
     allreduce_coalesced(ts); the Work they return is gloo's own: is_completed() and result() after

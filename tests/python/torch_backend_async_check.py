@@ -332,6 +332,14 @@ def abort(mode, rank, torch, dist, onebit, tmp):
         if in_flight:
             running.wait()
             require(torch.equal(first, torch.full_like(first, 3.0)), "the call in flight at abort did not complete")
+        else:  # dropped before it ran: failed like the queued one, its tensor untouched
+            try:
+                running.wait()
+                dropped = None
+            except RuntimeError as error:
+                dropped = str(error)
+            require(dropped is not None and "aborted" in dropped, f"the dropped call's wait() after abort: {dropped}")
+            require(torch.equal(first, torch.full_like(first, 2.0)), "the dropped call changed its tensor")
         print(f"rank 1: abort returned at once (first call {'in flight' if in_flight else 'dropped'}); the queued "
               "call's wait() raised 'aborted', its tensor untouched", flush=True)
     else:
