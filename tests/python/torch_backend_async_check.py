@@ -322,24 +322,21 @@ def abort(mode, rank, torch, dist, onebit, tmp):
         backend.abort()  # must return with the first call unfinished: rank 0 waits for this word, 60 s at most
         in_flight = not running.is_completed()
         side.set("aborted", "in flight" if in_flight else "dropped")
-        try:
-            queued.wait()
-            failed = None
-        except RuntimeError as error:
-            failed = str(error)
-        require(failed is not None and "aborted" in failed, f"the queued call's wait() after abort: {failed}")
-        require(torch.equal(second, torch.full_like(second, 2.0)), "the aborted queued call changed its tensor")
+        def require_aborted(work, tensor, what):
+            """`work` failed with 'aborted' and left `tensor` as rank 1 filled it."""
+            try:
+                work.wait()
+                failed = None
+            except RuntimeError as error:
+                failed = str(error)
+            require(failed is not None and "aborted" in failed, f"the {what} call's wait() after abort: {failed}")
+            require(torch.equal(tensor, torch.full_like(tensor, 2.0)), f"the {what} call changed its tensor")
+        require_aborted(queued, second, "queued")
         if in_flight:
             running.wait()
             require(torch.equal(first, torch.full_like(first, 3.0)), "the call in flight at abort did not complete")
-        else:  # dropped before it ran: failed like the queued one, its tensor untouched
-            try:
-                running.wait()
-                dropped = None
-            except RuntimeError as error:
-                dropped = str(error)
-            require(dropped is not None and "aborted" in dropped, f"the dropped call's wait() after abort: {dropped}")
-            require(torch.equal(first, torch.full_like(first, 2.0)), "the dropped call changed its tensor")
+        else:  # dropped before it ran: failed like the queued one
+            require_aborted(running, first, "dropped")
         print(f"rank 1: abort returned at once (first call {'in flight' if in_flight else 'dropped'}); the queued "
               "call's wait() raised 'aborted', its tensor untouched", flush=True)
     else:
