@@ -96,6 +96,17 @@ if(ONEBIT_HAVE_CUDA)
   gtest_discover_tests(onebit_cuda_tests DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
 endif()
 
+# The same CUDA tests on the CPU, over the CUDA stand-in (cuda_on_cpu/stand_in.cmake): the kernels'
+# indexing, sums and votes and the tests' own expectations, checked before a GPU runs them.
+if(TARGET onebit_cuda_stand_in)
+  add_executable(onebit_cuda_on_cpu_tests cuda/cuda_kernels_test.cc cuda/optimizer_device_test.cc
+    cuda_on_cpu/stand_in_test.cc ${PROJECT_SOURCE_DIR}/plugin/capi/device_steps.cc $<TARGET_OBJECTS:onebit_capi>)
+  target_include_directories(onebit_cuda_on_cpu_tests PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
+  target_link_libraries(onebit_cuda_on_cpu_tests PRIVATE onebit_cuda_stand_in onebit_core GTest::gtest
+    GTest::gtest_main)
+  gtest_discover_tests(onebit_cuda_on_cpu_tests TEST_PREFIX "on_cpu." DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
+endif()
+
 # libnccl-net-onebit.so through its ABI (dlopen), two processes as NCCL's proxy would drive it.
 add_executable(onebit_nccl_net_tests nccl_net/net_plugin_test.cc)
 # onebit_core only to craft handshakes the way a peer would (the plugin itself is dlopen'd).

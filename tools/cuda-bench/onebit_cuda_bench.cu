@@ -81,6 +81,14 @@ void fill_random(void* device, std::size_t bytes, const onebit::kernels::Dtype* 
   CHECK(cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice));
 }
 
+// Device memory for the run, freed at its end.
+std::vector<void*> owned;
+template <typename T>
+void device_alloc(T** pointer, std::size_t bytes) {
+  CHECK(cudaMalloc(pointer, bytes));
+  owned.push_back(const_cast<void*>(static_cast<const void*>(*pointer)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -98,19 +106,19 @@ int main(int argc, char** argv) {
   double* sum;
   std::uint8_t *bits, *bits_out, *workspace, *copy_src, *copy_dst;
   const std::size_t chunk = n / ranks;
-  CHECK(cudaMalloc(&x, n * 4));
-  CHECK(cudaMalloc(&e_prev, n * 4));
-  CHECK(cudaMalloc(&e_next, n * 4));
-  CHECK(cudaMalloc(&s_prev, chunk * 4));
-  CHECK(cudaMalloc(&s_next, chunk * 4));
-  CHECK(cudaMalloc(&scales, ranks * 4));
-  CHECK(cudaMalloc(&scale, 4));
-  CHECK(cudaMalloc(&sum, 8));
-  CHECK(cudaMalloc(&bits, packed_bytes(n) + 64));
-  CHECK(cudaMalloc(&bits_out, packed_bytes(chunk) + 64));
-  CHECK(cudaMalloc(&workspace, cuda::workspace_bytes(n)));
-  CHECK(cudaMalloc(&copy_src, n * 4));
-  CHECK(cudaMalloc(&copy_dst, n * 4));
+  device_alloc(&x, n * 4);
+  device_alloc(&e_prev, n * 4);
+  device_alloc(&e_next, n * 4);
+  device_alloc(&s_prev, chunk * 4);
+  device_alloc(&s_next, chunk * 4);
+  device_alloc(&scales, ranks * 4);
+  device_alloc(&scale, 4);
+  device_alloc(&sum, 8);
+  device_alloc(&bits, packed_bytes(n) + 64);
+  device_alloc(&bits_out, packed_bytes(chunk) + 64);
+  device_alloc(&workspace, cuda::workspace_bytes(n));
+  device_alloc(&copy_src, n * 4);
+  device_alloc(&copy_dst, n * 4);
   const Dtype fp32 = Dtype::kFloat32;
   fill_random(e_prev, n * 4, &fp32, 2);
   fill_random(s_prev, chunk * 4, &fp32, 3);
@@ -122,7 +130,7 @@ int main(int argc, char** argv) {
   std::vector<const std::uint8_t*> rank_bits(ranks);
   for (int r = 0; r < ranks; ++r) rank_bits[r] = bits + r * packed_bytes(chunk);
   const std::uint8_t** device_rank_bits;
-  CHECK(cudaMalloc(&device_rank_bits, ranks * sizeof(void*)));
+  device_alloc(&device_rank_bits, ranks * sizeof(void*));
   CHECK(cudaMemcpy(device_rank_bits, rank_bits.data(), ranks * sizeof(void*), cudaMemcpyHostToDevice));
   const cuda::Reduction out{sum, scale};
 
@@ -164,5 +172,6 @@ int main(int argc, char** argv) {
     std::printf("  %-20s %10.1f %10.1f %12.2f  %s (goal >= %.1f)\n", r.name, r.seconds * 1e6, rate / 1e9, ratio,
                 ratio >= kGoal ? "pass" : "FAIL", kGoal);
   }
+  for (void* p : owned) CHECK(cudaFree(p));
   return below == 0 ? 0 : 3;
 }

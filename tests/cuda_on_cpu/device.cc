@@ -1,0 +1,422 @@
+// The stand-in CUDA runtime and device of cuda_runtime.h: what it models, and what not, is said
+// there. Memory: a registry of what cudaMalloc and cudaHostAlloc gave out. Launches: one at a time,
+// a block's threads as OS threads meeting at barriers, the blocks in order.
+#include "cuda_runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <semaphore>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+namespace onebit_cuda_on_cpu {
+
+Place& place() {
+  thread_local Place here;
+  return here;
+}
+namespace {
+
+thread_local cudaError_t last_error = cudaSuccess;  // CUDA's is per host thread too
+
+cudaError_t fail_with(cudaError_t error) {
+  last_error = error;
+  return error;
+}
+
+// A kernel broke a rule of CUDA's that a real device would not report (it would hang or compute
+// garbage): the test stops here, saying which.
+[[noreturn]] void broken_rule(const char* what, unsigned lane, unsigned mask) {
+  std::fprintf(stderr, "cuda_on_cpu: block %u thread %u (lane %u, mask 0x%08x): %s\n", blockIdx.x, threadIdx.x, lane,
+               mask, what);
+  std::abort();
+}
+
+// ---- memory ----
+
+struct Allocation {
+  std::size_t bytes;
+  cudaMemoryType type;
+};
+
+std::mutex memory_mutex;
+std::map<const char*, Allocation> allocations;  // by first byte
+
+// The allocation holding [pointer, pointer + bytes), or none.
+const Allocation* find_allocation(const void* pointer, std::size_t bytes) {
+  const char* p = static_cast<const char*>(pointer);
+  auto it = allocations.upper_bound(p);
+  if (it == allocations.begin()) return nullptr;
+  --it;
+  const std::size_t offset = static_cast<std::size_t>(p - it->first);
+  if (offset >= it->second.bytes || bytes > it->second.bytes - offset) return nullptr;
+  return &it->second;
+}
+
+cudaError_t allocate(void** pointer, std::size_t bytes, cudaMemoryType type) {
+  if (pointer == nullptr) return fail_with(cudaErrorInvalidValue);
+  const std::size_t rounded = (bytes + 255) / 256 * 256;  // CUDA's alignment: 256 bytes
+  void* memory = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  if (memory == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  std::lock_guard lock(memory_mutex);
+  allocations[static_cast<const char*>(memory)] = Allocation{bytes == 0 ? 1 : bytes, type};
+  *pointer = memory;
+  return cudaSuccess;
+}
+
+cudaError_t release(void* pointer, cudaMemoryType type) {
+  if (pointer == nullptr) return cudaSuccess;
+  std::lock_guard lock(memory_mutex);
+  const auto it = allocations.find(static_cast<const char*>(pointer));
+  if (it == allocations.end() || it->second.type != type) return fail_with(cudaErrorInvalidValue);
+  allocations.erase(it);
+  std::free(pointer);
+  return cudaSuccess;
+}
+
+// A copy's side that must be device memory (or mapped host memory, which the device reaches).
+bool device_side(const void* pointer, std::size_t bytes) {
+  std::lock_guard lock(memory_mutex);
+  return find_allocation(pointer, bytes) != nullptr;
+}
+
+cudaError_t copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind) {
+  if (bytes == 0) return cudaSuccess;
+  const bool to_device = kind == cudaMemcpyHostToDevice || kind == cudaMemcpyDeviceToDevice;
+  const bool from_device = kind == cudaMemcpyDeviceToHost || kind == cudaMemcpyDeviceToDevice;
+  if (to == nullptr || from == nullptr || (to_device && !device_side(to, bytes)) ||
+      (from_device && !device_side(from, bytes))) {
+    return fail_with(cudaErrorInvalidValue);
+  }
+  std::memmove(to, from, bytes);
+  return cudaSuccess;
+}
+
+// ---- the running block ----
+
+// What a warp's lanes exchange in a vote or shuffle: each lane writes its slot of this exchange's
+// half, all meet, each reads. Exchanges alternate halves, so a lane's next write cannot overtake
+// another's read: it waits at the next meeting, which the reader must reach first.
+struct Warp {
+  struct Met {  // when the lanes of exchange k have met, exchange k - 1's half is free again
+    Warp* warp;
+    void operator()() noexcept { warp->wrote[++warp->meetings % 2] = 0; }
+  };
+  unsigned lanes = 0;                        // that exist (the last warp of a block may have fewer)
+  std::optional<std::barrier<Met>> meeting;  // of the lanes still in the kernel
+  unsigned long long slot[2][32] = {};
+  unsigned wrote[2] = {};       // the lanes that wrote each half
+  unsigned meetings = 0;        // completed
+  unsigned exchanges[32] = {};  // each lane's, so far
+};
+
+struct Block {
+  unsigned threads = 0;
+  std::optional<std::barrier<>> sync;  // __syncthreads, of the threads still in the kernel
+  std::vector<Warp> warps;
+
+  explicit Block(unsigned n) : threads(n), warps((n + 31) / 32) {
+    for (unsigned w = 0; w < warps.size(); ++w) warps[w].lanes = std::min(32u, n - 32 * w);
+    reset();
+  }
+  // Every thread back for the next block (called by the last one to finish a block).
+  void reset() noexcept {
+    sync.emplace(threads);
+    for (Warp& w : warps) {
+      w.meeting.emplace(w.lanes, Warp::Met{&w});
+      w.wrote[0] = w.wrote[1] = 0;
+      w.meetings = 0;
+      std::fill(std::begin(w.exchanges), std::end(w.exchanges), 0u);
+    }
+  }
+};
+
+thread_local Block* running = nullptr;  // the block this thread is part of
+thread_local unsigned flat_thread = 0;  // threadIdx, flattened
+
+// One exchange of `bits` among the lanes of `mask`; returns what every lane wrote (valid until this
+// lane's next exchange).
+const unsigned long long* exchange(unsigned mask, unsigned long long bits) {
+  if (running == nullptr) broken_rule("a warp function called outside a kernel", 0, mask);
+  Warp& warp = running->warps[flat_thread / 32];
+  const unsigned lane = flat_thread % 32;
+  const unsigned existing = warp.lanes == 32 ? ~0u : (1u << warp.lanes) - 1;
+  if ((mask & ~existing) != 0) broken_rule("the mask names lanes this warp does not have", lane, mask);
+  if ((mask >> lane & 1u) == 0) broken_rule("a lane outside the mask called a warp function", lane, mask);
+  const unsigned half = warp.exchanges[lane]++ % 2;
+  warp.slot[half][lane] = bits;
+  __atomic_fetch_or(&warp.wrote[half], 1u << lane, __ATOMIC_RELAXED);
+  warp.meeting->arrive_and_wait();
+  if ((warp.wrote[half] & mask) != mask) {
+    broken_rule("a lane of the mask left the kernel or did not take part (a full-mask vote needs every lane)", lane,
+                mask);
+  }
+  return warp.slot[half];
+}
+
+dim3 unflatten(unsigned i, dim3 shape) { return dim3(i % shape.x, i / shape.x % shape.y, i / shape.x / shape.y); }
+
+bool launchable(dim3 grid, dim3 block, std::size_t shared_bytes) {
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  return threads >= 1 && threads <= 1024 && block.z <= 64 && grid.x >= 1 && grid.y >= 1 && grid.z >= 1 &&
+         grid.x <= 2147483647u && grid.y <= 65535 && grid.z <= 65535 && shared_bytes == 0;
+}
+
+// The OS threads that play a launch's CUDA threads, made once and kept: making 256 threads per
+// launch cost more than most launches' work. Thread t of the pool plays CUDA thread t.
+class Workers {
+ public:
+  // Runs play(t) on threads t = 0 .. count - 1; returns when every one has returned.
+  void run(unsigned count, const std::function<void(unsigned)>& play) {
+    if (owner_ != getpid()) forget_after_fork();
+    while (workers_.size() < count) start(static_cast<unsigned>(workers_.size()));
+    play_ = &play;
+    playing_.store(count);
+    for (unsigned t = 0; t < count; ++t) workers_[t]->go.release();
+    finished_.acquire();
+  }
+
+ private:
+  struct Worker {
+    std::binary_semaphore go{0};
+  };
+
+  void start(unsigned t) {
+    workers_.push_back(std::make_unique<Worker>());
+    Worker* worker = workers_.back().get();
+    std::thread([this, worker, t] {
+      for (;;) {
+        worker->go.acquire();
+        (*play_)(t);
+        if (playing_.fetch_sub(1) == 1) finished_.release();
+      }
+    }).detach();  // parked on `go` until the process ends
+  }
+
+  // A forked child (a death test) has none of the parent's threads: their semaphores are left.
+  void forget_after_fork() {
+    for (auto& worker : workers_) worker.release();
+    workers_.clear();
+    owner_ = getpid();
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  const std::function<void(unsigned)>* play_ = nullptr;
+  std::atomic<unsigned> playing_{0};
+  std::binary_semaphore finished_{0};
+  pid_t owner_ = getpid();
+};
+
+std::mutex launch_mutex;  // one launch at a time: __shared__ variables are statics, one pool
+
+}  // namespace
+
+void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t) {
+  if (!launchable(grid, block, shared_bytes)) {  // dynamic shared memory is not modelled: refused too
+    fail_with(cudaErrorInvalidConfiguration);
+    return;
+  }
+  std::lock_guard one_launch(launch_mutex);
+  static Workers* const workers = new Workers;  // never destroyed: its threads outlive main
+  const unsigned threads = block.x * block.y * block.z;
+  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
+  Block shared(threads);
+  struct NextBlock {
+    Block* block;
+    void operator()() noexcept { block->reset(); }
+  };
+  std::barrier block_done(threads, NextBlock{&shared});
+  workers->run(threads, [&](unsigned t) {
+    running = &shared;
+    flat_thread = t;
+    threadIdx = unflatten(t, block);
+    blockDim = block;
+    gridDim = grid;
+    for (unsigned long long b = 0; b < blocks; ++b) {
+      blockIdx = unflatten(static_cast<unsigned>(b), grid);
+      kernel();
+      shared.warps[t / 32].meeting->arrive_and_drop();  // gone: a later vote of the warp names it
+      shared.sync->arrive_and_drop();
+      block_done.arrive_and_wait();
+    }
+    running = nullptr;
+  });
+}
+
+}  // namespace onebit_cuda_on_cpu
+
+using namespace onebit_cuda_on_cpu;
+
+void __syncthreads() {
+  if (running == nullptr) broken_rule("__syncthreads called outside a kernel", 0, 0);
+  running->sync->arrive_and_wait();
+}
+
+unsigned __ballot_sync(unsigned mask, bool predicate) {
+  const unsigned long long* slots = exchange(mask, predicate ? 1 : 0);
+  unsigned word = 0;
+  for (unsigned lane = 0; lane < 32; ++lane) {
+    if ((mask >> lane & 1u) != 0 && slots[lane] != 0) word |= 1u << lane;
+  }
+  return word;
+}
+
+unsigned long long onebit_cuda_on_cpu_shuffle_down(unsigned mask, unsigned long long bits, unsigned delta) {
+  const unsigned lane = flat_thread % 32;
+  const unsigned lanes = running == nullptr ? 32 : running->warps[flat_thread / 32].lanes;
+  const unsigned long long* slots = exchange(mask, bits);
+  // CUDA: a source lane past the warp leaves the value unchanged; one outside the mask is undefined.
+  const unsigned source = lane + delta;
+  unsigned long long got = bits;
+  if (source < lanes) {
+    if ((mask >> source & 1u) == 0) broken_rule("__shfl_down_sync reads a lane outside the mask", lane, mask);
+    got = slots[source];
+  }
+  return got;
+}
+
+cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == nullptr) return fail_with(cudaErrorInvalidValue);
+  *count = 1;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int* device) {
+  if (device == nullptr) return fail_with(cudaErrorInvalidValue);
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail_with(cudaErrorInvalidDevice); }
+
+cudaError_t cudaMalloc(void** pointer, std::size_t bytes) { return allocate(pointer, bytes, cudaMemoryTypeDevice); }
+
+cudaError_t cudaFree(void* pointer) { return release(pointer, cudaMemoryTypeDevice); }
+
+cudaError_t cudaHostAlloc(void** pointer, std::size_t bytes, unsigned) {
+  return allocate(pointer, bytes, cudaMemoryTypeHost);
+}
+
+cudaError_t cudaFreeHost(void* pointer) { return release(pointer, cudaMemoryTypeHost); }
+
+cudaError_t cudaHostGetDevicePointer(void** device, void* host, unsigned) {
+  std::lock_guard lock(memory_mutex);
+  const Allocation* found = find_allocation(host, 1);
+  if (device == nullptr || found == nullptr || found->type != cudaMemoryTypeHost) {
+    return fail_with(cudaErrorInvalidValue);
+  }
+  *device = host;  // one address space
+  return cudaSuccess;
+}
+
+cudaError_t cudaPointerGetAttributes(cudaPointerAttributes* attributes, const void* pointer) {
+  if (attributes == nullptr) return fail_with(cudaErrorInvalidValue);
+  std::lock_guard lock(memory_mutex);
+  const Allocation* found = find_allocation(pointer, 1);
+  const cudaMemoryType type = found == nullptr ? cudaMemoryTypeUnregistered : found->type;
+  *attributes = cudaPointerAttributes{type, type == cudaMemoryTypeDevice ? 0 : -1,
+                                      found == nullptr ? nullptr : const_cast<void*>(pointer),
+                                      type == cudaMemoryTypeDevice ? nullptr : const_cast<void*>(pointer)};
+  return cudaSuccess;  // as CUDA ≥ 11 answers for memory it does not know: unregistered
+}
+
+cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind) {
+  return copy(to, from, bytes, kind);
+}
+
+cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+  return copy(to, from, bytes, kind);
+}
+
+cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes) {
+  if (bytes != 0 && !device_side(pointer, bytes)) return fail_with(cudaErrorInvalidValue);
+  std::memset(pointer, value, bytes);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+  if (stream == nullptr) return fail_with(cudaErrorInvalidValue);
+  *stream = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  delete reinterpret_cast<char*>(stream);
+  return cudaSuccess;
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // every launch has finished
+
+cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
+  if (properties == nullptr || device != 0)
+    return fail_with(properties == nullptr ? cudaErrorInvalidValue : cudaErrorInvalidDevice);
+  *properties = cudaDeviceProp{};
+  std::snprintf(properties->name, sizeof properties->name, "the CPU's CUDA stand-in (tests/cuda_on_cpu)");
+  properties->multiProcessorCount = 1;
+  properties->maxThreadsPerBlock = 1024;
+  return cudaSuccess;
+}
+
+struct CUevent_st {
+  std::chrono::steady_clock::time_point recorded;
+  bool was_recorded = false;
+};
+
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  if (event == nullptr) return fail_with(cudaErrorInvalidValue);
+  *event = new CUevent_st;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  delete event;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t) {
+  if (event == nullptr) return fail_with(cudaErrorInvalidValue);
+  event->recorded = std::chrono::steady_clock::now();
+  event->was_recorded = true;
+  return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return event == nullptr ? fail_with(cudaErrorInvalidValue) : cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float* milliseconds, cudaEvent_t start, cudaEvent_t end) {
+  if (milliseconds == nullptr || start == nullptr || end == nullptr || !start->was_recorded || !end->was_recorded) {
+    return fail_with(cudaErrorInvalidValue);
+  }
+  *milliseconds = std::chrono::duration<float, std::milli>(end->recorded - start->recorded).count();
+  return cudaSuccess;
+}
+
+cudaError_t cudaGetLastError() {
+  const cudaError_t error = last_error;
+  last_error = cudaSuccess;
+  return error;
+}
+
+const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+  }
+  return "unrecognized error code";
+}
