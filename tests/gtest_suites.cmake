@@ -104,6 +104,14 @@ if(TARGET onebit_cuda_stand_in)
   target_include_directories(onebit_cuda_on_cpu_tests PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(onebit_cuda_on_cpu_tests PRIVATE onebit_cuda_stand_in onebit_core GTest::gtest
     GTest::gtest_main)
+  if(TARGET onebit_nccl_stand_in)  # the NCCL door and its device path, ranks as threads
+    target_sources(onebit_cuda_on_cpu_tests PRIVATE cuda_on_cpu/cuda_allreduce_test.cc cuda_on_cpu/nccl_door_test.cc
+      ${PROJECT_SOURCE_DIR}/plugin/preload/nccl_interposer.cc ${PROJECT_SOURCE_DIR}/engine/cuda_allreduce.cc
+      ${PROJECT_SOURCE_DIR}/transport/nccl/nccl_api.cc ${PROJECT_SOURCE_DIR}/transport/nccl/nccl_exchange.cc)
+    target_include_directories(onebit_cuda_on_cpu_tests BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_on_cpu)
+    target_include_directories(onebit_cuda_on_cpu_tests PRIVATE ${NCCL_INCLUDE_DIR})  # after the stand-in's
+    target_link_libraries(onebit_cuda_on_cpu_tests PRIVATE onebit_nccl_stand_in ${CMAKE_DL_LIBS})
+  endif()
   gtest_discover_tests(onebit_cuda_on_cpu_tests TEST_PREFIX "on_cpu." DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 600)
 endif()
 

@@ -24,8 +24,8 @@
 // Every entry point runs inside nccl_guard (plugin/capi/nccl_guard.h): nothing throws across the
 // ABI, and errors become NCCL's codes by the table the NCCL_NET plugin uses too.
 //
-// Status: built and load-tested here; the compressed path has not run on a GPU yet
-// (tools/gpu-check.sh, docs/benchmarks.md).
+// Status: built and load-tested here, and run over stand-ins for CUDA and NCCL (tests/cuda_on_cpu,
+// ranks as threads); it has not run on a GPU yet (tools/gpu-check.sh, docs/benchmarks.md).
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -110,19 +110,6 @@ bool blocking_of(const ncclConfig_t* config, ncclComm_t parent) {
   return config->blocking != 0;
 }
 
-std::size_t element_size(ncclDataType_t t) {
-  switch (t) {
-    case ncclInt8:
-    case ncclUint8: return 1;
-    case ncclFloat16:
-    case ncclBfloat16: return 2;
-    case ncclInt32:
-    case ncclUint32:
-    case ncclFloat32: return 4;
-    default: return 8;
-  }
-}
-
 bool dtype_of(ncclDataType_t t, kernels::Dtype* dtype) {
   switch (t) {
     case ncclFloat32: *dtype = kernels::Dtype::kFloat32; return true;
@@ -175,7 +162,7 @@ bool compresses(AllReduceCall& call) {
 // NCCL's own answer goes back unchanged (ncclInProgress of a non-blocking communicator included).
 ncclResult_t forward(const AllReduceCall& c) {
   counters().forwarded_calls += 1;
-  counters().forwarded_bytes += c.count * element_size(c.datatype);
+  counters().forwarded_bytes += c.count * transport::nccl::element_bytes(c.datatype);
   const auto all_reduce = nccl_api().all_reduce;
   ONEBIT_CHECK(all_reduce != nullptr, ONEBIT_SYSTEM_ERROR,
                "NCCL's pncclAllReduce was not found: is libnccl.so.2 loaded?");

@@ -5,19 +5,23 @@
 // `kernel<<<grid, block, shared, stream>>>(args)` into a call of launch() below.
 //
 // What it models: one device (0); device memory is host memory that this runtime allocated and
-// remembers (cudaPointerGetAttributes tells it from host memory); every launch runs to completion
-// before it returns (streams are in order anyway; cudaStreamSynchronize has nothing to wait for);
-// a launch's threads are OS threads, one per CUDA thread of a block, the blocks one after another,
-// so __shared__ variables are function statics and a block's threads really run side by side:
-// __syncthreads is a barrier and a missing one is a data race (TSan sees it) or a wrong sum.
-// Warp votes and shuffles exchange through their warp and refuse, loudly, a lane that has left the
-// kernel or a mask naming lanes that do not exist. CUDA's launch limits (grid and block sizes, an
+// remembers (cudaPointerGetAttributes tells it from host memory), holding 0xFF bytes until written,
+// its rounding to 256 bytes poisoned for ASan; every launch runs to completion before it returns
+// (streams are in order anyway; synchronizing has nothing to wait for). A launch's arguments are
+// evaluated once, on the launching thread; its threads are OS threads, one per CUDA thread of a
+// block, its blocks one after another in a shuffled order, so __shared__ variables are function
+// statics (scribbled with 0xFF for each block) and a block's threads really run side by side:
+// __syncthreads is a barrier of the threads still in the kernel, and a missing one is a data race
+// (TSan sees it) or a wrong sum. Votes and shuffles meet the lanes of their mask (disjoint masks
+// apart) and refuse, loudly, a lane of the mask that has left the kernel, a mask naming lanes that
+// do not exist, or a shuffle reading outside its mask. A launch that makes no progress for 60 s
+// stops the test naming it, where a GPU would hang. CUDA's launch limits (grid and block sizes, an
 // empty grid) fail the launch as cudaErrorInvalidConfiguration, read by cudaGetLastError.
 //
 // What it does not model: the GPU's memory model beyond barriers, its intrinsics' own rounding
 // (__fadd_rn and friends are the host's IEEE operations, compiled without contraction; half and
 // bfloat16 conversions are kernels/cpu/half.h's), graph capture, several devices, speed (events
-// time the host's clock).
+// time the host's clock), a host thread reading device memory (one address space here).
 #pragma once
 
 #include <math.h>
@@ -27,6 +31,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #define __global__
 #define __device__
@@ -117,9 +122,18 @@ cudaError_t cudaMemset(void* pointer, int value, std::size_t bytes);
 cudaError_t cudaStreamCreate(cudaStream_t* stream);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);
+enum cudaStreamCaptureStatus {
+  cudaStreamCaptureStatusNone = 0,
+  cudaStreamCaptureStatusActive = 1,
+  cudaStreamCaptureStatusInvalidated = 2,
+};
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);  // never: no graphs
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
 cudaError_t cudaEventCreate(cudaEvent_t* event);
+constexpr unsigned cudaEventDisableTiming = 2;
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned flags);
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 cudaError_t cudaEventDestroy(cudaEvent_t event);
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream = nullptr);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
@@ -158,5 +172,17 @@ namespace onebit_cuda_on_cpu {
 // and leaves cudaErrorInvalidConfiguration for cudaGetLastError.
 void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes = 0,
             cudaStream_t stream = nullptr);
+
+// A lowered launch: the arguments evaluated once, on the launching thread, as CUDA evaluates them;
+// each CUDA thread calls the kernel with copies.
+template <typename Arguments, typename Kernel>
+void launch_kernel(const Arguments& arguments, const Kernel& kernel, dim3 grid, dim3 block,
+                   std::size_t shared_bytes = 0, cudaStream_t stream = nullptr) {
+  launch([&] { std::apply(kernel, arguments); }, grid, block, shared_bytes, stream);
+}
+
+// Registers a __shared__ variable (the lowering calls it right after each declaration): it holds
+// 0xFF bytes when each block begins, as a GPU's shared memory holds whatever was there.
+void shared_memory(void* start, std::size_t bytes);
 
 }  // namespace onebit_cuda_on_cpu

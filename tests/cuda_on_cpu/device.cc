@@ -1,23 +1,34 @@
 // The stand-in CUDA runtime and device of cuda_runtime.h: what it models, and what not, is said
 // there. Memory: a registry of what cudaMalloc and cudaHostAlloc gave out. Launches: one at a time,
-// a block's threads as OS threads meeting at barriers, the blocks in order.
+// a block's threads as OS threads meeting at barriers (each warp's exchanges under its mutex), the
+// blocks in a shuffled order.
 #include "cuda_runtime.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <semaphore>
 #include <thread>
 #include <vector>
 
 #include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#else
+#define ASAN_POISON_MEMORY_REGION(start, bytes) ((void)(start), (void)(bytes))
+#define ASAN_UNPOISON_MEMORY_REGION(start, bytes) ((void)(start), (void)(bytes))
+#endif
 
 namespace onebit_cuda_on_cpu {
 
@@ -63,11 +74,16 @@ const Allocation* find_allocation(const void* pointer, std::size_t bytes) {
   return &it->second;
 }
 
+// Fresh memory holds 0xFF bytes (NaN as floats), as a GPU's holds whatever was there before; the
+// rounding to CUDA's 256-byte granule is poisoned for ASan, so a kernel writing past its array is
+// reported as it would corrupt a neighbour on a GPU.
 cudaError_t allocate(void** pointer, std::size_t bytes, cudaMemoryType type) {
   if (pointer == nullptr) return fail_with(cudaErrorInvalidValue);
-  const std::size_t rounded = (bytes + 255) / 256 * 256;  // CUDA's alignment: 256 bytes
-  void* memory = std::aligned_alloc(256, rounded == 0 ? 256 : rounded);
+  const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
+  void* memory = std::aligned_alloc(256, rounded);
   if (memory == nullptr) return fail_with(cudaErrorMemoryAllocation);
+  std::memset(memory, 0xFF, rounded);
+  ASAN_POISON_MEMORY_REGION(static_cast<char*>(memory) + bytes, rounded - bytes);
   std::lock_guard lock(memory_mutex);
   allocations[static_cast<const char*>(memory)] = Allocation{bytes == 0 ? 1 : bytes, type};
   *pointer = memory;
@@ -79,6 +95,8 @@ cudaError_t release(void* pointer, cudaMemoryType type) {
   std::lock_guard lock(memory_mutex);
   const auto it = allocations.find(static_cast<const char*>(pointer));
   if (it == allocations.end() || it->second.type != type) return fail_with(cudaErrorInvalidValue);
+  const std::size_t rounded = std::max<std::size_t>(256, (it->second.bytes + 255) / 256 * 256);
+  ASAN_UNPOISON_MEMORY_REGION(pointer, rounded);
   allocations.erase(it);
   std::free(pointer);
   return cudaSuccess;
@@ -104,64 +122,110 @@ cudaError_t copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind k
 
 // ---- the running block ----
 
-// What a warp's lanes exchange in a vote or shuffle: each lane writes its slot of this exchange's
-// half, all meet, each reads. Exchanges alternate halves, so a lane's next write cannot overtake
-// another's read: it waits at the next meeting, which the reader must reach first.
-struct Warp {
-  struct Met {  // when the lanes of exchange k have met, exchange k - 1's half is free again
-    Warp* warp;
-    void operator()() noexcept { warp->wrote[++warp->meetings % 2] = 0; }
-  };
-  unsigned lanes = 0;                        // that exist (the last warp of a block may have fewer)
-  std::optional<std::barrier<Met>> meeting;  // of the lanes still in the kernel
-  unsigned long long slot[2][32] = {};
-  unsigned wrote[2] = {};       // the lanes that wrote each half
-  unsigned meetings = 0;        // completed
-  unsigned exchanges[32] = {};  // each lane's, so far
+// How long a launch may go without progress (a block ended, a __syncthreads or a warp exchange
+// passed) before the test stops naming it: a kernel that would hang on a GPU, because some thread
+// never reaches a barrier or a lane never joins an exchange, says so here instead.
+constexpr auto kPatience = std::chrono::seconds(60);
+std::atomic<std::uint64_t> progress{0};
+
+// __shared__ variables: the lowering registers each (shared_memory below); every block finds them
+// scribbled with 0xFF bytes (NaN as floats), as a GPU's shared memory holds whatever was there.
+std::mutex shared_mutex;
+std::map<void*, std::size_t> shared_regions;
+
+void scribble_shared_memory() {
+  std::lock_guard lock(shared_mutex);
+  for (const auto& [start, bytes] : shared_regions) std::memset(start, 0xFF, bytes);
+}
+
+// A warp's votes and shuffles: the lanes of one exchange's mask each leave a value and wait until
+// every lane of the mask has; then each takes its answer. Exchanges of disjoint masks meet apart.
+// A lane of the mask that has left the kernel fails the exchange.
+struct Exchange {
+  unsigned arrived = 0;  // lanes of the mask that left their value
+  std::uint64_t completed = 0;
+  unsigned long long value[32] = {};
+  unsigned long long answer[32] = {};  // the values as they were when the mask's last lane came
 };
 
+struct Warp {
+  std::mutex mutex;  // for the fields below; only the warp's lanes wait on `changed`
+  std::condition_variable changed;
+  unsigned lanes = 0;   // that exist (the last warp of a block may have fewer)
+  unsigned exited = 0;  // lanes that have left the kernel in this block
+  std::map<unsigned, Exchange> by_mask;
+};
+
+struct Progressed {
+  void operator()() noexcept { progress.fetch_add(1, std::memory_order_relaxed); }
+};
+
+// One block's meeting points: __syncthreads, a barrier of the threads still in the kernel; each
+// warp's exchanges; and the block's end, which every thread reaches before the next block begins
+// (the __shared__ statics are the next block's) and whose last arrival makes everything anew.
 struct Block {
   unsigned threads = 0;
-  std::optional<std::barrier<>> sync;  // __syncthreads, of the threads still in the kernel
+  std::optional<std::barrier<Progressed>> sync;
   std::vector<Warp> warps;
 
   explicit Block(unsigned n) : threads(n), warps((n + 31) / 32) {
     for (unsigned w = 0; w < warps.size(); ++w) warps[w].lanes = std::min(32u, n - 32 * w);
-    reset();
+    sync.emplace(n);
   }
-  // Every thread back for the next block (called by the last one to finish a block).
-  void reset() noexcept {
+  void next() noexcept {  // no thread is inside the kernel
     sync.emplace(threads);
     for (Warp& w : warps) {
-      w.meeting.emplace(w.lanes, Warp::Met{&w});
-      w.wrote[0] = w.wrote[1] = 0;
-      w.meetings = 0;
-      std::fill(std::begin(w.exchanges), std::end(w.exchanges), 0u);
+      w.exited = 0;
+      w.by_mask.clear();
     }
+    scribble_shared_memory();
+    progress.fetch_add(1, std::memory_order_relaxed);
   }
 };
 
 thread_local Block* running = nullptr;  // the block this thread is part of
 thread_local unsigned flat_thread = 0;  // threadIdx, flattened
 
-// One exchange of `bits` among the lanes of `mask`; returns what every lane wrote (valid until this
-// lane's next exchange).
-const unsigned long long* exchange(unsigned mask, unsigned long long bits) {
+// This thread's kernel has returned: it leaves the block's barrier and its warp's exchanges (one
+// waiting on it fails now).
+void leave_kernel() {
+  Warp& warp = running->warps[flat_thread / 32];
+  {
+    std::lock_guard lock(warp.mutex);
+    warp.exited |= 1u << (flat_thread % 32);
+  }
+  warp.changed.notify_all();
+  running->sync->arrive_and_drop();
+}
+
+// One exchange of `value` among the lanes of `mask`; returns every lane's value.
+std::array<unsigned long long, 32> exchange(unsigned mask, unsigned long long value) {
   if (running == nullptr) broken_rule("a warp function called outside a kernel", 0, mask);
   Warp& warp = running->warps[flat_thread / 32];
   const unsigned lane = flat_thread % 32;
   const unsigned existing = warp.lanes == 32 ? ~0u : (1u << warp.lanes) - 1;
   if ((mask & ~existing) != 0) broken_rule("the mask names lanes this warp does not have", lane, mask);
   if ((mask >> lane & 1u) == 0) broken_rule("a lane outside the mask called a warp function", lane, mask);
-  const unsigned half = warp.exchanges[lane]++ % 2;
-  warp.slot[half][lane] = bits;
-  __atomic_fetch_or(&warp.wrote[half], 1u << lane, __ATOMIC_RELAXED);
-  warp.meeting->arrive_and_wait();
-  if ((warp.wrote[half] & mask) != mask) {
-    broken_rule("a lane of the mask left the kernel or did not take part (a full-mask vote needs every lane)", lane,
-                mask);
+  std::unique_lock lock(warp.mutex);
+  Exchange& e = warp.by_mask[mask];
+  e.value[lane] = value;
+  e.arrived |= 1u << lane;
+  const std::uint64_t mine = e.completed;
+  if (e.arrived == mask) {
+    std::copy(std::begin(e.value), std::end(e.value), std::begin(e.answer));
+    e.arrived = 0;
+    ++e.completed;
+    progress.fetch_add(1, std::memory_order_relaxed);
+    warp.changed.notify_all();
+  } else {
+    warp.changed.wait(lock, [&] { return e.completed != mine || (warp.exited & mask) != 0; });
+    if (e.completed == mine) {
+      broken_rule("a lane of the mask left the kernel (a vote or shuffle needs every lane of its mask)", lane, mask);
+    }
   }
-  return warp.slot[half];
+  std::array<unsigned long long, 32> answer;
+  std::copy(std::begin(e.answer), std::end(e.answer), answer.begin());
+  return answer;
 }
 
 dim3 unflatten(unsigned i, dim3 shape) { return dim3(i % shape.x, i / shape.x % shape.y, i / shape.x / shape.y); }
@@ -176,14 +240,28 @@ bool launchable(dim3 grid, dim3 block, std::size_t shared_bytes) {
 // launch cost more than most launches' work. Thread t of the pool plays CUDA thread t.
 class Workers {
  public:
-  // Runs play(t) on threads t = 0 .. count - 1; returns when every one has returned.
+  // Runs play(t) on threads t = 0 .. count - 1; returns when every one has returned. A launch
+  // that makes no progress for kPatience stops the test: it would hang on a GPU.
   void run(unsigned count, const std::function<void(unsigned)>& play) {
     if (owner_ != getpid()) forget_after_fork();
     while (workers_.size() < count) start(static_cast<unsigned>(workers_.size()));
     play_ = &play;
     playing_.store(count);
     for (unsigned t = 0; t < count; ++t) workers_[t]->go.release();
-    finished_.acquire();
+    std::uint64_t seen = progress.load();
+    auto since = std::chrono::steady_clock::now();
+    while (!finished_.try_acquire_for(std::chrono::seconds(1))) {
+      if (progress.load() != seen) {
+        seen = progress.load();
+        since = std::chrono::steady_clock::now();
+      } else if (std::chrono::steady_clock::now() - since > kPatience) {
+        std::fprintf(stderr,
+                     "cuda_on_cpu: a launch of %u threads a block made no progress for 60 s: some thread "
+                     "never reaches a __syncthreads, or some lane never joins a vote or shuffle of its mask\n",
+                     count);
+        std::abort();
+      }
+    }
   }
 
  private:
@@ -219,6 +297,17 @@ class Workers {
 
 std::mutex launch_mutex;  // one launch at a time: __shared__ variables are statics, one pool
 
+// The order a launch runs its blocks in: shuffled, the same way in every run (a seed per launch),
+// so that a kernel whose blocks depend on each other's order or race fails here too.
+std::vector<unsigned long long> block_order(unsigned long long blocks) {
+  static std::uint64_t launches = 0;
+  std::vector<unsigned long long> order(blocks);
+  for (unsigned long long b = 0; b < blocks; ++b) order[b] = b;
+  std::mt19937_64 rng(++launches);
+  std::shuffle(order.begin(), order.end(), rng);
+  return order;
+}
+
 }  // namespace
 
 void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t) {
@@ -233,24 +322,28 @@ void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::siz
   Block shared(threads);
   struct NextBlock {
     Block* block;
-    void operator()() noexcept { block->reset(); }
+    void operator()() noexcept { block->next(); }
   };
   std::barrier block_done(threads, NextBlock{&shared});
+  const std::vector<unsigned long long> order = block_order(blocks);
+  scribble_shared_memory();
   workers->run(threads, [&](unsigned t) {
     running = &shared;
     flat_thread = t;
-    threadIdx = unflatten(t, block);
-    blockDim = block;
-    gridDim = grid;
-    for (unsigned long long b = 0; b < blocks; ++b) {
-      blockIdx = unflatten(static_cast<unsigned>(b), grid);
+    place() = Place{unflatten(t, block), dim3(), block, grid};
+    for (unsigned long long b : order) {
+      place().block = unflatten(static_cast<unsigned>(b), grid);
       kernel();
-      shared.warps[t / 32].meeting->arrive_and_drop();  // gone: a later vote of the warp names it
-      shared.sync->arrive_and_drop();
+      leave_kernel();
       block_done.arrive_and_wait();
     }
     running = nullptr;
   });
+}
+
+void shared_memory(void* start, std::size_t bytes) {
+  std::lock_guard lock(shared_mutex);
+  if (shared_regions.emplace(start, bytes).second) std::memset(start, 0xFF, bytes);  // before any thread writes
 }
 
 }  // namespace onebit_cuda_on_cpu
@@ -263,26 +356,23 @@ void __syncthreads() {
 }
 
 unsigned __ballot_sync(unsigned mask, bool predicate) {
-  const unsigned long long* slots = exchange(mask, predicate ? 1 : 0);
+  const auto values = exchange(mask, predicate ? 1 : 0);
   unsigned word = 0;
   for (unsigned lane = 0; lane < 32; ++lane) {
-    if ((mask >> lane & 1u) != 0 && slots[lane] != 0) word |= 1u << lane;
+    if ((mask >> lane & 1u) != 0 && values[lane] != 0) word |= 1u << lane;
   }
   return word;
 }
 
 unsigned long long onebit_cuda_on_cpu_shuffle_down(unsigned mask, unsigned long long bits, unsigned delta) {
   const unsigned lane = flat_thread % 32;
-  const unsigned lanes = running == nullptr ? 32 : running->warps[flat_thread / 32].lanes;
-  const unsigned long long* slots = exchange(mask, bits);
-  // CUDA: a source lane past the warp leaves the value unchanged; one outside the mask is undefined.
+  const auto values = exchange(mask, bits);
+  // CUDA: a source lane past the warp's width (32) gives the caller's own value; one that is not
+  // in the mask (absent lanes of a partial warp included) is undefined.
   const unsigned source = lane + delta;
-  unsigned long long got = bits;
-  if (source < lanes) {
-    if ((mask >> source & 1u) == 0) broken_rule("__shfl_down_sync reads a lane outside the mask", lane, mask);
-    got = slots[source];
-  }
-  return got;
+  if (source >= 32) return bits;
+  if ((mask >> source & 1u) == 0) broken_rule("__shfl_down_sync reads a lane outside the mask", lane, mask);
+  return values[source];
 }
 
 cudaError_t cudaGetDeviceCount(int* count) {
@@ -359,6 +449,12 @@ cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // ever
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
+cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return fail_with(cudaErrorInvalidValue);
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
+
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
   if (properties == nullptr || device != 0)
     return fail_with(properties == nullptr ? cudaErrorInvalidValue : cudaErrorInvalidDevice);
@@ -378,6 +474,12 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
   if (event == nullptr) return fail_with(cudaErrorInvalidValue);
   *event = new CUevent_st;
   return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned) { return cudaEventCreate(event); }
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t event, unsigned) {
+  return event == nullptr ? fail_with(cudaErrorInvalidValue) : cudaSuccess;  // it has happened: launches finish
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {

@@ -5,10 +5,14 @@
 
 becomes
 
-    ::onebit_cuda_on_cpu::launch([&] { kernel(arguments); }, grid, block, shared, stream);
+    ::onebit_cuda_on_cpu::launch_kernel(std::make_tuple(arguments),
+                                        [](auto&&... a) { kernel(a...); }, grid, block, shared, stream);
 
-and a `#line` keeps compiler messages pointing at the .cu file. Fails, naming the line, on a `<<<`
-it cannot rewrite, so a launch is never left out silently.
+(the arguments evaluated once, on the launching thread), every `__shared__ T name[...];` is
+followed by `::onebit_cuda_on_cpu::shared_memory(&name, sizeof(name));` (so that each block finds
+it scribbled), both on the lines they came from, and a `#line` keeps compiler messages pointing at
+the .cu file. Fails, naming the line, on a `<<<` it cannot rewrite, so a launch is never left out
+silently.
 
     lower_launches.py SOURCE.cu OUTPUT.cc
 """
@@ -16,14 +20,17 @@ import re
 import sys
 
 LAUNCH = re.compile(r"([A-Za-z_][\w:]*(?:<[^<>;]*>)?)\s*<<<(.*?)>>>\s*\((.*?)\)\s*;", re.DOTALL)
+SHARED = re.compile(r"(__shared__\s+[^;(){}]*?\b(\w+)\s*(?:\[[^;]*?\])?\s*;)")
 
 
 def lower(text):
     def rewrite(match):
-        kernel, shape, arguments = match.groups()
-        call = f"::onebit_cuda_on_cpu::launch([&] {{ {kernel}({arguments}); }}, {shape});"
+        kernel, shape, arguments = (" ".join(part.split()) for part in match.groups())  # one line
+        call = (f"::onebit_cuda_on_cpu::launch_kernel(std::make_tuple({arguments}), "
+                f"[](auto&&... a) {{ {kernel}(a...); }}, {shape});")
         return call + "\n" * match.group(0).count("\n")  # the same line count: #line stays true
-    return LAUNCH.sub(rewrite, text)
+    text = LAUNCH.sub(rewrite, text)
+    return SHARED.sub(r"\1 ::onebit_cuda_on_cpu::shared_memory(&\2, sizeof(\2));", text)
 
 
 def main():

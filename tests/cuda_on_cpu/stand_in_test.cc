@@ -1,10 +1,15 @@
 // The CUDA stand-in's own rules (cuda_runtime.h): what the kernels' tests on the CPU lean on. A
 // launch CUDA refuses runs nothing and fails as CUDA says; a block's threads meet at
-// __syncthreads; votes and shuffles move lanes' values as CUDA's do; a kernel that breaks a warp
-// function's rule stops the test naming it; memory is device memory only where cudaMalloc gave it.
+// __syncthreads; votes and shuffles move lanes' values as CUDA's do, disjoint masks apart; a kernel
+// that breaks a warp function's rule stops the test naming it; blocks run in a shuffled order and
+// find their shared memory scribbled; memory is device memory only where cudaMalloc gave it, and
+// holds 0xFF bytes until written.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -31,6 +36,7 @@ TEST(CudaStandIn, LaunchesCudaRefusesRunNothingAndFailAsInvalidConfiguration) {
 // Each block sums its threads' indices through shared memory, a tree of __syncthreads.
 void block_sums(unsigned* out) {
   __shared__ unsigned sums[256];
+  onebit_cuda_on_cpu::shared_memory(&sums, sizeof(sums));  // as lower_launches.py adds it
   sums[threadIdx.x] = blockIdx.x * blockDim.x + threadIdx.x;
   __syncthreads();
   for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
@@ -50,24 +56,54 @@ TEST(CudaStandIn, BlocksThreadsMeetAtSyncthreads) {
 TEST(CudaStandIn, BallotPutsLaneKInBitKAndShuffleDownReadsLaneKPlusDelta) {
   const unsigned threads = 40;  // a whole warp and one of 8 lanes
   std::vector<unsigned> ballots(threads);
-  std::vector<double> shuffled(threads);
+  std::vector<double> shuffled(32);
   launch(
       [&] {
         const unsigned t = threadIdx.x;
-        const unsigned mask = t < 32 ? 0xffffffffu : 0xffu;
-        ballots[t] = __ballot_sync(mask, t % 3 == 0);
-        shuffled[t] = __shfl_down_sync(mask, 0.5 * t, 3);
+        ballots[t] = __ballot_sync(t < 32 ? 0xffffffffu : 0xffu, t % 3 == 0);
+        if (t < 32) shuffled[t] = __shfl_down_sync(0xffffffffu, 0.5 * t, 3);
       },
       dim3(1), dim3(threads));
   ASSERT_EQ(cudaGetLastError(), cudaSuccess);
   unsigned first = 0, second = 0;
   for (unsigned lane = 0; lane < 32; ++lane) first |= (lane % 3 == 0 ? 1u : 0u) << lane;
   for (unsigned lane = 0; lane < 8; ++lane) second |= ((32 + lane) % 3 == 0 ? 1u : 0u) << lane;
-  for (unsigned t = 0; t < threads; ++t) {
-    EXPECT_EQ(ballots[t], t < 32 ? first : second) << "thread " << t;
-    const unsigned lanes = t < 32 ? 32 : 8, lane = t % 32;
-    EXPECT_EQ(shuffled[t], 0.5 * (lane + 3 < lanes ? t + 3 : t)) << "thread " << t << ": past the warp, its own";
+  for (unsigned t = 0; t < threads; ++t) EXPECT_EQ(ballots[t], t < 32 ? first : second) << "thread " << t;
+  for (unsigned t = 0; t < 32; ++t) {
+    EXPECT_EQ(shuffled[t], 0.5 * (t + 3 < 32 ? t + 3 : t)) << "lane " << t << ": past the warp, its own";
   }
+}
+
+TEST(CudaStandIn, DisjointMasksVoteApartAndMeetAtSyncthreads) {
+  std::vector<unsigned> ballots(32);
+  launch(
+      [&] {
+        const unsigned t = threadIdx.x;
+        ballots[t] = __ballot_sync(t < 16 ? 0x0000ffffu : 0xffff0000u, t % 2 == 0);
+        __syncthreads();
+      },
+      dim3(1), dim3(32));
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  for (unsigned t = 0; t < 32; ++t) EXPECT_EQ(ballots[t], t < 16 ? 0x00005555u : 0x55550000u) << "lane " << t;
+}
+
+TEST(CudaStandIn, BlocksRunInAShuffledOrderFindingTheirSharedMemoryScribbled) {
+  std::vector<unsigned> order, first_seen;
+  launch(
+      [&] {
+        __shared__ unsigned scratch[2];
+        onebit_cuda_on_cpu::shared_memory(&scratch, sizeof(scratch));
+        first_seen.push_back(scratch[1]);  // one thread a block: no race
+        scratch[1] = blockIdx.x;
+        order.push_back(blockIdx.x);
+      },
+      dim3(64), dim3(1));
+  ASSERT_EQ(order.size(), 64u);
+  std::vector<unsigned> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  for (unsigned b = 0; b < 64; ++b) EXPECT_EQ(sorted[b], b) << "every block once";
+  EXPECT_NE(order, sorted) << "not in index order";
+  for (unsigned seen : first_seen) EXPECT_EQ(seen, 0xFFFFFFFFu) << "not what the block before left";
 }
 
 TEST(CudaStandInDeathTest, AFullMaskVoteWithALaneGoneStopsNamingIt) {
@@ -80,11 +116,20 @@ TEST(CudaStandInDeathTest, AFullMaskVoteWithALaneGoneStopsNamingIt) {
                "lane of the mask left the kernel");
   EXPECT_DEATH(launch([] { __ballot_sync(0xffffffffu, true); }, dim3(1), dim3(16)),
                "the mask names lanes this warp does not have");
+  EXPECT_DEATH(launch(
+                   [] {
+                     if (threadIdx.x >= 32) __shfl_down_sync(0xffu, 1.0f, 3);
+                   },
+                   dim3(1), dim3(40)),
+               "reads a lane outside the mask");
 }
 
 TEST(CudaStandIn, OnlyWhatCudaMallocGaveIsDeviceMemoryAndCopiesStayInside) {
   float* device = nullptr;
   ASSERT_EQ(cudaMalloc(&device, 16 * sizeof(float)), cudaSuccess);
+  std::uint32_t fresh[16];
+  std::memcpy(fresh, device, sizeof(fresh));
+  for (std::uint32_t word : fresh) EXPECT_EQ(word, 0xFFFFFFFFu) << "fresh device memory is not zeroed";
   std::vector<float> host(17, 1.0f);
   cudaPointerAttributes a{};
   ASSERT_EQ(cudaPointerGetAttributes(&a, device + 15), cudaSuccess);

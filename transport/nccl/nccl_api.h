@@ -6,6 +6,8 @@
 
 #include <nccl.h>
 
+#include <cstddef>
+
 namespace onebit::transport::nccl {
 
 struct NcclApi {
@@ -35,6 +37,27 @@ struct NcclApi {
 // Looked up until complete: a program may call in before it has loaded NCCL (then its calls fail
 // with ncclSystemError), and succeed once it has.
 const NcclApi& nccl_api();
+
+// The bytes of one element of `type`; 0 for a type this build does not know. NCCL 2.24 added the
+// one-byte float8 types, 10 and 11, which older headers do not name.
+inline std::size_t element_bytes(ncclDataType_t type) {
+  switch (static_cast<int>(type)) {
+    case ncclInt8:
+    case ncclUint8:
+    case 10:  // ncclFloat8e4m3
+    case 11:  // ncclFloat8e5m2
+      return 1;
+    case ncclFloat16:
+    case ncclBfloat16: return 2;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32: return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64: return 8;
+    default: return 0;
+  }
+}
 
 // Throws onebit::Error naming `what` and NCCL's code when `result` is not ncclSuccess.
 void check_nccl(ncclResult_t result, const char* what);

@@ -1,0 +1,233 @@
+// The NCCL door's device path (engine/cuda_allreduce.cc: the CUDA kernels, the exchanges through
+// transport/nccl, the error parity on the device, the revert, the checkpoint) on the CUDA and NCCL
+// stand-ins, W ranks as threads of this process: every rank's output of every call bit for bit
+// the float32 oracle's (tests/support/float32_oracle.h), as the CPU engine's are. What a GPU adds
+// (NCCL's real transfers, streams, graph capture) is tools/gpu/nccl_job_check.py's.
+#include <gtest/gtest.h>
+#include <nccl.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/error.h"
+#include "cuda_runtime.h"
+#include "engine/cuda_allreduce.h"
+#include "engine/tag_registry.h"
+#include "kernels/cpu/half.h"
+#include "tests/support/float32_oracle.h"
+
+extern "C" ncclResult_t onebit_nccl_stand_in_world(int size, ncclComm_t* comms);
+extern "C" void onebit_nccl_stand_in_end_world(ncclComm_t any_rank);
+
+namespace onebit {
+namespace {
+
+using kernels::Dtype;
+
+// body(rank) on one thread per rank; returns when all have.
+void each_rank(int world, const std::function<void(int)>& body) {
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < world; ++r) ranks.emplace_back(body, r);
+  for (std::thread& rank : ranks) rank.join();
+}
+
+// The communicators of one stand-in world, rank r's in comms[r].
+struct World {
+  std::vector<ncclComm_t> comms;
+  explicit World(int size) : comms(size) { EXPECT_EQ(onebit_nccl_stand_in_world(size, comms.data()), ncclSuccess); }
+  ~World() { onebit_nccl_stand_in_end_world(comms[0]); }
+  ncclComm_t operator[](int rank) const { return comms[rank]; }
+};
+
+// Inputs of `steps` calls: [step][rank][element], normal values (as the dtype holds them).
+std::vector<std::vector<std::vector<float>>> inputs(int steps, int world, std::size_t n, Dtype dtype) {
+  std::mt19937 rng(static_cast<unsigned>(7 * n + world));
+  std::normal_distribution<float> normal;
+  std::vector<std::vector<std::vector<float>>> x(steps, std::vector<std::vector<float>>(world, std::vector<float>(n)));
+  for (auto& step : x) {
+    for (auto& rank : step) {
+      for (float& v : rank) {
+        v = normal(rng);
+        if (dtype == Dtype::kFloat16) v = kernels::half_to_float(kernels::float_to_half(v));
+      }
+    }
+  }
+  return x;
+}
+
+// One rank's tag and device buffers; calls run on the stand-in's default stream.
+struct RankCalls {
+  Tag tag;
+  ncclComm_t comm;
+  std::uint64_t comm_id;
+  Dtype dtype;
+  std::size_t n;
+  bool in_place;
+  void* send = nullptr;
+  void* recv = nullptr;
+
+  RankCalls(const char* name, ncclComm_t comm_, std::uint64_t id, std::size_t n_, Dtype dtype_, bool in_place_)
+      : comm(comm_), comm_id(id), dtype(dtype_), n(n_), in_place(in_place_) {
+    tag.name = name;
+    tag.count = n;
+    tag.dtype = dtype;
+    const std::size_t bytes = std::max<std::size_t>(1, n) * kernels::dtype_size(dtype);
+    EXPECT_EQ(cudaMalloc(&send, bytes), cudaSuccess);
+    recv = send;
+    if (!in_place) {
+      EXPECT_EQ(cudaMalloc(&recv, bytes), cudaSuccess);
+    }
+  }
+  ~RankCalls() {
+    cudaFree(send);
+    if (!in_place) cudaFree(recv);
+  }
+
+  // One call with input x on `stream`; returns this rank's output, as floats.
+  std::vector<float> call(const std::vector<float>& x, bool sum, cudaStream_t stream = nullptr) {
+    std::vector<std::uint8_t> bytes(n * kernels::dtype_size(dtype));
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dtype == Dtype::kFloat16) {
+        const std::uint16_t h = kernels::float_to_half(x[i]);
+        std::memcpy(bytes.data() + 2 * i, &h, 2);
+      } else {
+        std::memcpy(bytes.data() + 4 * i, &x[i], 4);
+      }
+    }
+    EXPECT_EQ(cudaMemcpy(send, bytes.data(), bytes.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    cuda_compressed_allreduce(tag, CudaAllreduceCall{send, recv, n, dtype, sum, comm, comm_id, stream});
+    EXPECT_EQ(cudaMemcpy(bytes.data(), recv, bytes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<float> out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (dtype == Dtype::kFloat16) {
+        std::uint16_t h;
+        std::memcpy(&h, bytes.data() + 2 * i, 2);
+        out[i] = kernels::half_to_float(h);
+      } else {
+        std::memcpy(&out[i], bytes.data() + 4 * i, 4);
+      }
+    }
+    return out;
+  }
+
+  std::uint64_t completed_on_device() const { return tag.device_states.begin()->second->completed_calls(); }
+};
+
+std::vector<std::uint32_t> bits_of(const std::vector<float>& values) {
+  std::vector<std::uint32_t> out(values.size());
+  std::memcpy(out.data(), values.data(), values.size() * 4);
+  return out;
+}
+
+std::vector<float> as_dtype(std::vector<float> v, Dtype dtype) {
+  if (dtype == Dtype::kFloat16) {
+    for (float& x : v) x = kernels::half_to_float(kernels::float_to_half(x));
+  }
+  return v;
+}
+
+TEST(CudaAllreduceOnStandIns, EveryRanksEveryCallIsTheFloat32OraclesBitForBit) {
+  constexpr int kSteps = 4;
+  for (Dtype dtype : {Dtype::kFloat32, Dtype::kFloat16}) {
+    for (int world : {2, 3, 4}) {
+      for (std::size_t n : {std::size_t{1}, std::size_t{33}, std::size_t{1000}, std::size_t{4097}}) {
+        SCOPED_TRACE(::testing::Message()
+                     << "dtype " << static_cast<int>(dtype) << ", " << world << " ranks, " << n << " elements");
+        const auto x = inputs(kSteps, world, n, dtype);
+        const World comms(world);
+        std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(world));
+        std::vector<std::uint64_t> completed(world);
+        each_rank(world, [&](int r) {
+          RankCalls rank("momentum", comms[r], 1, n, dtype, /*in_place=*/r % 2 == 0);
+          cudaStream_t other = nullptr;  // every other call from another stream: it waits for the last
+          EXPECT_EQ(cudaStreamCreate(&other), cudaSuccess);
+          for (int s = 0; s < kSteps; ++s) got[s][r] = rank.call(x[s][r], /*sum=*/s % 2 == 1, s % 2 ? other : nullptr);
+          completed[r] = rank.completed_on_device();
+          cudaStreamDestroy(other);
+        });
+        testing::Float32Oracle oracle(world, n);
+        for (int s = 0; s < kSteps; ++s) {
+          const auto expected = bits_of(as_dtype(oracle.step(x[s], s % 2 == 1), dtype));
+          for (int r = 0; r < world; ++r) ASSERT_EQ(bits_of(got[s][r]), expected) << "call " << s << ", rank " << r;
+        }
+        for (int r = 0; r < world; ++r) EXPECT_EQ(completed[r], kSteps) << "rank " << r << ": finish_call's count";
+      }
+    }
+  }
+}
+
+TEST(CudaAllreduceOnStandIns, ACallWithANaNIsNonFiniteEverywhereAndKeepsTheState) {
+  constexpr int kWorld = 3, kSteps = 4, kNaNStep = 2;
+  constexpr std::size_t kN = 1000;
+  auto x = inputs(kSteps, kWorld, kN, Dtype::kFloat32);
+  x[kNaNStep][1][5] = std::nanf("");
+  const World comms(kWorld);
+  std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(kWorld));
+  each_rank(kWorld, [&](int r) {
+    RankCalls rank("momentum", comms[r], 1, kN, Dtype::kFloat32, false);
+    for (int s = 0; s < kSteps; ++s) got[s][r] = rank.call(x[s][r], false);
+  });
+  testing::Float32Oracle oracle(kWorld, kN);  // never sees the NaN call
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == kNaNStep) {
+      for (int r = 0; r < kWorld; ++r) {
+        for (float v : got[s][r]) ASSERT_FALSE(std::isfinite(v)) << "rank " << r;
+      }
+      continue;
+    }
+    const auto expected = bits_of(oracle.step(x[s], false));
+    for (int r = 0; r < kWorld; ++r) ASSERT_EQ(bits_of(got[s][r]), expected) << "call " << s << ", rank " << r;
+  }
+}
+
+TEST(CudaAllreduceOnStandIns, ASavedStateLoadedIntoNewTagsContinuesAsIfNeverStopped) {
+  constexpr int kWorld = 3, kSteps = 4, kSaveAfter = 2;
+  constexpr std::size_t kN = 1001;
+  const auto x = inputs(kSteps, kWorld, kN, Dtype::kFloat32);
+  const World before(kWorld), after(kWorld);
+  std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(kWorld));
+  each_rank(kWorld, [&](int r) {
+    std::vector<float> worker(kN), server;
+    {
+      RankCalls rank("momentum", before[r], 1, kN, Dtype::kFloat32, false);
+      for (int s = 0; s < kSaveAfter; ++s) got[s][r] = rank.call(x[s][r], false);
+      std::size_t worker_count = 0, server_count = 0;
+      rank.tag.saved_sizes(&worker_count, &server_count);
+      server.resize(server_count);
+      rank.tag.save(worker.data(), server.data());
+    }
+    RankCalls resumed("momentum", after[r], 2, kN, Dtype::kFloat32, false);
+    resumed.tag.load(worker.data(), worker.size(), server.data(), server.size());
+    for (int s = kSaveAfter; s < kSteps; ++s) got[s][r] = resumed.call(x[s][r], false);
+  });
+  testing::Float32Oracle oracle(kWorld, kN);
+  for (int s = 0; s < kSteps; ++s) {
+    const auto expected = bits_of(oracle.step(x[s], false));
+    for (int r = 0; r < kWorld; ++r) ASSERT_EQ(bits_of(got[s][r]), expected) << "call " << s << ", rank " << r;
+  }
+}
+
+TEST(CudaAllreduceOnStandIns, ACallOnACommunicatorBeingEndedIsRefusedMakingNoState) {
+  const World comms(2);
+  each_rank(2, [&](int r) {
+    RankCalls rank("momentum", comms[r], 1, 64, Dtype::kFloat32, false);
+    CudaAllreduceCall call{rank.send, rank.recv, 64, Dtype::kFloat32, false, comms[r], 1, nullptr};
+    call.live = [](ncclComm_t, std::uint64_t) { return false; };  // the door's table: being destroyed
+    try {
+      cuda_compressed_allreduce(rank.tag, call);
+      ADD_FAILURE() << "rank " << r << ": the call ran";
+    } catch (const Error& error) {
+      EXPECT_EQ(error.code(), ONEBIT_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(error.what()).find("is being destroyed or aborted"), std::string::npos) << error.what();
+    }
+    EXPECT_FALSE(rank.tag.has_run()) << "no device state under the dying communicator's id";
+  });
+}
+
+}  // namespace
+}  // namespace onebit
