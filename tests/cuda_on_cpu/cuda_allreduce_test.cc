@@ -8,10 +8,8 @@
 
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
@@ -19,30 +17,15 @@
 #include "engine/cuda_allreduce.h"
 #include "engine/tag_registry.h"
 #include "kernels/cpu/half.h"
+#include "tests/cuda_on_cpu/ranks_as_threads.h"
 #include "tests/support/float32_oracle.h"
-
-extern "C" ncclResult_t onebit_nccl_stand_in_world(int size, ncclComm_t* comms);
-extern "C" void onebit_nccl_stand_in_end_world(ncclComm_t any_rank);
 
 namespace onebit {
 namespace {
 
 using kernels::Dtype;
-
-// body(rank) on one thread per rank; returns when all have.
-void each_rank(int world, const std::function<void(int)>& body) {
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r) ranks.emplace_back(body, r);
-  for (std::thread& rank : ranks) rank.join();
-}
-
-// The communicators of one stand-in world, rank r's in comms[r].
-struct World {
-  std::vector<ncclComm_t> comms;
-  explicit World(int size) : comms(size) { EXPECT_EQ(onebit_nccl_stand_in_world(size, comms.data()), ncclSuccess); }
-  ~World() { onebit_nccl_stand_in_end_world(comms[0]); }
-  ncclComm_t operator[](int rank) const { return comms[rank]; }
-};
+using testing::bits_of;
+using testing::each_rank;
 
 // Inputs of `steps` calls: [step][rank][element], normal values (as the dtype holds them).
 std::vector<std::vector<std::vector<float>>> inputs(int steps, int world, std::size_t n, Dtype dtype) {
@@ -118,12 +101,6 @@ struct RankCalls {
   std::uint64_t completed_on_device() const { return tag.device_states.begin()->second->completed_calls(); }
 };
 
-std::vector<std::uint32_t> bits_of(const std::vector<float>& values) {
-  std::vector<std::uint32_t> out(values.size());
-  std::memcpy(out.data(), values.data(), values.size() * 4);
-  return out;
-}
-
 std::vector<float> as_dtype(std::vector<float> v, Dtype dtype) {
   if (dtype == Dtype::kFloat16) {
     for (float& x : v) x = kernels::half_to_float(kernels::float_to_half(x));
@@ -139,7 +116,7 @@ TEST(CudaAllreduceOnStandIns, EveryRanksEveryCallIsTheFloat32OraclesBitForBit) {
         SCOPED_TRACE(::testing::Message()
                      << "dtype " << static_cast<int>(dtype) << ", " << world << " ranks, " << n << " elements");
         const auto x = inputs(kSteps, world, n, dtype);
-        const World comms(world);
+        const testing::StandInWorld comms(world);
         std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(world));
         std::vector<std::uint64_t> completed(world);
         each_rank(world, [&](int r) {
@@ -166,7 +143,7 @@ TEST(CudaAllreduceOnStandIns, ACallWithANaNIsNonFiniteEverywhereAndKeepsTheState
   constexpr std::size_t kN = 1000;
   auto x = inputs(kSteps, kWorld, kN, Dtype::kFloat32);
   x[kNaNStep][1][5] = std::nanf("");
-  const World comms(kWorld);
+  const testing::StandInWorld comms(kWorld);
   std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(kWorld));
   each_rank(kWorld, [&](int r) {
     RankCalls rank("momentum", comms[r], 1, kN, Dtype::kFloat32, false);
@@ -189,7 +166,7 @@ TEST(CudaAllreduceOnStandIns, ASavedStateLoadedIntoNewTagsContinuesAsIfNeverStop
   constexpr int kWorld = 3, kSteps = 4, kSaveAfter = 2;
   constexpr std::size_t kN = 1001;
   const auto x = inputs(kSteps, kWorld, kN, Dtype::kFloat32);
-  const World before(kWorld), after(kWorld);
+  const testing::StandInWorld before(kWorld), after(kWorld);
   std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(kWorld));
   each_rank(kWorld, [&](int r) {
     std::vector<float> worker(kN), server;
@@ -213,7 +190,7 @@ TEST(CudaAllreduceOnStandIns, ASavedStateLoadedIntoNewTagsContinuesAsIfNeverStop
 }
 
 TEST(CudaAllreduceOnStandIns, ACallOnACommunicatorBeingEndedIsRefusedMakingNoState) {
-  const World comms(2);
+  const testing::StandInWorld comms(2);
   each_rank(2, [&](int r) {
     RankCalls rank("momentum", comms[r], 1, 64, Dtype::kFloat32, false);
     CudaAllreduceCall call{rank.send, rank.recv, 64, Dtype::kFloat32, false, comms[r], 1, nullptr};

@@ -77,9 +77,11 @@ const Allocation* find_allocation(const void* pointer, std::size_t bytes) {
 // Fresh memory holds 0xFF bytes (NaN as floats), as a GPU's holds whatever was there before; the
 // rounding to CUDA's 256-byte granule is poisoned for ASan, so a kernel writing past its array is
 // reported as it would corrupt a neighbour on a GPU.
+std::size_t granules(std::size_t bytes) { return std::max<std::size_t>(256, (bytes + 255) / 256 * 256); }
+
 cudaError_t allocate(void** pointer, std::size_t bytes, cudaMemoryType type) {
   if (pointer == nullptr) return fail_with(cudaErrorInvalidValue);
-  const std::size_t rounded = std::max<std::size_t>(256, (bytes + 255) / 256 * 256);
+  const std::size_t rounded = granules(bytes);
   void* memory = std::aligned_alloc(256, rounded);
   if (memory == nullptr) return fail_with(cudaErrorMemoryAllocation);
   std::memset(memory, 0xFF, rounded);
@@ -95,8 +97,7 @@ cudaError_t release(void* pointer, cudaMemoryType type) {
   std::lock_guard lock(memory_mutex);
   const auto it = allocations.find(static_cast<const char*>(pointer));
   if (it == allocations.end() || it->second.type != type) return fail_with(cudaErrorInvalidValue);
-  const std::size_t rounded = std::max<std::size_t>(256, (it->second.bytes + 255) / 256 * 256);
-  ASAN_UNPOISON_MEMORY_REGION(pointer, rounded);
+  ASAN_UNPOISON_MEMORY_REGION(pointer, granules(it->second.bytes));
   allocations.erase(it);
   std::free(pointer);
   return cudaSuccess;

@@ -8,37 +8,24 @@
 #include <nccl.h>
 
 #include <cstring>
-#include <functional>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cuda_runtime.h"
 #include "kernels/cpu/half.h"
 #include "onebit/onebit.h"
 #include "onebit/preload.h"
+#include "tests/cuda_on_cpu/ranks_as_threads.h"
 #include "tests/support/float32_oracle.h"
-
-extern "C" ncclResult_t onebit_nccl_stand_in_world(int size, ncclComm_t* comms);
-extern "C" void onebit_nccl_stand_in_end_world(ncclComm_t any_rank);
 
 namespace {
 
+using onebit::testing::bits_of;
+using onebit::testing::each_rank;
+
 constexpr int kWorld = 3;
 constexpr std::size_t kN = 1000;
-
-struct World {
-  std::vector<ncclComm_t> comms;
-  explicit World(int size) : comms(size) { EXPECT_EQ(onebit_nccl_stand_in_world(size, comms.data()), ncclSuccess); }
-  ~World() { onebit_nccl_stand_in_end_world(comms[0]); }
-};
-
-void each_rank(int world, const std::function<void(int)>& body) {
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < world; ++r) ranks.emplace_back(body, r);
-  for (std::thread& rank : ranks) rank.join();
-}
 
 // [call][rank][element]: normal values, rounded as `type` holds them.
 std::vector<std::vector<std::vector<float>>> inputs(int calls, unsigned seed, ncclDataType_t type) {
@@ -95,12 +82,6 @@ struct DeviceBuffer {
   }
 };
 
-std::vector<std::uint32_t> bits_of(const std::vector<float>& values) {
-  std::vector<std::uint32_t> out(values.size());
-  std::memcpy(out.data(), values.data(), values.size() * 4);
-  return out;
-}
-
 std::vector<float> rounded(std::vector<float> v, ncclDataType_t type) {
   for (float& x : v) {
     if (type == ncclFloat16) x = onebit::kernels::half_to_float(onebit::kernels::float_to_half(x));
@@ -122,7 +103,7 @@ TEST(NcclDoorOnStandIns, TaggedSumsAndAveragesCompressAndTheRestReachesNccl) {
     onebit_preload_stats_t before{}, after{};
     ASSERT_EQ(onebit_preload_stats(&before), ONEBIT_SUCCESS);
     const auto x = inputs(3, 11 + static_cast<unsigned>(type), type);
-    const World world(kWorld);
+    const onebit::testing::StandInWorld world(kWorld);
     std::vector<std::vector<std::vector<float>>> got(3, std::vector<std::vector<float>>(kWorld));
     std::vector<std::vector<float>> max_got(kWorld), sum_got(kWorld);
     each_rank(kWorld, [&](int r) {
@@ -178,7 +159,7 @@ TEST(NcclDoorOnStandIns, TaggedSumsAndAveragesCompressAndTheRestReachesNccl) {
 // A forwarded call is counted at its elements' size, float8's one byte included (NCCL 2.24's; the
 // door counted 8 before), and NCCL's answer comes back unchanged (the stand-in refuses float8).
 TEST(NcclDoorOnStandIns, AForwardedCallIsCountedAtItsElementSizeAndGetsNcclsAnswer) {
-  const World world(1);
+  const onebit::testing::StandInWorld world(1);
   DeviceBuffer untagged(ncclFloat32);  // kN floats: room for kN float8 elements
   onebit_preload_stats_t before{}, after{};
   ASSERT_EQ(onebit_preload_stats(&before), ONEBIT_SUCCESS);
