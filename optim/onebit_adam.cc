@@ -6,6 +6,8 @@
 #include "common/params.h"
 #include "optim/adam_elementwise.h"
 #include "optim/frozen_variance.h"
+#include "optim/tiled_sums.h"
+#include "optim/variance_measures.h"
 
 namespace onebit::optim {
 
@@ -66,13 +68,8 @@ void check(const AutoFreeze& c) {
 bool measures(const AutoFreeze& c, std::int64_t step) { return step >= 0 && (step + 1) % c.window == 0; }
 
 double variance_change(const float* v, const float* v_then, std::size_t n) {
-  double moved = 0, total = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    moved += std::fabs(static_cast<double>(v[i]) - static_cast<double>(v_then[i]));
-    total += std::fabs(static_cast<double>(v[i]));
-  }
-  if (total == 0) return moved == 0 ? 0.0 : 1.0;
-  return moved / total;
+  return variance_measures::variance_change(
+      tiled::sum(n, [&](std::size_t i) { return variance_measures::variance_change_terms(v[i], v_then[i]); }));
 }
 
 std::int64_t decide(const AutoFreeze& c, std::int64_t step, double change) {

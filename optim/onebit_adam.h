@@ -47,7 +47,8 @@ struct AutoFreeze {
 };
 void check(const AutoFreeze& config);  // throws Error(ONEBIT_INVALID_ARGUMENT) naming the field
 bool measures(const AutoFreeze& config, std::int64_t step);
-// sum |v - v_then| / sum |v| in fp64, element order; 0 when both sums are 0.
+// sum |v - v_then| / sum |v| in fp64, in tiled_sums.h's order (the device's: variance_measures.h);
+// 0 when both sums are 0.
 double variance_change(const float* v, const float* v_then, std::size_t n);
 // step + 1 if the warmup ends after `step`, else -1.
 std::int64_t decide(const AutoFreeze& config, std::int64_t step, double change);

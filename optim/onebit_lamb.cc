@@ -17,9 +17,9 @@ void move(const Config& c, double coefficient, float* p, const float* m, const f
   for (std::size_t i = 0; i < n; ++i) p[i] = p[i] - step * direction(c, p[i], m[i], v[i]);
 }
 
-// The fp64 sum of squares, in lamb_rules.h's order.
+// The fp64 sum of squares, in tiled_sums.h's order.
 double sum_of_squares(const float* x, std::size_t n) {
-  return total(tile_sums(n, [x](std::size_t i) { return square_terms(x[i]); })).first;
+  return tiled::sum(n, [x](std::size_t i) { return square_terms(x[i]); }).first;
 }
 
 }  // namespace
@@ -60,7 +60,7 @@ void warmup_step(const Config& c, Layer& layer, std::int64_t step, float* p, flo
                  const float* g, std::size_t n) {
   const bool last = step + 1 == c.freeze_step;
   const Sums sums =
-      total(tile_sums(n, [&](std::size_t i) { return warmup_element(c, last, p[i], m[i], v[i], v_fresh[i], g[i]); }));
+      tiled::sum(n, [&](std::size_t i) { return warmup_element(c, last, p[i], m[i], v[i], v_fresh[i], g[i]); });
   move(c, warmup_coefficient(c, layer, sums), p, m, v, n);
 }
 
@@ -126,8 +126,8 @@ void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* 
                 std::size_t n) {
   check_apply(layer);
   const float scaling = static_cast<float>(layer.scaling_coeff);
-  const Sums sums = total(
-      tile_sums(n, [&](std::size_t i) { return apply_element(c, scaling, p[i], m[i], m_last[i], v[i], v_fresh[i]); }));
+  const Sums sums =
+      tiled::sum(n, [&](std::size_t i) { return apply_element(c, scaling, p[i], m[i], m_last[i], v[i], v_fresh[i]); });
   move(c, apply_coefficient(c, layer, sums), p, m, v, n);
 }
 

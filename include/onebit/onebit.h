@@ -264,9 +264,27 @@ typedef struct {
 /* 1 if the shim measures after warmup step `step`, 0 if not; -1 (and last error) for a bad config. */
 ONEBIT_API int onebit_adam_auto_freeze_measures(const onebit_adam_auto_freeze_t* config, int64_t step);
 /* The measurement over `count` elements: *change as above (0 when v and v_then are both all zero),
- * summed in fp64 in element order. The shim copies v into v_then once it has decided. */
+ * summed in fp64 in one tiled order (the device twin's, below). The shim copies v into v_then once
+ * it has decided. */
 ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const float* v_then, size_t count,
                                                        double* change);
+
+/* The two measurements over device memory (CUDA): the dormant count and the variance change, the
+ * host calls' answers bit for bit (the change is summed in one tiled order on both; the count is
+ * exact: docs/design.md, "The optimizers on the device"). Each reads its answer back, so it
+ * synchronizes `stream` (a cudaStream_t; NULL: the legacy default stream) and is not capturable in
+ * a CUDA graph. `workspace` holds the partial sums: device memory of the current device,
+ * onebit_measure_workspace_size(count) bytes at least (one 24-byte sum per 2048 elements), 8-byte
+ * aligned. Refused, naming the problem, before anything runs and with the answer unchanged: a
+ * NULL array or answer, eps <= 0, arrays or a workspace that are not memory of the current device,
+ * a workspace too small or misaligned. ONEBIT_UNSUPPORTED from the libraries built without CUDA
+ * (onebit_device_steps()). */
+ONEBIT_API size_t onebit_measure_workspace_size(size_t count);
+ONEBIT_API onebit_result_t onebit_dormant_count_device(const float* v, size_t count, float eps, void* workspace,
+                                                       size_t workspace_bytes, size_t* dormant, void* stream);
+ONEBIT_API onebit_result_t onebit_adam_variance_change_device(const float* v, const float* v_then, size_t count,
+                                                              void* workspace, size_t workspace_bytes, double* change,
+                                                              void* stream);
 /* After warmup step `step`, given its measured change (ignored when it measures nothing): the first
  * step of the compression stage (step + 1) if the warmup ends now, else -1; -2 (and last error)
  * for a bad config. A shim measures and decides after the step is complete (its count advanced),
@@ -385,7 +403,7 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zer
  *   rebuilt from the averaged momentum, and the coefficient is coeff_freeze times a factor
  *   max((sqrt(v)+eps) / (sqrt(v_fresh)+eps)) over the layer's elements that are not dormant (1 if
  *   all are), kept within [factor_min, factor_max] and within factor_threshold of the last step's.
- *   Norms and coefficients are fp64 (sums in a fixed tiled order, optim/lamb_rules.h); arrays fp32.
+ *   Norms and coefficients are fp64 (sums in a fixed tiled order, optim/tiled_sums.h); arrays fp32.
  * docs/design.md ("1-bit LAMB") writes out every operation. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "optim/cuda/grid.h"
+#include "optim/cuda/tiled_sums.h"
 #include "optim/lamb_rules.h"
 
 namespace onebit::optim::lamb::cuda {
@@ -13,30 +14,7 @@ namespace {
 using onebit::optim::cuda::blocks_for;
 using onebit::optim::cuda::kThreads;
 
-void check_cuda(cudaError_t status, const char* what) {
-  ONEBIT_CHECK(status == cudaSuccess, ONEBIT_SYSTEM_ERROR, "1-bit LAMB on the device: ", what, ": ",
-               cudaGetErrorString(status));
-}
-
-// One block sums one tile of term(i) in lamb_rules.h's order — lane j (thread j) over its rounds,
-// then the halving tree — and writes the tile's sums.
-template <typename Term>
-__device__ void sum_tile(std::size_t n, Sums* tiles, const Term& term) {
-  __shared__ Sums lanes[kLanes];
-  const int j = threadIdx.x;
-  Sums lane{0.0, 0.0, 0.0f};
-  for (int r = 0; r < kRounds; ++r) {
-    const std::size_t i = blockIdx.x * kTile + std::size_t(r) * kLanes + j;
-    if (i < n) lane = combine(lane, term(i));
-  }
-  lanes[j] = lane;
-  __syncthreads();
-  for (int s = kLanes / 2; s > 0; s /= 2) {
-    if (j < s) lanes[j] = combine(lanes[j], lanes[j + s]);
-    __syncthreads();
-  }
-  if (j == 0) tiles[blockIdx.x] = lanes[0];
-}
+void check_cuda(cudaError_t status, const char* doing) { tiled::cuda::check_cuda(status, "1-bit LAMB", doing); }
 
 struct WarmupTerm {
   Config c;
@@ -67,11 +45,6 @@ struct ApplyTerm {
   }
 };
 
-template <typename Term>
-__global__ void tiles_kernel(std::size_t n, Sums* tiles, Term term) {
-  sum_tile(n, tiles, term);
-}
-
 __global__ void move_kernel(Config c, float step, float* p, const float* m, const float* v, std::size_t n) {
   ONEBIT_GRID_STRIDE_LOOP(i, n) { p[i] = p[i] - step * direction(c, p[i], m[i], v[i]); }
 }
@@ -82,39 +55,6 @@ __global__ void momentum_kernel(Config c, float scaling, float* m, float* m_last
     m_last[i] = before;
     m[i] = scaled_momentum(c, scaling, before, g[i]);
   }
-}
-
-// Every layer's sums: layer j's terms (term_of(j, its offset)) summed by one kernel into its
-// slice of the workspace, all the tiles' sums read back at once (the one synchronization) and each
-// layer's finished on the host.
-template <typename TermOf>
-std::vector<Sums> layers_sums(const std::size_t* counts, std::size_t layers, const TermOf& term_of, void* workspace,
-                              cudaStream_t stream) {
-  auto* on_device = static_cast<Sums*>(workspace);
-  std::vector<std::size_t> first(layers + 1, 0);  // layer j's tiles are [first[j], first[j + 1])
-  std::size_t offset = 0;
-  for (std::size_t j = 0; j < layers; ++j) {
-    const std::size_t tiles = tiles_of(counts[j]);
-    if (tiles > 0) {
-      tiles_kernel<<<static_cast<unsigned>(tiles), kLanes, 0, stream>>>(counts[j], on_device + first[j],
-                                                                        term_of(j, offset));
-      check_cuda(cudaGetLastError(), "the sums' kernel did not launch");
-    }
-    first[j + 1] = first[j] + tiles;
-    offset += counts[j];
-  }
-  std::vector<Sums> on_host(first[layers]);
-  if (!on_host.empty()) {
-    check_cuda(
-        cudaMemcpyAsync(on_host.data(), on_device, on_host.size() * sizeof(Sums), cudaMemcpyDeviceToHost, stream),
-        "reading the layers' sums back");
-    check_cuda(cudaStreamSynchronize(stream), "waiting for the layers' sums");
-  }
-  std::vector<Sums> totals(layers);
-  for (std::size_t j = 0; j < layers; ++j) {
-    totals[j] = total(std::vector<Sums>(on_host.begin() + first[j], on_host.begin() + first[j + 1]));
-  }
-  return totals;
 }
 
 void move(const Config& c, double coefficient, float* p, const float* m, const float* v, std::size_t n,
@@ -133,7 +73,7 @@ void warmup_steps(const Config* configs, Layer* states, const std::size_t* count
     const bool last = step + 1 == configs[j].freeze_step;
     return WarmupTerm{configs[j], last, p + at, m + at, v + at, v_fresh + at, g + at};
   };
-  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
+  const std::vector<Sums> sums = tiled::cuda::ranges_sums(counts, layers, term_of, workspace, stream, "1-bit LAMB");
   for (std::size_t j = 0, at = 0; j < layers; at += counts[j], ++j) {
     move(configs[j], warmup_coefficient(configs[j], states[j], sums[j]), p + at, m + at, v + at, counts[j], stream);
   }
@@ -142,7 +82,7 @@ void warmup_steps(const Config* configs, Layer* states, const std::size_t* count
 void scaling_coeffs(const float* m, const std::size_t* counts, std::size_t layers, Layer* states, void* workspace,
                     cudaStream_t stream) {
   const auto term_of = [&](std::size_t, std::size_t at) { return SquareTerm{m + at}; };
-  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
+  const std::vector<Sums> sums = tiled::cuda::ranges_sums(counts, layers, term_of, workspace, stream, "1-bit LAMB");
   std::vector<double> squares(layers);
   for (std::size_t j = 0; j < layers; ++j) squares[j] = sums[j].first;
   set_scaling_coeffs(squares.data(), counts, layers, states);
@@ -169,7 +109,7 @@ void apply_steps(const Config* configs, Layer* states, const std::size_t* counts
     return ApplyTerm{configs[j],  static_cast<float>(states[j].scaling_coeff), p + at, m + at, m_last + at, v + at,
                      v_fresh + at};
   };
-  const std::vector<Sums> sums = layers_sums(counts, layers, term_of, workspace, stream);
+  const std::vector<Sums> sums = tiled::cuda::ranges_sums(counts, layers, term_of, workspace, stream, "1-bit LAMB");
   for (std::size_t j = 0, at = 0; j < layers; at += counts[j], ++j) {
     move(configs[j], apply_coefficient(configs[j], states[j], sums[j]), p + at, m + at, v + at, counts[j], stream);
   }

@@ -1,6 +1,6 @@
 // 1-bit LAMB's steps over device arrays: the C core's rule (optim/onebit_lamb.h) on a CUDA stream,
-// the same bits as the CPU loops — the per-element rules and the order of every fp64 sum are
-// optim/lamb_rules.h's, shared with them — so the CPU core is these steps' oracle.
+// the same bits as the CPU loops — the per-element rules are optim/lamb_rules.h's and the order of
+// every fp64 sum optim/tiled_sums.h's, shared with them — so the CPU core is these steps' oracle.
 //
 // A layer's trust ratio needs its norms, so the steps that need them take every layer at once
 // (layers one after another in the flat arrays, counts[j] elements each, configs[j] and states[j]
@@ -8,7 +8,7 @@
 // back to the host with one synchronization of `stream`, finished there with the CPU's own code,
 // the states updated on the host, and the passes that move p queued. Not capturable in a CUDA
 // graph. momentum_step, one layer, is asynchronous. `workspace`: device memory of at least
-// lamb::workspace_bytes(counts, layers) bytes, the caller's, so that no step allocates device
+// tiled::workspace_bytes(counts, layers) bytes, the caller's, so that no step allocates device
 // memory. Errors throw onebit::Error: a state not set up (every layer checked before anything
 // runs), a CUDA failure (ONEBIT_SYSTEM_ERROR, named).
 #pragma once

@@ -10,8 +10,10 @@
 #include "common/error.h"
 #include "optim/cuda/adam_device.h"
 #include "optim/cuda/lamb_device.h"
+#include "optim/cuda/variance_measures.h"
 #include "optim/cuda/zero_one_adam_device.h"
 #include "optim/lamb_rules.h"
+#include "optim/tiled_sums.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/optimizer_args.h"
 
@@ -24,6 +26,7 @@ using onebit::capi::to_lamb;
 using onebit::capi::to_zero_one_adam;
 namespace zero_one_adam = onebit::optim::zero_one_adam;
 namespace lamb = onebit::optim::lamb;
+namespace tiled = onebit::optim::tiled;
 
 // Device (or managed) memory of the current device, which the kernels run on: a host pointer, one
 // CUDA does not know, or another device's memory (the caller's current device is not the arrays':
@@ -77,14 +80,15 @@ std::size_t check_lamb_layers(const onebit_lamb_config_t* configs, bool configs_
   return total;
 }
 
-// The workspace of a step that sums: device memory, at least `needed` bytes, aligned for its sums.
-void check_workspace(void* workspace, std::size_t bytes, std::size_t needed) {
-  ONEBIT_CHECK(workspace != nullptr, ONEBIT_INVALID_ARGUMENT, "workspace is NULL: this step needs ", needed,
-               " bytes of device memory (onebit_lamb_workspace_size)");
+// The workspace of a call that sums: device memory, at least `needed` bytes (as `sizer` says),
+// aligned for its sums.
+void check_workspace(void* workspace, std::size_t bytes, std::size_t needed, const char* sizer) {
+  ONEBIT_CHECK(workspace != nullptr, ONEBIT_INVALID_ARGUMENT, "workspace is NULL: this call needs ", needed,
+               " bytes of device memory (", sizer, ")");
   ONEBIT_CHECK(bytes >= needed, ONEBIT_INVALID_ARGUMENT, "workspace of ", bytes,
-               " bytes is too small: this step needs ", needed, " (onebit_lamb_workspace_size)");
-  ONEBIT_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(lamb::Sums) == 0, ONEBIT_INVALID_ARGUMENT,
-               "workspace at ", workspace, " is not aligned to ", alignof(lamb::Sums), " bytes");
+               " bytes is too small: this call needs ", needed, " (", sizer, ")");
+  ONEBIT_CHECK(reinterpret_cast<std::uintptr_t>(workspace) % alignof(tiled::Sums) == 0, ONEBIT_INVALID_ARGUMENT,
+               "workspace at ", workspace, " is not aligned to ", alignof(tiled::Sums), " bytes");
   check_on_device(1, {{workspace, "workspace"}});
 }
 
@@ -122,6 +126,29 @@ onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t* config
     check_arrays(count, {params, m, v});
     check_on_device(count, {{params, "params"}, {m, "m"}, {v, "v"}});
     check_launch(onebit::optim::cuda::apply_step(c, params, m, v, count, as_stream(stream)), "apply step");
+  });
+}
+
+onebit_result_t onebit_dormant_count_device(const float* v, size_t count, float eps, void* workspace,
+                                            size_t workspace_bytes, size_t* dormant, void* stream) {
+  return onebit::abi_guard("onebit_dormant_count_device", [&] {
+    check_arrays(count, {v});
+    ONEBIT_CHECK(eps > 0, ONEBIT_INVALID_ARGUMENT, "eps ", eps, " (need > 0)");
+    ONEBIT_CHECK(dormant != nullptr, ONEBIT_INVALID_ARGUMENT, "dormant is NULL");
+    check_on_device(count, {{v, "v"}});
+    check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(&count, 1), "onebit_measure_workspace_size");
+    *dormant = onebit::optim::cuda::dormant_count(v, count, eps, workspace, as_stream(stream));
+  });
+}
+
+onebit_result_t onebit_adam_variance_change_device(const float* v, const float* v_then, size_t count, void* workspace,
+                                                   size_t workspace_bytes, double* change, void* stream) {
+  return onebit::abi_guard("onebit_adam_variance_change_device", [&] {
+    check_arrays(count, {v, v_then});
+    ONEBIT_CHECK(change != nullptr, ONEBIT_INVALID_ARGUMENT, "change is NULL");
+    check_on_device(count, {{v, "v"}, {v_then, "v_then"}});
+    check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(&count, 1), "onebit_measure_workspace_size");
+    *change = onebit::optim::cuda::variance_change(v, v_then, count, workspace, as_stream(stream));
   });
 }
 
@@ -183,7 +210,7 @@ onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t* conf
     const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, v, v_fresh, grad});
     check_on_device(total, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
-    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
+    check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::warmup_steps(configs, states, counts, layers, step, params, m, v, v_fresh, grad, workspace,
                              as_stream(stream));
   });
@@ -196,7 +223,7 @@ onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* 
     const std::size_t total = check_lamb_layers(nullptr, false, states, counts, layers);
     check_arrays(total, {m});
     check_on_device(total, {{m, "m"}});
-    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
+    check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::scaling_coeffs(m, counts, layers, states, workspace, as_stream(stream));
   });
 }
@@ -221,7 +248,7 @@ onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t* confi
     const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, m_last, v, v_fresh});
     check_on_device(total, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
-    check_workspace(workspace, workspace_bytes, lamb::workspace_bytes(counts, layers));
+    check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::apply_steps(configs, states, counts, layers, params, m, m_last, v, v_fresh, workspace,
                             as_stream(stream));
   });

@@ -37,6 +37,14 @@ onebit_result_t onebit_adam_apply_step_device(const onebit_adam_config_t*, float
   return absent("onebit_adam_apply_step_device");
 }
 
+onebit_result_t onebit_dormant_count_device(const float*, size_t, float, void*, size_t, size_t*, void*) {
+  return absent("onebit_dormant_count_device");
+}
+
+onebit_result_t onebit_adam_variance_change_device(const float*, const float*, size_t, void*, size_t, double*, void*) {
+  return absent("onebit_adam_variance_change_device");
+}
+
 onebit_result_t onebit_zero_one_adam_gradient_step_device(const onebit_zero_one_adam_config_t*, float*, float*, float*,
                                                           const float*, size_t, int, void*) {
   return absent("onebit_zero_one_adam_gradient_step_device");

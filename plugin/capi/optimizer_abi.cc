@@ -10,6 +10,7 @@
 #include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
+#include "optim/tiled_sums.h"
 #include "optim/zero_one_adam.h"
 #include "plugin/capi/abi_guard.h"
 #include "plugin/capi/optimizer_args.h"
@@ -108,6 +109,8 @@ onebit_result_t onebit_adam_variance_change(const float* v, const float* v_then,
     *change = onebit::optim::variance_change(v, v_then, count);
   });
 }
+
+size_t onebit_measure_workspace_size(size_t count) { return onebit::optim::tiled::workspace_bytes(&count, 1); }
 
 int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step, double change) {
   std::int64_t answer = -2;
@@ -234,7 +237,7 @@ size_t onebit_lamb_workspace_size(const size_t* counts, size_t layers) {
   size_t bytes = 0;
   onebit::abi_guard("onebit_lamb_workspace_size", [&] {
     ONEBIT_CHECK(counts != nullptr || layers == 0, ONEBIT_INVALID_ARGUMENT, "counts is NULL with ", layers, " layers");
-    bytes = onebit::optim::lamb::workspace_bytes(counts, layers);
+    bytes = onebit::optim::tiled::workspace_bytes(counts, layers);
   });
   return bytes;
 }

@@ -63,6 +63,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              "(docs/usage.md, \"NCCL\")")
         # _warn_if_not_compressed ran (on CPU only: the NCCL door counts in its own library)
         self._checked_compression = self._device.type == "cuda"
+        self._measure_workspace = None  # on CUDA: the measurements' partial sums (_measure)
         self._ranges, self._slices = [], []  # per group; per parameter
         offset = 0
         for g, group in enumerate(self.param_groups):
@@ -107,6 +108,23 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 _check(self._lib, getattr(self._lib, name + "_device")(*args, self._stream()))
         else:
             _check(self._lib, getattr(self._lib, name)(*args))
+
+    def _measure(self, name, *args):
+        """The C core's measurement `name` (onebit_dormant_count, onebit_adam_variance_change) over
+        this optimizer's arrays, its answer's pointer last: on the CPU, or on CUDA its `name`_device
+        twin, which sums in the same order (the same answer, bit for bit) into a workspace kept for
+        it and reads the answer back (a synchronization of the current stream)."""
+        if self._device.type != "cuda":
+            _check(self._lib, getattr(self._lib, name)(*args))
+            return
+        if self._measure_workspace is None:
+            size = self._lib.onebit_measure_workspace_size(ctypes.c_size_t(self._total))
+            self._measure_workspace = torch.empty(size, dtype=torch.uint8, device=self._device)
+        workspace = self._measure_workspace
+        with torch.cuda.device(self._device):
+            _check(self._lib, getattr(self._lib, name + "_device")(
+                *args[:-1], _ptr(workspace), ctypes.c_size_t(workspace.numel()), args[-1],
+                self._stream()))
 
     def _own_tag(self, buffer, name):
         """Tags `buffer` for as long as this optimizer lives: close() or the optimizer's collection
@@ -174,14 +192,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
         onebit.h "Dormant elements": they take no momentum step from now on), in which groups."""
         counts = []
         for group, (lo, hi) in zip(self.param_groups, self._ranges):
-            if self._device.type == "cuda":
-                counts.append(int((variance[lo:hi].sqrt() <= self._config(group).eps).sum()))
-            else:
-                count = ctypes.c_size_t()
-                _check(self._lib, self._lib.onebit_dormant_count(_ptr(variance[lo:]), ctypes.c_size_t(hi - lo),
-                                                                 ctypes.c_float(self._config(group).eps),
-                                                                 ctypes.byref(count)))
-                counts.append(count.value)
+            count = ctypes.c_size_t()
+            self._measure("onebit_dormant_count", _ptr(variance[lo:]), ctypes.c_size_t(hi - lo),
+                          ctypes.c_float(self._config(group).eps), ctypes.byref(count))
+            counts.append(count.value)
         self.dormant_elements = sum(counts)
         if self._rank != 0:
             return

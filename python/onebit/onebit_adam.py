@@ -18,7 +18,8 @@ Without DDP the optimizer averages the gradients itself during warmup.
 Parameters on a CUDA device (all on one) work the same way under libonebit-nccl-preload.so: the
 flat buffers live on that device, the tagged momentum's all_reduce goes through NCCL and is
 compressed there, and the steps are the C core's device steps (onebit_adam_*_step_device: the
-same rule, the same bits as on the CPU) on torch's current stream.
+same rule, the same bits as on the CPU) on torch's current stream; the automatic freeze's
+measurement and the dormant count go through their device twins (the same answers as on the CPU).
 
 freeze_step="auto" ends the warmup when the variance has settled: every `freeze_window` warmup
 steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, its
@@ -225,15 +226,10 @@ class OnebitAdam(_FlatOptimizer):
         """freeze_step="auto", after warmup step `taken`: measure, decide, and say so when it fires."""
         lib, step = self._lib, ctypes.c_int64(taken)
         if lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), step) == 1:
-            if self._device.type == "cuda":
-                moved = (self._v.double() - self._v_then.double()).abs().sum()
-                total = self._v.double().abs().sum()
-                change = float(moved / total) if total > 0 else (0.0 if moved == 0 else 1.0)
-            else:
-                value = ctypes.c_double()
-                _check(lib, lib.onebit_adam_variance_change(_ptr(self._v), _ptr(self._v_then),
-                                                            ctypes.c_size_t(self._v.numel()), ctypes.byref(value)))
-                change = value.value
+            value = ctypes.c_double()
+            self._measure("onebit_adam_variance_change", _ptr(self._v), _ptr(self._v_then),
+                          ctypes.c_size_t(self._v.numel()), ctypes.byref(value))
+            change = value.value
             if self._world > 1:
                 largest = torch.tensor([change], dtype=torch.float64, device=self._device)
                 dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self._group)  # untagged: exact

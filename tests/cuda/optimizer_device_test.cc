@@ -3,7 +3,7 @@
 // weight decay and odd sizes; every element of every array bit-identical after each step. Also
 // the refusals: host memory where device memory is due, an m_before overlapping m, a bad config,
 // a 0/1 Adam sync with no learning rate summed, a LAMB workspace too small. 0/1 Adam's four steps
-// and 1-bit LAMB's five likewise (LAMB's layer scalars too).
+// and 1-bit LAMB's five likewise (LAMB's layer scalars too), and the measurements' device twins.
 // Skips, saying so, where no CUDA device is present; tools/gpu-check.sh runs it on a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "onebit/onebit.h"
@@ -176,7 +177,7 @@ void expect_same_layers(const std::vector<onebit_lamb_layer_t>& got, const std::
 // tile and a bit, many tiles; the last with its own lr and weight decay): warmup steps (the last
 // copies v into v_fresh), the scaling coefficients, then compression steps (momentum; the
 // "average" is the momentum itself; apply). Every array and every layer's fp64 scalars equal the
-// CPU core's, bit for bit: the norms are summed in one order on both (optim/lamb_rules.h). The
+// CPU core's, bit for bit: the norms are summed in one order on both (optim/tiled_sums.h). The
 // host steps go layer by layer; the device ones take all layers at once.
 TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   ASSERT_EQ(onebit_device_steps(), 1);
@@ -291,6 +292,74 @@ TEST(OptimizerDeviceSteps, EveryLambStepGivesTheCpuCoresBits) {
   EXPECT_EQ(bits(p.get()), bits(p_before));
   cudaStreamDestroy(stream);
   cudaFree(workspace);
+}
+
+// The measurements' device twins — the automatic freeze's variance change and the dormant count —
+// against the host calls: the same double, bit for bit (both sum in optim/tiled_sums.h's order),
+// and the same count, for a first measurement (v_then all zero: exactly 1), a later one (v_then a
+// step behind) and nothing moved (exactly 0), over counts within a tile and across tiles (the
+// levels of tiles are the host's own total(), TiledSums.TakeEveryElementOnce). A workspace too small, host memory, and
+// a NULL answer are refused, the answer left alone.
+TEST(OptimizerDeviceSteps, TheMeasurementsGiveTheCpuCoresAnswers) {
+  ASSERT_EQ(onebit_device_steps(), 1);
+  SKIP_WITHOUT_GPU();
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  const std::size_t largest = std::size_t{2048} * 37 + 77;  // tiles to fold: the host's total() does the levels
+  const std::size_t workspace_bytes = onebit_measure_workspace_size(largest);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes), cudaSuccess);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{2048} + 300, largest}) {
+    Arrays host = random_arrays(n, static_cast<unsigned>(n) + 7);
+    std::vector<float> later = host.v;
+    for (std::size_t i = 0; i < n; ++i) later[i] = i % 3 == 0 ? later[i] : later[i] * 3.7f + 1e-3f;
+    OnDevice v(host.v), zeros(std::vector<float>(n, 0.0f)), behind(later);
+    for (const auto& [then, host_then, what] : {std::tuple{&zeros, std::vector<float>(n, 0.0f), "first"},
+                                                std::tuple{&behind, later, "later"}, std::tuple{&v, host.v, "same"}}) {
+      double want = -1, got = -2;
+      ASSERT_EQ(onebit_adam_variance_change(host.v.data(), host_then.data(), n, &want), ONEBIT_SUCCESS);
+      ASSERT_EQ(onebit_adam_variance_change_device(v.ptr, then->ptr, n, workspace, workspace_bytes, &got, stream),
+                ONEBIT_SUCCESS)
+          << onebit_last_error();
+      EXPECT_EQ(std::memcmp(&got, &want, sizeof got), 0) << what << ", n " << n << ": " << got << " vs " << want;
+      if (std::string(what) == "first" && n > 1) {  // n = 1: v is [0] (dormant), nothing to move
+        EXPECT_EQ(got, 1.0) << "n " << n;
+      }
+      if (std::string(what) == "same") {
+        EXPECT_EQ(got, 0.0) << "n " << n;
+      }
+    }
+    std::size_t want = 0, got = 1;
+    ASSERT_EQ(onebit_dormant_count(host.v.data(), n, 1e-8f, &want), ONEBIT_SUCCESS);
+    ASSERT_EQ(onebit_dormant_count_device(v.ptr, n, 1e-8f, workspace, workspace_bytes, &got, stream), ONEBIT_SUCCESS)
+        << onebit_last_error();
+    EXPECT_EQ(got, want) << "n " << n;
+    EXPECT_EQ(got > 0, n > 0) << "every 7th element is dormant (v = 0), n " << n;
+  }
+  // Refusals, before anything runs, the answer unchanged.
+  OnDevice v(std::vector<float>(4096, 1.0f));
+  std::vector<float> on_host(4096, 1.0f);
+  double change = -1;
+  EXPECT_EQ(onebit_adam_variance_change_device(v.ptr, v.ptr, 4096, workspace, 24, &change, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("workspace of 24 bytes is too small: this call needs 48"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_NE(std::string(onebit_last_error()).find("onebit_measure_workspace_size"), std::string::npos);
+  EXPECT_EQ(
+      onebit_adam_variance_change_device(v.ptr, on_host.data(), 4096, workspace, workspace_bytes, &change, stream),
+      ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("v_then"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(change, -1);
+  std::size_t dormant = 7;
+  EXPECT_EQ(onebit_dormant_count_device(v.ptr, 4096, 1e-8f, workspace, workspace_bytes, nullptr, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("dormant is NULL"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_dormant_count_device(v.ptr, 4096, 0.0f, workspace, workspace_bytes, &dormant, stream),
+            ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(dormant, 7u);
+  cudaFree(workspace);
+  cudaStreamDestroy(stream);
 }
 
 TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothing) {

@@ -21,12 +21,22 @@ endfunction()
 
 set(onebit_stand_in_sources ${CMAKE_CURRENT_LIST_DIR}/device.cc)
 foreach(cu kernels/cuda/cuda_kernels.cu optim/cuda/adam_device.cu optim/cuda/zero_one_adam_device.cu
-        optim/cuda/lamb_device.cu)
+        optim/cuda/lamb_device.cu optim/cuda/variance_measures.cu)
   onebit_lower_for_stand_in(${cu} onebit_stand_in_sources)
 endforeach()
+# A header with kernels and launches, lowered under its own path into a folder searched before the
+# source tree, so that the lowered sources include the lowered copy.
+set(lowered_header ${CMAKE_CURRENT_BINARY_DIR}/cuda_on_cpu/optim/cuda/tiled_sums.h)
+add_custom_command(OUTPUT ${lowered_header}
+  COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/lower_launches.py ${PROJECT_SOURCE_DIR}/optim/cuda/tiled_sums.h
+          ${lowered_header}
+  DEPENDS ${PROJECT_SOURCE_DIR}/optim/cuda/tiled_sums.h ${CMAKE_CURRENT_LIST_DIR}/lower_launches.py
+  COMMENT "lowering optim/cuda/tiled_sums.h's launches for the CUDA stand-in")
+list(APPEND onebit_stand_in_sources ${lowered_header})
 add_library(onebit_cuda_stand_in STATIC ${onebit_stand_in_sources})
 # The stand-in's cuda_runtime.h before any CUDA toolkit's; no contraction, as nvcc is told --fmad=false.
 target_include_directories(onebit_cuda_stand_in BEFORE PUBLIC ${CMAKE_CURRENT_LIST_DIR})
+target_include_directories(onebit_cuda_stand_in BEFORE PRIVATE ${CMAKE_CURRENT_BINARY_DIR}/cuda_on_cpu)
 target_include_directories(onebit_cuda_stand_in PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/include)
 target_compile_options(onebit_cuda_stand_in PUBLIC -ffp-contract=off -fno-math-errno)
 target_link_libraries(onebit_cuda_stand_in PUBLIC onebit_core)

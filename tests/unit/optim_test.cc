@@ -16,6 +16,8 @@
 #include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
+#include "optim/tiled_sums.h"
+#include "optim/variance_measures.h"
 #include "optim/zero_one_adam.h"
 
 namespace onebit::optim {
@@ -100,6 +102,24 @@ TEST(OnebitAdam, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
   EXPECT_EQ(onebit_adam_apply_step_device(&c, p.data(), m.data(), v.data(), 4, nullptr), ONEBIT_UNSUPPORTED);
   EXPECT_EQ(p, before);
   EXPECT_STREQ(onebit_result_string(ONEBIT_UNSUPPORTED), "ONEBIT_UNSUPPORTED");
+
+  // The measurements' twins likewise, the answers left as they were.
+  std::vector<unsigned char> workspace(onebit_measure_workspace_size(4));
+  double change = -1.0;
+  std::size_t dormant = 99;
+  EXPECT_EQ(
+      onebit_adam_variance_change_device(v.data(), m.data(), 4, workspace.data(), workspace.size(), &change, nullptr),
+      ONEBIT_UNSUPPORTED);
+  EXPECT_NE(std::string(onebit_last_error()).find("onebit_adam_variance_change_device: this library was built without"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_dormant_count_device(v.data(), 4, 1e-8f, workspace.data(), workspace.size(), &dormant, nullptr),
+            ONEBIT_UNSUPPORTED);
+  EXPECT_NE(std::string(onebit_last_error()).find("onebit_dormant_count_device: this library was built without"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(change, -1.0);
+  EXPECT_EQ(dormant, 99u);
 }
 
 TEST(ZeroOneAdam, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
@@ -328,16 +348,16 @@ TEST(FrozenVariance, OnebitLambLeavesDormantOutOfTheFactor) {
   EXPECT_EQ(q[0], 1.0f);
 }
 
-// lamb_rules.h's order of sums (which the CUDA steps share): every element's term taken exactly
+// tiled_sums.h's order of sums (which the CUDA steps share): every element's term taken exactly
 // once, whatever the count (within a tile, across tiles, across levels of tiles), and the sums
 // exact where every partial sum is (integers): the order covers each element, no more, no less.
-TEST(OnebitLamb, TiledSumsTakeEveryElementOnce) {
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{257}, lamb::kTile,
-                              lamb::kTile + 1, 3 * lamb::kTile + 5, lamb::kTile * lamb::kTile + 7}) {
+TEST(TiledSums, TakeEveryElementOnce) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{255}, std::size_t{257}, tiled::kTile,
+                              tiled::kTile + 1, 3 * tiled::kTile + 5, tiled::kTile * tiled::kTile + 7}) {
     std::vector<int> taken(n, 0);
-    const lamb::Sums sums = lamb::total(lamb::tile_sums(n, [&](std::size_t i) {
+    const tiled::Sums sums = tiled::total(tiled::tile_sums(n, [&](std::size_t i) {
       ++taken[i];
-      return lamb::Sums{static_cast<double>(i % 1000), 1.0, static_cast<float>(i % 4099)};
+      return tiled::Sums{static_cast<double>(i % 1000), 1.0, static_cast<float>(i % 4099)};
     }));
     EXPECT_TRUE(std::all_of(taken.begin(), taken.end(), [](int t) { return t == 1; })) << n;
     double want = 0;
@@ -348,13 +368,70 @@ TEST(OnebitLamb, TiledSumsTakeEveryElementOnce) {
   }
 }
 
+// The workspace the measurements' device twins ask for: one sum per started tile, at least one.
+TEST(TiledSums, MeasureWorkspaceIsOneSumPerTile) {
+  EXPECT_EQ(onebit_measure_workspace_size(0), sizeof(tiled::Sums));
+  EXPECT_EQ(onebit_measure_workspace_size(1), sizeof(tiled::Sums));
+  EXPECT_EQ(onebit_measure_workspace_size(tiled::kTile), sizeof(tiled::Sums));
+  EXPECT_EQ(onebit_measure_workspace_size(tiled::kTile + 1), 2 * sizeof(tiled::Sums));
+  EXPECT_EQ(sizeof(tiled::Sums), 24u);  // onebit.h says so
+}
+
+// The variance change sums in the tiled order: over values whose sums are exact in any order
+// (integers), it is the ratio of the exact sums, whatever the count — within a tile, across
+// tiles, across levels of tiles.
+TEST(TiledSums, VarianceChangeIsTheRatioOfItsSums) {
+  for (const std::size_t n : {std::size_t{1}, std::size_t{300}, tiled::kTile + 1, tiled::kTile * tiled::kTile + 7}) {
+    std::vector<float> v(n), then(n);
+    double moved = 0, total = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      v[i] = static_cast<float>(i % 97 + 1);
+      then[i] = static_cast<float>(i % 5);
+      moved += std::fabs(static_cast<double>(v[i]) - then[i]);
+      total += v[i];
+    }
+    double change = -1;
+    ASSERT_EQ(onebit_adam_variance_change(v.data(), then.data(), n, &change), ONEBIT_SUCCESS);
+    EXPECT_EQ(change, moved / total) << n;
+  }
+  // v all zero and v_then not: all of it moved.
+  const std::vector<float> zeros(3, 0.0f), some = {0.0f, 2.0f, 0.5f};
+  double change = -1;
+  ASSERT_EQ(onebit_adam_variance_change(zeros.data(), some.data(), 3, &change), ONEBIT_SUCCESS);
+  EXPECT_EQ(change, 1.0);
+}
+
+// Over values whose sums round, the variance change is the tiled order's, bit for bit (the order
+// the device twin shares), not element order's: the two differ in the last bits here.
+TEST(TiledSums, VarianceChangeSumsInTheTiledOrder) {
+  const std::size_t n = 37 * tiled::kTile + 77;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(0.0f, 1e-3f);
+  std::vector<float> v(n), then(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = uniform(rng);
+    then[i] = uniform(rng);
+  }
+  const tiled::Sums sums =
+      tiled::sum(n, [&](std::size_t i) { return variance_measures::variance_change_terms(v[i], then[i]); });
+  double moved = 0, total = 0;  // element order
+  for (std::size_t i = 0; i < n; ++i) {
+    moved += std::fabs(static_cast<double>(v[i]) - then[i]);
+    total += v[i];
+  }
+  ASSERT_NE(sums.first / sums.second, moved / total) << "the data do not tell the orders apart";
+  double change = -1;
+  ASSERT_EQ(onebit_adam_variance_change(v.data(), then.data(), n, &change), ONEBIT_SUCCESS);
+  EXPECT_EQ(change, sums.first / sums.second);
+}
+
 // The workspace the device steps ask for: one sum per started tile of each layer, at least one.
 TEST(OnebitLamb, WorkspaceSizeIsOneSumPerTileOfEachLayer) {
-  const std::size_t counts[] = {0, 1, lamb::kTile, lamb::kTile + 1};
-  EXPECT_EQ(onebit_lamb_workspace_size(counts, 1), sizeof(lamb::Sums));  // none: still one
-  EXPECT_EQ(onebit_lamb_workspace_size(counts, 2), sizeof(lamb::Sums));
-  EXPECT_EQ(onebit_lamb_workspace_size(counts, 4), 4 * sizeof(lamb::Sums));
-  EXPECT_EQ(onebit_lamb_workspace_size(nullptr, 0), sizeof(lamb::Sums));
+  const std::size_t counts[] = {0, 1, tiled::kTile, tiled::kTile + 1};
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 1), sizeof(tiled::Sums));  // none: still one
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 2), sizeof(tiled::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(counts, 4), 4 * sizeof(tiled::Sums));
+  EXPECT_EQ(onebit_lamb_workspace_size(nullptr, 0), sizeof(tiled::Sums));
   EXPECT_EQ(onebit_lamb_workspace_size(nullptr, 2), 0u);
   EXPECT_NE(std::string(onebit_last_error()).find("counts is NULL with 2 layers"), std::string::npos)
       << onebit_last_error();

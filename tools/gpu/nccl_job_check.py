@@ -16,7 +16,8 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     get a gradient) step with the C core's device steps: every step — each stage, each kind of 0/1
     Adam step, LAMB's scaling coefficients — replayed by the C core's host steps on copies of the
     state before it, with the gradients and the averaged buffer the step saw, gives the same bits
-    (parameters, m, v, u, v_fresh, the lr sums, LAMB's layer scalars).
+    (parameters, m, v, u, v_fresh, the lr sums, LAMB's layer scalars); the dormant count at the
+    freeze and the automatic freeze's measurements (device twins) are the host calls' answers.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
@@ -232,6 +233,28 @@ def optimizers_on_cuda(rank, device="cuda"):
         fail(rank, f"OnebitAdam: {opt.dormant_elements} dormant elements at the freeze, want the 64 without gradient")
     opt.close()
 
+    # 1-bit Adam's automatic freeze: every measurement (the device twin's, over the CUDA v) is the
+    # host call's over copies of v and v_then, the same double; max_freeze_step ends the warmup.
+    params = model()
+    opt = onebit.OnebitAdam(groups(params), lr=1e-3, freeze_step="auto", freeze_window=1, freeze_threshold=1e-12,
+                            max_freeze_step=3, name="cuda/onebit_adam_auto")
+    for step in range(4):
+        set_gradients(params, step)
+        v_then, measured = host(opt._v_then), len(opt.variance_changes)
+        opt.step()
+        if len(opt.variance_changes) == measured:
+            continue
+        v, change = host(opt._v), ctypes.c_double()
+        ok(lib.onebit_adam_variance_change(ptr(v), ptr(v_then), ctypes.c_size_t(v.numel()), ctypes.byref(change)),
+           "variance change")
+        if opt.variance_changes[-1][1] != change.value:
+            fail(rank, f"OnebitAdam auto freeze, step {step}: the device measured {opt.variance_changes[-1][1]!r}, "
+                       f"the host call {change.value!r}")
+    if opt.freeze_step != 3 or len(opt.variance_changes) != 3:
+        fail(rank, f"OnebitAdam auto freeze: freeze_step {opt.freeze_step} after {opt.variance_changes}, want 3 "
+                   "after 3 measurements")
+    opt.close()
+
     # 0/1 Adam: every kind of step (variance, compressed, sync, local).
     params = model()
     opt = onebit.ZeroOneAdam(groups(params), lr=1e-3, var_freeze_step=4, var_update_scaler=2, local_step_scaler=1,
@@ -350,7 +373,7 @@ def main():
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
           "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
           "3 graph replays each match the reference's next call; the three optimizers' CUDA steps give the C core's "
-          "host bits at every step")
+          "host bits at every step, and their measurements the host calls' answers")
     return 0
 
 
