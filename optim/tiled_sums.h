@@ -49,19 +49,32 @@ inline void tile_of_lanes(Sums* lanes) {
 inline std::size_t tiles_of(std::size_t n) { return (n + kTile - 1) / kTile; }
 
 // The tiles' sums of term(i) over [0, n), each tile in the order above; term(i) is called once
-// per element (it may update the element).
+// per element, in index order (it may update the element). The lanes are kept as three arrays
+// rather than as Sums: the same operations in the same order (combine's), in a form the compiler
+// vectorizes — 3.5× faster on the CPU (docs/benchmarks.md, "The variance change in the tiled order").
 template <typename Term>
 std::vector<Sums> tile_sums(std::size_t n, Term&& term) {
   std::vector<Sums> tiles(tiles_of(n));
+  double first[kLanes], second[kLanes];
+  float peak[kLanes];
   Sums lanes[kLanes];
   for (std::size_t t = 0; t < tiles.size(); ++t) {
-    for (Sums& lane : lanes) lane = Sums{0.0, 0.0, 0.0f};
+    for (int j = 0; j < kLanes; ++j) {
+      first[j] = 0.0;
+      second[j] = 0.0;
+      peak[j] = 0.0f;
+    }
     for (int r = 0; r < kRounds; ++r) {
-      for (int j = 0; j < kLanes; ++j) {
-        const std::size_t i = t * kTile + std::size_t(r) * kLanes + j;
-        if (i < n) lanes[j] = combine(lanes[j], term(i));
+      const std::size_t row = t * kTile + std::size_t(r) * kLanes;  // element of lane 0 this round
+      const int in_row = row >= n ? 0 : static_cast<int>(n - row < kLanes ? n - row : kLanes);
+      for (int j = 0; j < in_row; ++j) {
+        const Sums x = term(row + j);
+        first[j] = first[j] + x.first;
+        second[j] = second[j] + x.second;
+        peak[j] = peak[j] < x.peak ? x.peak : peak[j];
       }
     }
+    for (int j = 0; j < kLanes; ++j) lanes[j] = Sums{first[j], second[j], peak[j]};
     tile_of_lanes(lanes);
     tiles[t] = lanes[0];
   }
