@@ -106,6 +106,7 @@ if(TARGET onebit_cuda_stand_in)
     GTest::gtest_main)
   if(TARGET onebit_nccl_stand_in)  # the NCCL door and its device path, ranks as threads
     target_sources(onebit_cuda_on_cpu_tests PRIVATE cuda_on_cpu/cuda_allreduce_test.cc cuda_on_cpu/nccl_door_test.cc
+      cuda_on_cpu/nccl_stand_in_test.cc
       ${PROJECT_SOURCE_DIR}/plugin/preload/nccl_interposer.cc ${PROJECT_SOURCE_DIR}/engine/cuda_allreduce.cc
       ${PROJECT_SOURCE_DIR}/transport/nccl/nccl_api.cc ${PROJECT_SOURCE_DIR}/transport/nccl/nccl_exchange.cc)
     target_include_directories(onebit_cuda_on_cpu_tests BEFORE PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda_on_cpu)

@@ -11,10 +11,11 @@
 #include <thread>
 #include <vector>
 
-// The stand-in's own entries: `size` communicators of a new world (rank r's in comms[r]), and the
-// end of that world, once no rank uses it.
+// The stand-in's own entries: `size` communicators of a new world (rank r's in comms[r]), the end
+// of that world, once no rank uses it, and how long its ranks wait for a peer.
 extern "C" ncclResult_t onebit_nccl_stand_in_world(int size, ncclComm_t* comms);
 extern "C" void onebit_nccl_stand_in_end_world(ncclComm_t any_rank);
+extern "C" void onebit_nccl_stand_in_set_patience(ncclComm_t any_rank, int seconds);
 
 namespace onebit::testing {
 
