@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <nccl.h>
 
+#include <functional>
 #include <vector>
 
 #include "ranks_as_threads.h"
@@ -57,49 +58,40 @@ TEST(NcclStandInDeathTest, SendsOutsideAGroupThatNoReceiveTakesAreAHang) {
       "send to rank [01] outside a group was not received within 1 s");
 }
 
+// Two ranks of a new world, each posting its transfers (over its 8 floats) in one group.
+void one_group_each(const std::function<void(int rank, ncclComm_t comm, float* data)>& post) {
+  StandInWorld world(2);
+  each_rank(2, [&](int rank) {
+    std::vector<float> data(8, 1.0f);
+    pncclGroupStart();
+    post(rank, world[rank], data.data());
+    pncclGroupEnd();
+  });
+}
+
 // An in-place exchange in one group: the receive may land before the send has read the buffer.
 TEST(NcclStandInDeathTest, AGroupReceivingIntoMemoryItAlsoSendsIsARace) {
   EXPECT_DEATH(
-      {
-        StandInWorld world(2);
-        each_rank(2, [&](int rank) {
-          std::vector<float> buffer(8, 1.0f);
-          pncclGroupStart();
-          pncclSend(buffer.data(), 8, ncclFloat32, 1 - rank, world[rank], nullptr);
-          pncclRecv(buffer.data() + 4, 4, ncclFloat32, 1 - rank, world[rank], nullptr);
-          pncclGroupEnd();
-        });
-      },
+      one_group_each([](int rank, ncclComm_t comm, float* data) {
+        pncclSend(data, 8, ncclFloat32, 1 - rank, comm, nullptr);
+        pncclRecv(data + 4, 4, ncclFloat32, 1 - rank, comm, nullptr);
+      }),
       "group receives 16 bytes from rank [01] into memory that its send to rank [01] \\(32 bytes\\) also uses");
 }
 
 TEST(NcclStandInDeathTest, AMessageOfAnotherSizeStopsNamingBoth) {
-  EXPECT_DEATH(
-      {
-        StandInWorld world(2);
-        each_rank(2, [&](int rank) {
-          std::vector<float> data(8, 1.0f);
-          pncclGroupStart();
-          if (rank == 0) pncclSend(data.data(), 4, ncclFloat32, 1, world[0], nullptr);
-          if (rank == 1) pncclRecv(data.data(), 8, ncclFloat32, 0, world[1], nullptr);
-          pncclGroupEnd();
-        });
-      },
-      "rank 1 receives 32 bytes from rank 0, which sent 16");
+  EXPECT_DEATH(one_group_each([](int rank, ncclComm_t comm, float* data) {
+                 if (rank == 0) pncclSend(data, 4, ncclFloat32, 1, comm, nullptr);
+                 if (rank == 1) pncclRecv(data, 8, ncclFloat32, 0, comm, nullptr);
+               }),
+               "rank 1 receives 32 bytes from rank 0, which sent 16");
 }
 
 TEST(NcclStandInDeathTest, AMessageNoReceiveTookIsAHangWhenTheWorldEnds) {
-  EXPECT_DEATH(
-      {
-        StandInWorld world(2);
-        each_rank(2, [&](int rank) {
-          const std::vector<float> data(4, 1.0f);
-          pncclGroupStart();
-          if (rank == 0) pncclSend(data.data(), 4, ncclFloat32, 1, world[0], nullptr);
-          pncclGroupEnd();
-        });
-      },
-      "rank 0 sent 1 message\\(s\\) to rank 1 that no receive took before the world ended");
+  EXPECT_DEATH(one_group_each([](int rank, ncclComm_t comm, float* data) {
+                 if (rank == 0) pncclSend(data, 4, ncclFloat32, 1, comm, nullptr);
+               }),
+               "rank 0 sent 1 message\\(s\\) to rank 1 that no receive took before the world ended");
 }
 
 }  // namespace
