@@ -238,6 +238,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         On the way: the parameters' values and this rank's gradients into the flat buffers (on the
         CPU OnebitAdam reads and writes each parameter where it lies instead), the rule over them
         (_flat_step), the parameters written back."""
+        self._refuse_graph_capture()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -254,6 +255,20 @@ class _FlatOptimizer(torch.optim.Optimizer):
         else:
             self._write_parameters()
         return loss
+
+    def _refuse_graph_capture(self, call="step()"):
+        """A step (or ZeroOneAdam's synchronize()) inside CUDA graph capture is refused, before it
+        touches anything, as torch.optim refuses a step of an optimizer that is not capturable. The
+        step count, the stage, the freeze decision and the learning rates live on the host and go
+        into a step's kernels as arguments: a captured step would bake them in, and every replay
+        would repeat this one step (never freezing, the schedule stopped) while looking like
+        training. While torch.compile traces the step the check is skipped, as torch.optim's is."""
+        if _is_compiling() or not torch.cuda.is_available() or not torch.cuda.is_current_stream_capturing():
+            return
+        raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
+                           "and learning rates live on the host, so every replay would repeat this one step. Capture "
+                           f"the forward and backward passes only and call {call} outside the graph (docs/usage.md, "
+                           "\"What the optimizers check\"); nothing was changed")
 
     # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
     # parameter where it lies and reads each gradient where it lies (_in_place_parameters,
@@ -529,6 +544,12 @@ class _FlatOptimizer(torch.optim.Optimizer):
     @property
     def _wants_averaged_gradients(self):
         raise NotImplementedError
+
+
+def _is_compiling():
+    """Whether torch.compile is tracing this call (torch.compiler.is_compiling, torch >= 2.3)."""
+    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
+    return bool(is_compiling and is_compiling())
 
 
 def _version_bump():

@@ -212,6 +212,7 @@ class ZeroOneAdam(_FlatOptimizer):
         calls it. Where the replicas are equal already (the variance stage, right after a sync:
         every lr sum 0, the same on every rank) it does nothing and sends nothing. Returns whether
         it moved the parameters."""
+        self._refuse_graph_capture("synchronize()")
         if all(l.value == 0 for l in self._lrs):
             return False
         self._read_parameters()

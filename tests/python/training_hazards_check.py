@@ -28,6 +28,10 @@ torch.distributed each:
   nan           A NaN gradient on rank 1 in the compression stage: every rank's step fails naming
                 the step, the stage and the likely causes; nothing changed. On the onebit backend
                 the error is an onebit.OnebitError with the code NUMERIC_ERROR.
+  capture       step() (and ZeroOneAdam.synchronize()) inside CUDA graph capture, the capture
+                stood in for here (torch.cuda.is_current_stream_capturing answering True): every
+                optimizer refuses, naming itself and the call, with parameters and state unchanged;
+                the next step outside capture proceeds and the ranks stay bitwise equal.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -45,7 +49,7 @@ from modes import CheckFailed, fit, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
-         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "deepspeed")
+         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "deepspeed")
 
 
 def flat(model):
@@ -336,6 +340,58 @@ def nan_case(mode, rank, torch, dist, onebit, out):
         raise CheckFailed("a NaN gradient in the compression stage did not fail the step")
 
 
+def same_state(torch, got, want, where):
+    """Bitwise: every tensor and value of a state_dict part as it was."""
+    if isinstance(want, dict):
+        require(got.keys() == want.keys(), f"{where}: keys {sorted(got)} != {sorted(want)}")
+        for key in want:
+            same_state(torch, got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, (list, tuple)):
+        require(len(got) == len(want), f"{where}: length {len(got)} != {len(want)}")
+        for index, (g, w) in enumerate(zip(got, want)):
+            same_state(torch, g, w, f"{where}[{index}]")
+    elif isinstance(want, torch.Tensor):
+        require(torch.equal(got, want), f"{where}: changed")
+    else:
+        require(got == want, f"{where}: {got!r} != {want!r}")
+
+
+def capture_case(mode, rank, torch, dist, onebit, out):
+    """A step under CUDA graph capture would bake the host's step count, stage and learning rates
+    into the graph; every optimizer refuses it before touching anything. No GPU here: the capture
+    is stood in for by torch.cuda answering that a capture is under way (a GPU run captures for
+    real, tools/gpu/nccl_job_check.py)."""
+    import copy
+    generator = torch.Generator().manual_seed(80 + rank)
+    for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
+        torch.manual_seed(8)
+        model = torch.nn.Linear(16, 4)
+        optimizer = make_optimizer(onebit, kind, model.parameters())
+        fit(torch, model, optimizer, torch.randn(8, 16, generator=generator), torch.randn(8, 4), FREEZE + 2)
+        calls = [("step()", optimizer.step)] + ([("synchronize()", optimizer.synchronize)] if kind == "zero_one" else [])
+        for call, method in calls:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(torch.randn(8, 16, generator=generator)), torch.zeros(8, 4)).backward()
+            params, state = flat(model).clone(), copy.deepcopy(optimizer.state_dict())
+            available, capturing = torch.cuda.is_available, torch.cuda.is_current_stream_capturing
+            torch.cuda.is_available = torch.cuda.is_current_stream_capturing = lambda: True
+            try:
+                method()
+            except RuntimeError as error:
+                words = f"{name}.{call} was called during CUDA graph capture"
+                require(words in str(error) and "nothing was changed" in str(error),
+                        f"{name}: the refusal does not say '{words}': {error}")
+            else:
+                raise CheckFailed(f"{name}.{call} inside a CUDA graph capture was not refused")
+            finally:
+                torch.cuda.is_available, torch.cuda.is_current_stream_capturing = available, capturing
+            require(torch.equal(flat(model), params), f"{name}: the refused {call} moved the parameters")
+            same_state(torch, optimizer.state_dict(), state, f"{name}: after the refused {call}: state_dict")
+            method()  # outside capture: goes on as if nothing had happened
+        same_on_every_rank(torch, dist, flat(model), f"{name}: after the refused calls and the steps after them")
+        optimizer.close()
+
+
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
     """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
     gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
@@ -373,7 +429,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case,
          "deepspeed": deepspeed_case}
 
 

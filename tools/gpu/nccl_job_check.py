@@ -17,7 +17,8 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     Adam step, LAMB's scaling coefficients — replayed by the C core's host steps on copies of the
     state before it, with the gradients and the averaged buffer the step saw, gives the same bits
     (parameters, m, v, u, v_fresh, the lr sums, LAMB's layer scalars); the dormant count at the
-    freeze and the automatic freeze's measurements (device twins) are the host calls' answers.
+    freeze and the automatic freeze's measurements (device twins) are the host calls' answers;
+    OnebitAdam's step() inside a real torch.cuda.graph capture is refused, changing nothing.
 
     python3 tools/gpu/nccl_job_check.py BUILD_DIR [--logs DIR] [--timeout SECONDS]
 """
@@ -150,6 +151,25 @@ def rank_main(rank, store):
     dist.destroy_process_group()
 
 
+def step_refused_under_capture(rank, opt, params, flat):
+    """step() inside a real CUDA graph capture is refused before it queues anything: the capture
+    ends empty, and the parameters and m are as they were."""
+    import torch
+    p, m = flat(params), opt._m.detach().cpu().clone()
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            opt.step()
+    except RuntimeError as error:
+        if "OnebitAdam.step() was called during CUDA graph capture" not in str(error):
+            fail(rank, f"OnebitAdam.step() under capture failed otherwise than refused: {error}")
+    else:
+        fail(rank, "OnebitAdam.step() inside torch.cuda.graph was not refused")
+    torch.cuda.synchronize()
+    if not torch.equal(flat(params), p) or not torch.equal(opt._m.detach().cpu(), m):
+        fail(rank, "the refused OnebitAdam.step() under capture changed the parameters or m")
+
+
 def optimizers_on_cuda(rank, device="cuda"):
     """The optimizers' CUDA steps against the C core's host steps (their oracle), through the
     Python shims as a training loop drives them: every step replayed on host copies of the state
@@ -231,6 +251,8 @@ def optimizers_on_cuda(rank, device="cuda"):
         same(f"OnebitAdam {stage} step {step}: v", opt._v, v)
     if opt.dormant_elements != 64:
         fail(rank, f"OnebitAdam: {opt.dormant_elements} dormant elements at the freeze, want the 64 without gradient")
+    if device == "cuda":
+        step_refused_under_capture(rank, opt, params, flat)
     opt.close()
 
     # 1-bit Adam's automatic freeze: every measurement (the device twin's, over the CUDA v) is the
@@ -373,7 +395,7 @@ def main():
           "exact; tagged float32/float16/bfloat16 all_reduces match the float64 reference over 3 calls; a NaN call "
           "is non-finite on both ranks and leaves the state as it was; a re-tagged name starts fresh; a captured call's "
           "3 graph replays each match the reference's next call; the three optimizers' CUDA steps give the C core's "
-          "host bits at every step, and their measurements the host calls' answers")
+          "host bits at every step, and their measurements the host calls' answers; a step under capture is refused")
     return 0
 
 
