@@ -36,7 +36,8 @@ typedef enum {
   ONEBIT_MISMATCH = 5,         /* ranks disagree: tag, element count, dtype, op or call order */
   ONEBIT_NUMERIC_ERROR = 6,    /* a scale came out NaN or Inf: the input holds NaN/Inf */
   ONEBIT_INTERNAL_ERROR = 7,   /* a bug in onebit; please report it with the log */
-  ONEBIT_UNSUPPORTED = 8,      /* this library was built without what the call needs (CUDA) */
+  ONEBIT_UNSUPPORTED = 8,      /* not here: the library was built without what the call needs (CUDA), or
+                                  a call that synchronizes was made on a stream capturing a CUDA graph */
   ONEBIT_RESULT_ENUM_MAX_ = 0x7fffffff
 } onebit_result_t;
 
@@ -273,7 +274,8 @@ ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const flo
  * host calls' answers bit for bit (the change is summed in one tiled order on both; the count is
  * exact: docs/design.md, "The optimizers on the device"). Each reads its answer back, so it
  * synchronizes `stream` (a cudaStream_t; NULL: the legacy default stream) and is not capturable in
- * a CUDA graph. `workspace` holds the partial sums: device memory of the current device,
+ * a CUDA graph: on a capturing stream it returns ONEBIT_UNSUPPORTED, queuing nothing and leaving
+ * the capture valid. `workspace` holds the partial sums: device memory of the current device,
  * onebit_measure_workspace_size(count) bytes at least (one 24-byte sum per 2048 elements), 8-byte
  * aligned. Refused, naming the problem, before anything runs and with the answer unchanged: a
  * NULL array or answer, eps <= 0, arrays or a workspace that are not memory of the current device,
@@ -446,7 +448,8 @@ ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* co
  * configs[j] and states[j] each (the states stay on the host) — and synchronize `stream` once per
  * call to read all the layers' sums back (as DeepSpeed's .item() of its norms does), then return
  * with the states updated and the passes that move the parameters queued. momentum_step, one layer,
- * is asynchronous. None is capturable in a CUDA graph. `workspace` holds the partial sums: device
+ * is asynchronous. None is capturable in a CUDA graph: on a capturing stream the steps that sum
+ * return ONEBIT_UNSUPPORTED, queuing nothing and leaving the capture valid. `workspace` holds the partial sums: device
  * memory of the current device, onebit_lamb_workspace_size(counts, layers) bytes at least (one
  * 24-byte sum per 2048 elements of each layer), 8-byte aligned as any cudaMalloc'd or torch buffer
  * is; a workspace too small or misaligned, a bad config or state of any layer, and arrays that are

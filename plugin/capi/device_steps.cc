@@ -80,6 +80,20 @@ std::size_t check_lamb_layers(const onebit_lamb_config_t* configs, bool configs_
   return total;
 }
 
+// A call that sums reads its sums back and synchronizes `stream` (optim/cuda/tiled_sums.h), which
+// a CUDA graph cannot hold: on a capturing stream the synchronization would fail and invalidate the
+// caller's whole capture. Refused first, before any other CUDA call (a capture in CUDA's global mode
+// forbids some of them), with nothing queued.
+void check_not_capturing(void* stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  const cudaError_t asked = cudaStreamIsCapturing(as_stream(stream), &capture);
+  ONEBIT_CHECK(asked == cudaSuccess, ONEBIT_SYSTEM_ERROR,
+               "cannot ask whether the stream is capturing a CUDA graph: ", cudaGetErrorString(asked));
+  ONEBIT_CHECK(capture == cudaStreamCaptureStatusNone, ONEBIT_UNSUPPORTED,
+               "the stream is capturing a CUDA graph, and this call reads its sums back to the host and synchronizes "
+               "the stream, which a graph cannot hold: call it outside the capture (nothing was queued)");
+}
+
 // The workspace of a call that sums: device memory, at least `needed` bytes (as `sizer` says),
 // aligned for its sums.
 void check_workspace(void* workspace, std::size_t bytes, std::size_t needed, const char* sizer) {
@@ -135,6 +149,7 @@ onebit_result_t onebit_dormant_count_device(const float* v, size_t count, float 
     check_arrays(count, {v});
     ONEBIT_CHECK(eps > 0, ONEBIT_INVALID_ARGUMENT, "eps ", eps, " (need > 0)");
     ONEBIT_CHECK(dormant != nullptr, ONEBIT_INVALID_ARGUMENT, "dormant is NULL");
+    check_not_capturing(stream);
     check_on_device(count, {{v, "v"}});
     check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(&count, 1), "onebit_measure_workspace_size");
     *dormant = onebit::optim::cuda::dormant_count(v, count, eps, workspace, as_stream(stream));
@@ -146,6 +161,7 @@ onebit_result_t onebit_adam_variance_change_device(const float* v, const float* 
   return onebit::abi_guard("onebit_adam_variance_change_device", [&] {
     check_arrays(count, {v, v_then});
     ONEBIT_CHECK(change != nullptr, ONEBIT_INVALID_ARGUMENT, "change is NULL");
+    check_not_capturing(stream);
     check_on_device(count, {{v, "v"}, {v_then, "v_then"}});
     check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(&count, 1), "onebit_measure_workspace_size");
     *change = onebit::optim::cuda::variance_change(v, v_then, count, workspace, as_stream(stream));
@@ -209,6 +225,7 @@ onebit_result_t onebit_lamb_warmup_steps_device(const onebit_lamb_config_t* conf
   return onebit::abi_guard("onebit_lamb_warmup_steps_device", [&] {
     const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, v, v_fresh, grad});
+    check_not_capturing(stream);
     check_on_device(total, {{params, "params"}, {m, "m"}, {v, "v"}, {v_fresh, "v_fresh"}, {grad, "grad"}});
     check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::warmup_steps(configs, states, counts, layers, step, params, m, v, v_fresh, grad, workspace,
@@ -222,6 +239,7 @@ onebit_result_t onebit_lamb_scaling_coeffs_device(const float* m, const size_t* 
   return onebit::abi_guard("onebit_lamb_scaling_coeffs_device", [&] {
     const std::size_t total = check_lamb_layers(nullptr, false, states, counts, layers);
     check_arrays(total, {m});
+    check_not_capturing(stream);
     check_on_device(total, {{m, "m"}});
     check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::scaling_coeffs(m, counts, layers, states, workspace, as_stream(stream));
@@ -247,6 +265,7 @@ onebit_result_t onebit_lamb_apply_steps_device(const onebit_lamb_config_t* confi
   return onebit::abi_guard("onebit_lamb_apply_steps_device", [&] {
     const std::size_t total = check_lamb_layers(configs, true, states, counts, layers);
     check_arrays(total, {params, m, m_last, v, v_fresh});
+    check_not_capturing(stream);
     check_on_device(total, {{params, "params"}, {m, "m"}, {m_last, "m_last"}, {v, "v"}, {v_fresh, "v_fresh"}});
     check_workspace(workspace, workspace_bytes, tiled::workspace_bytes(counts, layers), "onebit_lamb_workspace_size");
     lamb::cuda::apply_steps(configs, states, counts, layers, params, m, m_last, v, v_fresh, workspace,

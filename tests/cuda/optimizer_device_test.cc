@@ -12,9 +12,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "onebit/onebit.h"
@@ -358,6 +360,72 @@ TEST(OptimizerDeviceSteps, TheMeasurementsGiveTheCpuCoresAnswers) {
   EXPECT_EQ(onebit_dormant_count_device(v.ptr, 4096, 0.0f, workspace, workspace_bytes, &dormant, stream),
             ONEBIT_INVALID_ARGUMENT);
   EXPECT_EQ(dormant, 7u);
+  cudaFree(workspace);
+  cudaStreamDestroy(stream);
+}
+
+// The calls that read sums back synchronize their stream, which a CUDA graph cannot hold: on a
+// capturing stream each is refused before it queues anything (the stand-in stops a test that
+// queues work on a capturing stream), and the capture ends valid (a synchronize would have
+// invalidated it). Outside the capture the same call succeeds.
+TEST(OptimizerDeviceSteps, TheCallsThatSumRefuseACapturingStreamQueuingNothing) {
+  ASSERT_EQ(onebit_device_steps(), 1);
+  SKIP_WITHOUT_GPU();
+  const onebit_lamb_config_t c{0.003f, 0.9f, 0.999f, 1e-8f, 0.01f, 2, 1e9, 1e-9, 0.9, 4.0, 0.5, 0.1};
+  const std::size_t n = 2048 + 300;
+  Arrays host = random_arrays(n, 5);
+  OnDevice p(host.p), m(host.m), v(host.v), g(host.g), fresh(std::vector<float>(n, 0.0f)),
+      last(std::vector<float>(n, 0.0f));
+  onebit_lamb_layer_t layer, layer_before;
+  ASSERT_EQ(onebit_lamb_layer_init(&layer), ONEBIT_SUCCESS);
+  layer.coeff_freeze = 1.0;  // as after a warmup: the apply step's checks of the state pass
+  layer.scaling_coeff = 1.0;
+  layer_before = layer;
+  const std::size_t workspace_bytes = std::max(onebit_lamb_workspace_size(&n, 1), onebit_measure_workspace_size(n));
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes), cudaSuccess);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  double change = -1;
+  std::size_t dormant = 7;
+  const std::vector<std::pair<const char*, std::function<onebit_result_t()>>> calls = {
+      {"onebit_lamb_warmup_steps_device",
+       [&] {
+         return onebit_lamb_warmup_steps_device(&c, &layer, &n, 1, 0, p.ptr, m.ptr, v.ptr, fresh.ptr, g.ptr, workspace,
+                                                workspace_bytes, stream);
+       }},
+      {"onebit_lamb_scaling_coeffs_device",
+       [&] { return onebit_lamb_scaling_coeffs_device(m.ptr, &n, 1, &layer, workspace, workspace_bytes, stream); }},
+      {"onebit_lamb_apply_steps_device",
+       [&] {
+         return onebit_lamb_apply_steps_device(&c, &layer, &n, 1, p.ptr, m.ptr, last.ptr, v.ptr, fresh.ptr, workspace,
+                                               workspace_bytes, stream);
+       }},
+      {"onebit_dormant_count_device",
+       [&] { return onebit_dormant_count_device(v.ptr, n, 1e-8f, workspace, workspace_bytes, &dormant, stream); }},
+      {"onebit_adam_variance_change_device",
+       [&] {
+         return onebit_adam_variance_change_device(v.ptr, g.ptr, n, workspace, workspace_bytes, &change, stream);
+       }},
+  };
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  for (const auto& [name, call] : calls) {
+    EXPECT_EQ(call(), ONEBIT_UNSUPPORTED) << name;
+    const std::string error = onebit_last_error();
+    EXPECT_NE(error.find(name), std::string::npos) << error;
+    EXPECT_NE(error.find("the stream is capturing a CUDA graph"), std::string::npos) << error;
+  }
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "the capture was invalidated: a call synchronized";
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_EQ(bits(p.get()), bits(host.p));
+  EXPECT_EQ(bits(m.get()), bits(host.m));
+  EXPECT_EQ(bits(v.get()), bits(host.v));
+  EXPECT_EQ(std::memcmp(&layer, &layer_before, sizeof layer), 0) << "a refused call changed the layer's state";
+  EXPECT_EQ(change, -1);
+  EXPECT_EQ(dormant, 7u);
+  for (const auto& [name, call] : calls) EXPECT_EQ(call(), ONEBIT_SUCCESS) << name << ": " << onebit_last_error();
+  EXPECT_GT(dormant, 0u);  // every 7th element's v is 0
   cudaFree(workspace);
   cudaStreamDestroy(stream);
 }

@@ -20,8 +20,9 @@
 //
 // What it does not model: the GPU's memory model beyond barriers, its intrinsics' own rounding
 // (__fadd_rn and friends are the host's IEEE operations, compiled without contraction; half and
-// bfloat16 conversions are kernels/cpu/half.h's), graph capture, several devices, speed (events
-// time the host's clock), a host thread reading device memory (one address space here).
+// bfloat16 conversions are kernels/cpu/half.h's), graphs (a capture is only a stream's state: see
+// cudaStreamBeginCapture), several devices, speed (events time the host's clock), a host thread
+// reading device memory (one address space here).
 #pragma once
 
 #include <math.h>
@@ -63,6 +64,9 @@ enum cudaError_t {
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorInvalidDevice = 101,
+  cudaErrorIllegalState = 401,
+  cudaErrorStreamCaptureUnsupported = 900,
+  cudaErrorStreamCaptureInvalidated = 901,
 };
 using cudaError = cudaError_t;
 
@@ -127,7 +131,20 @@ enum cudaStreamCaptureStatus {
   cudaStreamCaptureStatusActive = 1,
   cudaStreamCaptureStatusInvalidated = 2,
 };
-cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);  // never: no graphs
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal = 0,
+  cudaStreamCaptureModeThreadLocal = 1,
+  cudaStreamCaptureModeRelaxed = 2,
+};
+struct CUgraph_st;
+using cudaGraph_t = CUgraph_st*;
+// Capture as far as a caller can see it without a graph: between begin and end the stream reports
+// capturing, a synchronize of it fails as CUDA's does and invalidates the capture (end then says
+// so), and any work queued on it stops the test (nothing here records a graph). End gives no graph.
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 cudaError_t cudaDeviceSynchronize();
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device);
 cudaError_t cudaEventCreate(cudaEvent_t* event);

@@ -53,6 +53,24 @@ cudaError_t fail_with(cudaError_t error) {
   std::abort();
 }
 
+// ---- capture: a stream's state only (cuda_runtime.h) ----
+
+std::mutex capture_mutex;
+std::map<cudaStream_t, bool> captures;  // the capturing streams, and whether each capture is invalidated
+
+bool capturing(cudaStream_t stream) {
+  std::lock_guard lock(capture_mutex);
+  return captures.count(stream) != 0;
+}
+
+// Work queued on a capturing stream would be recorded into a graph on a GPU; nothing records here,
+// so a test that reaches this has queued what it meant to refuse: it stops, saying so.
+void refuse_work_while_capturing(cudaStream_t stream, const char* what) {
+  if (!capturing(stream)) return;
+  std::fprintf(stderr, "cuda_on_cpu: %s on a stream capturing a CUDA graph: the stand-in records no graphs\n", what);
+  std::abort();
+}
+
 // ---- memory ----
 
 struct Allocation {
@@ -311,7 +329,8 @@ std::vector<unsigned long long> block_order(unsigned long long blocks) {
 
 }  // namespace
 
-void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t) {
+void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream) {
+  refuse_work_while_capturing(stream, "a kernel launch");
   if (!launchable(grid, block, shared_bytes)) {  // dynamic shared memory is not modelled: refused too
     fail_with(cudaErrorInvalidConfiguration);
     return;
@@ -425,7 +444,8 @@ cudaError_t cudaMemcpy(void* to, const void* from, std::size_t bytes, cudaMemcpy
   return copy(to, from, bytes, kind);
 }
 
-cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t) {
+cudaError_t cudaMemcpyAsync(void* to, const void* from, std::size_t bytes, cudaMemcpyKind kind, cudaStream_t stream) {
+  refuse_work_while_capturing(stream, "cudaMemcpyAsync");
   return copy(to, from, bytes, kind);
 }
 
@@ -446,14 +466,46 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
   return cudaSuccess;
 }
 
-cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // every launch has finished
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {  // every launch has finished
+  std::lock_guard lock(capture_mutex);
+  const auto capture = captures.find(stream);
+  if (capture == captures.end()) return cudaSuccess;
+  capture->second = true;  // as CUDA: the capture is invalidated
+  return fail_with(cudaErrorStreamCaptureUnsupported);
+}
 
 cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 
-cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
-  if (status == nullptr) return fail_with(cudaErrorInvalidValue);
-  *status = cudaStreamCaptureStatusNone;
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+  if (stream == nullptr) return fail_with(cudaErrorStreamCaptureUnsupported);  // the legacy stream cannot capture
+  std::lock_guard lock(capture_mutex);
+  if (!captures.emplace(stream, false).second) return fail_with(cudaErrorIllegalState);
   return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
+  if (graph == nullptr) return fail_with(cudaErrorInvalidValue);
+  std::lock_guard lock(capture_mutex);
+  const auto capture = captures.find(stream);
+  if (capture == captures.end()) return fail_with(cudaErrorIllegalState);
+  const bool invalidated = capture->second;
+  captures.erase(capture);
+  *graph = nullptr;
+  return invalidated ? fail_with(cudaErrorStreamCaptureInvalidated) : cudaSuccess;
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
+  if (status == nullptr) return fail_with(cudaErrorInvalidValue);
+  std::lock_guard lock(capture_mutex);
+  const auto capture = captures.find(stream);
+  *status = capture == captures.end() ? cudaStreamCaptureStatusNone
+            : capture->second         ? cudaStreamCaptureStatusInvalidated
+                                      : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+  return graph == nullptr ? cudaSuccess : fail_with(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* properties, int device) {
@@ -520,6 +572,9 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInvalidConfiguration: return "invalid configuration argument";
     case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorIllegalState: return "the operation is not permitted in the current state";
   }
   return "unrecognized error code";
 }

@@ -3,7 +3,8 @@
 // __syncthreads; votes and shuffles move lanes' values as CUDA's do, disjoint masks apart; a kernel
 // that breaks a warp function's rule stops the test naming it; blocks run in a shuffled order and
 // find their shared memory scribbled; memory is device memory only where cudaMalloc gave it, and
-// holds 0xFF bytes until written.
+// holds 0xFF bytes until written; a capture is a stream's state that a synchronize invalidates,
+// and work queued on a capturing stream stops the test.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -151,3 +152,47 @@ TEST(CudaStandIn, OnlyWhatCudaMallocGaveIsDeviceMemoryAndCopiesStayInside) {
 }
 
 }  // namespace
+
+// A capture is a stream's state (no graph is recorded): the stream says it is capturing, a
+// synchronize of it fails as CUDA's and invalidates the capture, whose end then says so; the legacy
+// stream cannot capture, and a stream cannot capture twice at once.
+TEST(CudaStandIn, ACaptureIsAStreamStateThatASynchronizeInvalidates) {
+  cudaStream_t stream = nullptr, other = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreate(&other), cudaSuccess);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusActive;
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(nullptr, cudaStreamCaptureModeGlobal), cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaErrorIllegalState);
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusActive);
+  ASSERT_EQ(cudaStreamIsCapturing(other, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "nothing synchronized the capturing stream";
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaErrorStreamCaptureUnsupported);
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusInvalidated);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorStreamCaptureInvalidated);
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaErrorIllegalState) << "ended already";
+  ASSERT_EQ(cudaStreamIsCapturing(stream, &status), cudaSuccess);
+  EXPECT_EQ(status, cudaStreamCaptureStatusNone);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  (void)cudaGetLastError();
+  cudaStreamDestroy(stream);
+  cudaStreamDestroy(other);
+}
+
+TEST(CudaStandInDeathTest, WorkQueuedOnACapturingStreamStopsTheTest) {
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  EXPECT_DEATH(launch([] {}, dim3(1), dim3(32), 0, stream), "a kernel launch on a stream capturing a CUDA graph");
+  char byte = 0;
+  EXPECT_DEATH(cudaMemcpyAsync(&byte, &byte, 1, cudaMemcpyHostToHost, stream), "cudaMemcpyAsync on a stream capturing");
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaStreamDestroy(stream);
+}
