@@ -188,7 +188,9 @@ int main(int argc, char** argv) {
         static_cast<int>(after_simulation), static_cast<int>(simulated_queue));
     return 17;
   }
-  // The config-taking inits reach NCCL's own (which, without a GPU, answer as they do).
+  // The config-taking inits reach NCCL's own, whose answers must be the same. With 0 ranks both
+  // refuse at once: on a GPU, a call that looked valid would start NCCL's background init of a
+  // non-blocking communicator, still running when this check returns.
   using InitConfig = ncclResult_t (*)(ncclComm_t*, int, ncclUniqueId, int, ncclConfig_t*);
   auto* init_config = reinterpret_cast<InitConfig>(dlsym(RTLD_DEFAULT, "ncclCommInitRankConfig"));
   auto* real_init_config = reinterpret_cast<InitConfig>(dlsym(nccl, "pncclCommInitRankConfig"));
@@ -197,7 +199,7 @@ int main(int argc, char** argv) {
   config.blocking = 0;
   ncclComm_t made = nullptr, real_made = nullptr;
   if (!init_config || !real_init_config ||
-      init_config(&made, 2, id, 0, &config) != real_init_config(&real_made, 2, id, 0, &config)) {
+      init_config(&made, 0, id, 0, &config) != real_init_config(&real_made, 0, id, 0, &config)) {
     std::printf("FAIL: ncclCommInitRankConfig must reach NCCL's pncclCommInitRankConfig\n");
     return 18;
   }

@@ -19,7 +19,11 @@ from modes import rank_or_driver  # noqa: E402
 
 def host_replay(mode, rank, torch, dist, onebit, tmp):
     import nccl_job_check
-    nccl_job_check.optimizers_on_cuda(rank, device="cpu")  # exits 4 naming the step that differs
+    nccl_job_check.optimizers_on_cuda(rank, device="cpu")  # prints a FAIL line for each step that differs
+    if nccl_job_check.FAILURES:
+        print(f"rank {rank}: FAIL: host-replay: {len(nccl_job_check.FAILURES)} checks failed", file=sys.stderr,
+              flush=True)
+        sys.exit(4)
 
 
 if __name__ == "__main__":

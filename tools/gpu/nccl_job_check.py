@@ -35,9 +35,18 @@ from ranks import Ranks, nccl_env, python_command  # noqa: E402
 N = 5003
 
 
+FAILURES = []  # this rank's failed checks: a run goes on past a failure (the ranks' collectives stay
+#               in step), so that one failed check does not hide the others; the rank exits 4 at its end
+
+
 def fail(rank, what):
     print(f"rank {rank}: FAIL: {what}", flush=True)
-    sys.exit(4)
+    FAILURES.append(what)
+
+
+def check(rank, what):
+    """A progress line before each check: a hang is then placed by the rank logs' last lines."""
+    print(f"rank {rank}: check: {what}", flush=True)
 
 
 def tagged_calls(rank, name, n, dtype, tolerance, reference, calls, start=0):
@@ -109,11 +118,13 @@ def rank_main(rank, store):
     compressed = 0
     for dtype, tolerance in ((torch.float32, 1e-4), (torch.float16, 2e-3), (torch.bfloat16, 1.6e-2)):
         name = f"momentum-{dtype}"
+        check(rank, f"tagged {dtype} all_reduces against the float64 reference")
         t = tagged_calls(rank, name, N, dtype, tolerance, Reference(2, N), 3)
         onebit.untag(t)
         compressed += 3
     # NaN on rank 1 at the second call: non-finite everywhere, then the third call is the
     # reference's second (the NaN call changed no state).
+    check(rank, "a NaN on rank 1")
     reference = Reference(2, N)
     t = tagged_calls(rank, "nan", N, torch.float32, 1e-4, reference, 1)
     t.copy_(inputs_of("nan", N, rank, 1))
@@ -131,15 +142,18 @@ def rank_main(rank, store):
     onebit.untag(t)
     compressed += 3
     # Re-tag the name with fewer elements: fresh state, nothing of the old one.
+    check(rank, "a re-tagged name")
     t = tagged_calls(rank, "retag", N, torch.float32, 1e-4, Reference(2, N), 2)
     onebit.untag(t)
     t = tagged_calls(rank, "retag", 1001, torch.float32, 1e-4, Reference(2, 1001), 2, start=5)
     onebit.untag(t)
     compressed += 4
+    check(rank, "a captured call's graph replays")
     compressed += graph_replays(rank)
     stats = onebit.stats()
     if stats["compressed_calls"] != compressed:
         fail(rank, f"stats count {stats['compressed_calls']} compressed calls, want {compressed}: {stats}")
+    check(rank, "untagged all_reduces, exact")
     for n in (1, 1000, 1 << 20, (16 << 20) + 3):
         t = (torch.arange(n, device="cuda", dtype=torch.float32) % 1000) + rank
         dist.all_reduce(t)
@@ -149,6 +163,9 @@ def rank_main(rank, store):
     optimizers_on_cuda(rank)
     torch.cuda.synchronize()
     dist.destroy_process_group()
+    check(rank, f"done, {len(FAILURES)} failed")
+    if FAILURES:
+        sys.exit(4)
 
 
 def step_refused_under_capture(rank, opt, params, flat):
@@ -227,6 +244,7 @@ def optimizers_on_cuda(rank, device="cuda"):
         for group, (lo, hi) in zip(opt.param_groups, opt._ranges):
             ok(call(ctypes.byref(opt._config(group)), lo, ctypes.c_size_t(hi - lo)), "step")
 
+    check(rank, "OnebitAdam's CUDA steps against the host core")
     # 1-bit Adam: warmup from the exact average; the compression stage from the averaged momentum.
     params = model()
     opt = onebit.OnebitAdam(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_adam")
@@ -252,9 +270,11 @@ def optimizers_on_cuda(rank, device="cuda"):
     if opt.dormant_elements != 64:
         fail(rank, f"OnebitAdam: {opt.dormant_elements} dormant elements at the freeze, want the 64 without gradient")
     if device == "cuda":
+        check(rank, "OnebitAdam.step() under a real CUDA graph capture")
         step_refused_under_capture(rank, opt, params, flat)
     opt.close()
 
+    check(rank, "OnebitAdam's automatic freeze's measurements")
     # 1-bit Adam's automatic freeze: every measurement (the device twin's, over the CUDA v) is the
     # host call's over copies of v and v_then, the same double; max_freeze_step ends the warmup.
     params = model()
@@ -277,6 +297,7 @@ def optimizers_on_cuda(rank, device="cuda"):
                    "after 3 measurements")
     opt.close()
 
+    check(rank, "ZeroOneAdam's CUDA steps against the host core")
     # 0/1 Adam: every kind of step (variance, compressed, sync, local).
     params = model()
     opt = onebit.ZeroOneAdam(groups(params), lr=1e-3, var_freeze_step=4, var_update_scaler=2, local_step_scaler=1,
@@ -326,6 +347,7 @@ def optimizers_on_cuda(rank, device="cuda"):
         fail(rank, f"ZeroOneAdam took the steps {kinds}, the check was written for {want}")
     opt.close()
 
+    check(rank, "OnebitLamb's CUDA steps against the host core")
     # 1-bit LAMB: warmup, the scaling coefficients, the compression stage (layers' scalars too).
     params = model()
     opt = onebit.OnebitLamb(groups(params), lr=1e-3, freeze_step=2, name="cuda/onebit_lamb")

@@ -1,6 +1,7 @@
 """The two rank processes of a GPU check: started with unbuffered output appended to rank0.log and
 rank1.log in a log folder (tools/gpu-check.sh's --out, so that a hang leaves its last lines there;
-a temporary folder otherwise), waited for within the check's own deadline, killed past it.
+a temporary folder otherwise), waited for within the check's own deadline, killed past it or soon
+after another rank has failed.
 """
 import os
 import subprocess
@@ -11,10 +12,12 @@ import time
 def nccl_env(build, rank):
     """A rank's environment for torch's NCCL backend through onebit's NCCL_NET plugin, the NCCL
     preload loaded: distinct NCCL_HOSTID per rank (two hosts to NCCL), SHM and P2P off (the network
-    it is), NCCL's INFO log on the rank's output (never in NCCL_DEBUG_FILE: the checks read it)."""
+    it is), NCCL's INFO log on the rank's output (never in NCCL_DEBUG_FILE: the checks read it), and
+    onebit's too (ONEBIT_DEBUG=INFO: a tagged call forwarded to NCCL uncompressed says why)."""
     env = dict(os.environ, LD_PRELOAD=os.path.join(build, "libonebit-nccl-preload.so"), NCCL_NET_PLUGIN="onebit",
                NCCL_HOSTID=f"onebit-host-{rank}", NCCL_SHM_DISABLE="1", NCCL_P2P_DISABLE="1", NCCL_DEBUG="INFO",
-               NCCL_DEBUG_SUBSYS="INIT,NET", LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+               NCCL_DEBUG_SUBSYS="INIT,NET", ONEBIT_DEBUG="INFO",
+               LD_LIBRARY_PATH=build + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
     env.pop("NCCL_DEBUG_FILE", None)
     return env
 
@@ -35,20 +38,31 @@ class Ranks:
         env = dict(env, PYTHONUNBUFFERED="1")
         self.procs.append(subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT))
 
-    def wait(self, seconds):
-        """Exit codes, every rank waited for at most `seconds` in all; None for each when past it
-        (then all are killed and the reason printed)."""
+    def wait(self, seconds, grace=15):
+        """Exit codes, every rank waited for at most `seconds` in all. Once a rank has failed, the
+        others get at most `grace` seconds more (they may be waiting in a collective with it), so
+        that a failure costs seconds, not the whole timeout. The ranks still running then are
+        killed, their code None, and the reason and each rank's last lines printed."""
         deadline = time.monotonic() + max(seconds, 1)
-        try:
-            return [p.wait(timeout=max(deadline - time.monotonic(), 0.1)) for p in self.procs]
-        except subprocess.TimeoutExpired:
-            for p in self.procs:
+        failed = None
+        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
+            if failed is None:
+                failed = next((rank for rank, p in enumerate(self.procs) if p.poll() not in (None, 0)), None)
+                if failed is not None:
+                    deadline = min(deadline, time.monotonic() + grace)
+            time.sleep(0.2)
+        codes = [p.poll() for p in self.procs]
+        if all(code is not None for code in codes):
+            return codes
+        for p in self.procs:
+            if p.poll() is None:
                 p.kill()
-            for p in self.procs:
-                p.wait()
-            print(f"{self.title}: timed out after {seconds:.0f} s (a hang?); the last lines of each rank:", flush=True)
-            print(self.tails(20), flush=True)
-            return [None for _ in self.procs]
+            p.wait()
+        why = (f"rank {failed} failed (exit {codes[failed]}) and the others did not finish within {grace} s"
+               if failed is not None else f"timed out after {seconds:.0f} s (a hang?)")
+        print(f"{self.title}: {why}; killed; the last lines of each rank:", flush=True)
+        print(self.tails(20), flush=True)
+        return codes
 
     def text(self):
         """What the ranks wrote in this run, rank 0 first."""
