@@ -2,8 +2,9 @@
 // threads of this process, called as a framework calls ncclAllReduce: a tagged float32, float16 or
 // bfloat16 sum or average is compressed, alone or deferred out of a group, every rank's output the
 // float32 oracle's bit for bit; everything else (another op, an untagged buffer) reaches NCCL's
-// pncclAllReduce unchanged and does not touch the tag's state. What a GPU adds (NCCL's real
-// transfers, streams, graph capture) is tools/gpu/nccl_job_check.py's.
+// pncclAllReduce unchanged and does not touch the tag's state; a tag's first call inside graph
+// capture is forwarded and makes no state. What a GPU adds (NCCL's real transfers, streams, graph
+// replays) is tools/gpu/nccl_job_check.py's.
 #include <gtest/gtest.h>
 #include <nccl.h>
 
@@ -153,6 +154,54 @@ TEST(NcclDoorOnStandIns, TaggedSumsAndAveragesCompressAndTheRestReachesNccl) {
         ASSERT_EQ(sum_got[r][i], i == 7 ? 30.0f : 0.0f) << "an untagged sum is NCCL's: rank " << r << ", element " << i;
       }
     }
+  }
+}
+
+// A tag's first call on a communicator inside CUDA graph capture would allocate the tag's device
+// state (and synchronize), which a capture cannot hold: it goes to NCCL uncompressed on every rank
+// and makes no state, leaving the capture valid; the tag's next call, outside capture, is its first
+// compressed one (the oracle's first step). (NCCL's stand-in sums at once where a GPU's NCCL would
+// record the sum into the graph.)
+TEST(NcclDoorOnStandIns, ATagsFirstCallInsideCaptureGoesToNcclAndMakesNoState) {
+  const auto x = inputs(2, 29, ncclFloat32);
+  const onebit::testing::StandInWorld world(kWorld);
+  onebit_preload_stats_t before{}, after{};
+  ASSERT_EQ(onebit_preload_stats(&before), ONEBIT_SUCCESS);
+  std::vector<std::vector<float>> captured(kWorld), compressed(kWorld);
+  std::vector<std::uint64_t> calls_after_capture(kWorld, 99);
+  each_rank(kWorld, [&](int r) {
+    DeviceBuffer tagged(ncclFloat32);
+    const std::string name = "captured first/rank " + std::to_string(r);
+    ASSERT_EQ(onebit_tag(name.c_str(), tagged.ptr, kN, ONEBIT_FLOAT32), ONEBIT_SUCCESS) << onebit_last_error();
+    cudaStream_t stream = nullptr;
+    ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
+    tagged.put(x[0][r]);
+    ASSERT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+    EXPECT_EQ(ncclAllReduce(tagged.ptr, tagged.ptr, kN, ncclFloat32, ncclSum, world.comms[r], stream), ncclSuccess);
+    cudaGraph_t graph = nullptr;
+    EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess) << "the door synchronized a capturing stream";
+    captured[r] = tagged.get();
+    std::uint64_t bytes = 0;
+    EXPECT_EQ(onebit_tag_stats(name.c_str(), &calls_after_capture[r], &bytes), ONEBIT_SUCCESS);
+    tagged.put(x[1][r]);
+    EXPECT_EQ(ncclAllReduce(tagged.ptr, tagged.ptr, kN, ncclFloat32, ncclSum, world.comms[r], stream), ncclSuccess);
+    compressed[r] = tagged.get();
+    EXPECT_EQ(onebit_untag(tagged.ptr), ONEBIT_SUCCESS);
+    cudaStreamDestroy(stream);
+  });
+  ASSERT_EQ(onebit_preload_stats(&after), ONEBIT_SUCCESS);
+  EXPECT_EQ(after.forwarded_calls - before.forwarded_calls, std::uint64_t{kWorld});
+  EXPECT_EQ(after.onebit.compressed_calls - before.onebit.compressed_calls, std::uint64_t{kWorld});
+  std::vector<float> exact(kN, 0.0f);
+  for (int r = 0; r < kWorld; ++r) {
+    for (std::size_t i = 0; i < kN; ++i) exact[i] += x[0][r][i];
+  }
+  onebit::testing::Float32Oracle oracle(kWorld, kN);
+  const auto first_compressed = bits_of(oracle.step(x[1], /*sum=*/true));
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(calls_after_capture[r], 0u) << "rank " << r << ": the captured call was counted as the tag's";
+    EXPECT_EQ(bits_of(captured[r]), bits_of(exact)) << "rank " << r << ": the captured call is NCCL's exact sum";
+    EXPECT_EQ(bits_of(compressed[r]), first_compressed) << "rank " << r << ": the next call is not the tag's first";
   }
 }
 
