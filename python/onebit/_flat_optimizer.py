@@ -263,7 +263,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         into a step's kernels as arguments: a captured step would bake them in, and every replay
         would repeat this one step (never freezing, the schedule stopped) while looking like
         training. While torch.compile traces the step the check is skipped, as torch.optim's is."""
-        if _is_compiling() or not torch.cuda.is_available() or not torch.cuda.is_current_stream_capturing():
+        if not _capturing():
             return
         raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
                            "and learning rates live on the host, so every replay would repeat this one step. Capture "
@@ -544,6 +544,17 @@ class _FlatOptimizer(torch.optim.Optimizer):
     @property
     def _wants_averaged_gradients(self):
         raise NotImplementedError
+
+    @property
+    def _averaging_settled(self):
+        """Whether _wants_averaged_gradients can no longer change: from then on the DDP hook gives
+        the same answer at every step, and a backward pass through it may be captured in a graph."""
+        raise NotImplementedError
+
+
+def _capturing():
+    """Whether the current CUDA stream is capturing a graph (never while torch.compile traces)."""
+    return not _is_compiling() and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def _is_compiling():

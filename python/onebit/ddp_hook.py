@@ -2,7 +2,7 @@
 import torch
 import torch.distributed as dist
 
-from ._flat_optimizer import _FlatOptimizer
+from ._flat_optimizer import _FlatOptimizer, _capturing
 
 __all__ = ["ddp_comm_hook"]
 
@@ -35,13 +35,25 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
         A future of the bucket's gradients: averaged over the optimizer's process group, or this
         rank's own, unchanged.
 
+    A backward pass through the hook may be captured in a CUDA graph only once its answer can no
+    longer change (OnebitAdam and OnebitLamb: in the compression stage; ZeroOneAdam: past
+    var_freeze_step); before, every replay would repeat the captured step's answer.
+
     Raises:
         TypeError: ``state`` is not a onebit optimizer.
+        RuntimeError: the backward pass is being captured in a CUDA graph while the answer can
+            still change.
     """
     optimizer = state
     if not isinstance(optimizer, _FlatOptimizer):
         raise TypeError("onebit.ddp_comm_hook: register it with the optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) "
                         "as its state")
+    if _capturing() and not optimizer._averaging_settled:
+        raise RuntimeError(f"onebit.ddp_comm_hook: the backward pass is being captured in a CUDA graph while "
+                           f"{type(optimizer).__name__} can still change whether the gradients are averaged (OnebitAdam "
+                           "and OnebitLamb: until the compression stage; ZeroOneAdam: until var_freeze_step has "
+                           "passed), so every replay would repeat this step's choice. Capture the backward pass from "
+                           "then on, when the hook sends nothing (docs/usage.md, \"What the optimizers check\")")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
     if not optimizer._wants_averaged_gradients:

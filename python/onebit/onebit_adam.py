@@ -209,6 +209,10 @@ class OnebitAdam(_FlatOptimizer):
         return not self.compressing
 
     @property
+    def _averaging_settled(self):
+        return self.compressing  # the compression stage never ends
+
+    @property
     def compressing(self) -> bool:
         """Whether the next step (and the backward pass before it) is in the compression stage."""
         answer = self._lib.onebit_adam_compressing(ctypes.byref(self._config(self.param_groups[0])),

@@ -147,6 +147,10 @@ class OnebitLamb(_FlatOptimizer):
         return not self.compressing
 
     @property
+    def _averaging_settled(self):
+        return self.compressing  # the compression stage never ends
+
+    @property
     def lamb_coeffs(self) -> List[float]:
         """Each layer's coefficient in the last step (DeepSpeed's get_lamb_coeffs())."""
         return [layer.lamb_coeff for layer in self._layers]

@@ -140,6 +140,11 @@ class ZeroOneAdam(_FlatOptimizer):
         return self.next_step_kind() == VARIANCE_STEP
 
     @property
+    def _averaging_settled(self):
+        # Variance steps come only while step <= var_freeze_step (the C core's schedule).
+        return self._schedule.step > self._config(self.param_groups[0]).var_freeze_step
+
+    @property
     def schedule(self) -> Dict[str, int]:
         """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
         return {name: getattr(self._schedule, name) for name, _ in _capi.ZeroOneAdamSchedule._fields_}

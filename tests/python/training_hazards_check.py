@@ -31,7 +31,9 @@ torch.distributed each:
   capture       step() (and ZeroOneAdam.synchronize()) inside CUDA graph capture, the capture
                 stood in for here (torch.cuda.is_current_stream_capturing answering True): every
                 optimizer refuses, naming itself and the call, with parameters and state unchanged;
-                the next step outside capture proceeds and the ranks stay bitwise equal.
+                the next step outside capture proceeds and the ranks stay bitwise equal. A DDP
+                backward pass through onebit.ddp_comm_hook under capture: refused while the
+                optimizer can still change whether the hook averages, accepted from then on.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -356,6 +358,55 @@ def same_state(torch, got, want, where):
         require(got == want, f"{where}: {got!r} != {want!r}")
 
 
+class stand_in_capture:
+    """torch.cuda answering that the current stream is capturing a CUDA graph (no GPU here)."""
+    def __init__(self, torch):
+        self.cuda = torch.cuda
+
+    def __enter__(self):
+        self.saved = self.cuda.is_available, self.cuda.is_current_stream_capturing
+        self.cuda.is_available = self.cuda.is_current_stream_capturing = lambda: True
+
+    def __exit__(self, *exc):
+        self.cuda.is_available, self.cuda.is_current_stream_capturing = self.saved
+
+
+def ddp_backward_under_capture(torch, onebit, kind, name, generator):
+    """A backward pass through onebit.ddp_comm_hook under capture: refused while the optimizer can
+    still change whether the hook averages (every replay would repeat the captured answer), taken
+    once the answer is settled; the step after it outside capture proceeds."""
+    def run(steps_before):
+        torch.manual_seed(9)
+        model = torch.nn.Linear(16, 4)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = make_optimizer(onebit, kind, ddp.parameters())
+        ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+        x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 4, generator=generator)
+        fit(torch, ddp, optimizer, x, y, steps_before)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(ddp(x), y)
+        return model, ddp, optimizer, loss
+    model, ddp, optimizer, loss = run(1)  # in warmup / the variance stage
+    try:
+        with stand_in_capture(torch):
+            loss.backward()
+    except RuntimeError as error:
+        words = "onebit.ddp_comm_hook: the backward pass is being captured in a CUDA graph while " + name
+        require(words in str(error), f"{name}: the hook's refusal does not say '{words}': {error}")
+    else:
+        raise CheckFailed(f"{name}: a backward pass through the hook was captured while its answer could change")
+    optimizer.close()
+    del model, ddp, optimizer, loss
+    model, ddp, optimizer, loss = run(FREEZE + 1)  # past the freeze (0/1 Adam: past var_freeze_step)
+    with stand_in_capture(torch):
+        loss.backward()
+    optimizer.step()
+    if kind == "zero_one":
+        optimizer.synchronize()  # the replicas differ between syncs
+    optimizer.close()
+    return flat(model)
+
+
 def capture_case(mode, rank, torch, dist, onebit, out):
     """A step under CUDA graph capture would bake the host's step count, stage and learning rates
     into the graph; every optimizer refuses it before touching anything. No GPU here: the capture
@@ -373,23 +424,22 @@ def capture_case(mode, rank, torch, dist, onebit, out):
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(torch.randn(8, 16, generator=generator)), torch.zeros(8, 4)).backward()
             params, state = flat(model).clone(), copy.deepcopy(optimizer.state_dict())
-            available, capturing = torch.cuda.is_available, torch.cuda.is_current_stream_capturing
-            torch.cuda.is_available = torch.cuda.is_current_stream_capturing = lambda: True
             try:
-                method()
+                with stand_in_capture(torch):
+                    method()
             except RuntimeError as error:
                 words = f"{name}.{call} was called during CUDA graph capture"
                 require(words in str(error) and "nothing was changed" in str(error),
                         f"{name}: the refusal does not say '{words}': {error}")
             else:
                 raise CheckFailed(f"{name}.{call} inside a CUDA graph capture was not refused")
-            finally:
-                torch.cuda.is_available, torch.cuda.is_current_stream_capturing = available, capturing
             require(torch.equal(flat(model), params), f"{name}: the refused {call} moved the parameters")
             same_state(torch, optimizer.state_dict(), state, f"{name}: after the refused {call}: state_dict")
             method()  # outside capture: goes on as if nothing had happened
         same_on_every_rank(torch, dist, flat(model), f"{name}: after the refused calls and the steps after them")
         optimizer.close()
+        same_on_every_rank(torch, dist, ddp_backward_under_capture(torch, onebit, kind, name, generator),
+                           f"{name}: after a captured backward pass through the DDP hook")
 
 
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
