@@ -1,7 +1,8 @@
-// onebit::OnebitAdam — 1-bit Adam for C++ trainers, over raw float arrays and a communicator of the
-// C API. Header-only over libonebit.so: the phase logic and arithmetic are the C core's
-// (onebit_adam_*), the very functions the PyTorch shim (python/onebit/optim.py) calls, so both
-// shims take the same steps bit for bit.
+// onebit::OnebitAdam — 1-bit Adam for C++ trainers, over raw float arrays in host memory and a
+// communicator of the C API (no CUDA path here: device arrays take onebit.h's _device steps).
+// Header-only over libonebit.so: the phase logic and arithmetic are the C core's (onebit_adam_*),
+// the very functions the PyTorch shim (python/onebit/optim.py) calls, so both shims take the same
+// steps bit for bit.
 //
 //   onebit_comm_t comm;  onebit_comm_init_env(&comm);
 //   onebit::OnebitAdam adam(comm, {{weights, n_weights, config}, {biases, n_biases, bias_config}});

@@ -1,6 +1,7 @@
-// onebit::OnebitLamb — 1-bit LAMB (Li et al., 2021) for C++ trainers, over raw float arrays and a
-// communicator of the C API. Header-only over libonebit.so: the arithmetic is the C core's
-// (onebit_lamb_*, the rule in onebit.h), the very functions python/onebit's OnebitLamb calls.
+// onebit::OnebitLamb — 1-bit LAMB (Li et al., 2021) for C++ trainers, over raw float arrays in host
+// memory and a communicator of the C API. Header-only over libonebit.so: the arithmetic is the C
+// core's (onebit_lamb_*, the rule in onebit.h), the very functions python/onebit's OnebitLamb
+// calls.
 // Each parameter group is one layer: it has its own trust ratio (LAMB's coefficient), frozen at the
 // end of the warmup and then scaled by the factor the fresh variance says.
 //

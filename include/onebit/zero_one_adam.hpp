@@ -1,7 +1,7 @@
-// onebit::ZeroOneAdam — 0/1 Adam (Lu et al., 2022) for C++ trainers, over raw float arrays and a
-// communicator of the C API. Header-only over libonebit.so: the schedule and arithmetic are the C
-// core's (onebit_zero_one_adam_*, the rule in onebit.h), the very functions python/onebit's
-// ZeroOneAdam calls, so both shims take the same steps bit for bit.
+// onebit::ZeroOneAdam — 0/1 Adam (Lu et al., 2022) for C++ trainers, over raw float arrays in host
+// memory and a communicator of the C API. Header-only over libonebit.so: the schedule and
+// arithmetic are the C core's (onebit_zero_one_adam_*, the rule in onebit.h), the very functions
+// python/onebit's ZeroOneAdam calls, so both shims take the same steps bit for bit.
 //
 //   onebit::ZeroOneAdam adam(comm, {{weights, n_weights, config}, {biases, n_biases, bias_config}});
 //   for (...) { compute this rank's gradients; adam.step({g_weights, g_biases}); }
