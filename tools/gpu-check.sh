@@ -234,10 +234,12 @@ configure() {
     "${nccl_args[@]}" "${gtest_args[@]}"
 }
 configure "configure"
-if [ "$step_rc" -ne 0 ] && [ "$step_rc" -ne 124 ] && [ "$have_gtest" -eq 1 ]; then
-  have_gtest=0 no_gtest_reason="GoogleTest did not configure (build.log)"
+# A configure that failed (not one that ran out of time) is tried once more without GoogleTest.
+if [ "$have_gtest" -eq 1 ] && [ "$step_rc" -ne 0 ] && [ "$step_rc" -ne 124 ] && [ "$step_rc" -ne 125 ] &&
+  [ "$step_rc" -ne 137 ]; then
+  have_gtest=0 no_gtest_reason="the configure with GoogleTest failed (build.log)"
   gtest_args=(-DONEBIT_TESTS_WITHOUT_GTEST=ON -DCMAKE_DISABLE_FIND_PACKAGE_GTest=ON)
-  note "GoogleTest: did not configure (see build.log): configured again without it"
+  note "Configure failed with GoogleTest (see build.log): configured again without it"
   configure "configure without GoogleTest"
 fi
 if [ "$step_rc" -eq 0 ]; then

@@ -448,8 +448,9 @@ ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* co
  * configs[j] and states[j] each (the states stay on the host) — and synchronize `stream` once per
  * call to read all the layers' sums back (as DeepSpeed's .item() of its norms does), then return
  * with the states updated and the passes that move the parameters queued. momentum_step, one layer,
- * is asynchronous. None is capturable in a CUDA graph: on a capturing stream the steps that sum
- * return ONEBIT_UNSUPPORTED, queuing nothing and leaving the capture valid. `workspace` holds the partial sums: device
+ * is asynchronous. The steps that sum are not capturable in a CUDA graph: on a capturing stream
+ * they return ONEBIT_UNSUPPORTED, queuing nothing and leaving the capture valid (momentum_step is
+ * kernels only; captured, its scalars are baked in). `workspace` holds the partial sums: device
  * memory of the current device, onebit_lamb_workspace_size(counts, layers) bytes at least (one
  * 24-byte sum per 2048 elements of each layer), 8-byte aligned as any cudaMalloc'd or torch buffer
  * is; a workspace too small or misaligned, a bad config or state of any layer, and arrays that are

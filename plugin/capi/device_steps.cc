@@ -87,7 +87,10 @@ std::size_t check_lamb_layers(const onebit_lamb_config_t* configs, bool configs_
 void check_not_capturing(void* stream) {
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   const cudaError_t asked = cudaStreamIsCapturing(as_stream(stream), &capture);
-  ONEBIT_CHECK(asked == cudaSuccess, ONEBIT_SYSTEM_ERROR,
+  if (asked != cudaSuccess) (void)cudaGetLastError();  // not left for the caller's next launch check
+  // The legacy stream while another stream captures (CUDA's global mode): as good as capturing.
+  if (asked == cudaErrorStreamCaptureImplicit) capture = cudaStreamCaptureStatusActive;
+  ONEBIT_CHECK(asked == cudaSuccess || asked == cudaErrorStreamCaptureImplicit, ONEBIT_SYSTEM_ERROR,
                "cannot ask whether the stream is capturing a CUDA graph: ", cudaGetErrorString(asked));
   ONEBIT_CHECK(capture == cudaStreamCaptureStatusNone, ONEBIT_UNSUPPORTED,
                "the stream is capturing a CUDA graph, and this call reads its sums back to the host and synchronizes "

@@ -150,8 +150,16 @@ bool compresses(AllReduceCall& call) {
   // NCCL's own allreduce (TORCH_NCCL_USE_COMM_NONBLOCKING=1, NCCL_COMM_BLOCKING=0).
   if (!communicators().blocking(call.comm, unseen_blocking())) return forward("the communicator is non-blocking");
   // A tag's first call on a communicator allocates (and synchronises): not while a graph is captured.
+  // The legacy stream while another stream captures in global mode (CUDA cannot say whether it is
+  // capturing) is NCCL's to handle. Any other error (no device) is the device path's to report. The
+  // error is cleared either way, not left for the framework's next launch check.
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(call.stream, &capture) != cudaSuccess) capture = cudaStreamCaptureStatusNone;
+  const cudaError_t asked = cudaStreamIsCapturing(call.stream, &capture);
+  if (asked != cudaSuccess) {
+    (void)cudaGetLastError();
+    if (asked == cudaErrorStreamCaptureImplicit) return forward("the legacy stream, while another stream captures");
+    capture = cudaStreamCaptureStatusNone;
+  }
   call.captured = capture != cudaStreamCaptureStatusNone;
   if (call.captured && !has_device_state(*call.tag, communicators().id_of(call.comm, unseen_blocking()))) {
     return forward("first call inside CUDA graph capture");

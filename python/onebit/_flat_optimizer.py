@@ -263,7 +263,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         into a step's kernels as arguments: a captured step would bake them in, and every replay
         would repeat this one step (never freezing, the schedule stopped) while looking like
         training. While torch.compile traces the step the check is skipped, as torch.optim's is."""
-        if not _capturing():
+        if not _capturing(self._device):
             return
         raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
                            "and learning rates live on the host, so every replay would repeat this one step. Capture "
@@ -552,15 +552,26 @@ class _FlatOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-def _capturing():
-    """Whether the current CUDA stream is capturing a graph (never while torch.compile traces)."""
-    return not _is_compiling() and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+def _capturing(device):
+    """Whether the current stream of `device` (the parameters'; for CPU parameters the current
+    device's) is capturing a CUDA graph. Never while torch.compile traces. Creates no CUDA context:
+    without one, torch answers False."""
+    if _is_compiling() or not torch.cuda.is_available():
+        return False
+    if device.type != "cuda":
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
 def _is_compiling():
-    """Whether torch.compile is tracing this call (torch.compiler.is_compiling, torch >= 2.3)."""
-    is_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None)
-    return bool(is_compiling and is_compiling())
+    """Whether torch.compile is tracing this call: torch.compiler.is_compiling (torch >= 2.3), else
+    torch._utils.is_compiling (2.1, 2.2), else never (older torch)."""
+    for owner, name in ((getattr(torch, "compiler", None), "is_compiling"), (torch._utils, "is_compiling")):
+        is_compiling = getattr(owner, name, None)
+        if is_compiling is not None:
+            return bool(is_compiling())
+    return False
 
 
 def _version_bump():

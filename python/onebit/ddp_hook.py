@@ -48,7 +48,7 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
     if not isinstance(optimizer, _FlatOptimizer):
         raise TypeError("onebit.ddp_comm_hook: register it with the optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) "
                         "as its state")
-    if _capturing() and not optimizer._averaging_settled:
+    if _capturing(optimizer._device) and not optimizer._averaging_settled:
         raise RuntimeError(f"onebit.ddp_comm_hook: the backward pass is being captured in a CUDA graph while "
                            f"{type(optimizer).__name__} can still change whether the gradients are averaged (OnebitAdam "
                            "and OnebitLamb: until the compression stage; ZeroOneAdam: until var_freeze_step has "

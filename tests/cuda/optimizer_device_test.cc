@@ -430,6 +430,37 @@ TEST(OptimizerDeviceSteps, TheCallsThatSumRefuseACapturingStreamQueuingNothing) 
   cudaStreamDestroy(stream);
 }
 
+// The legacy stream (NULL) while another stream captures in CUDA's global mode: CUDA cannot say
+// it is not capturing (cudaErrorStreamCaptureImplicit), and a synchronize of it would join the
+// capture; refused as capturing, CUDA's error cleared. (Whether the query leaves the other
+// stream's capture valid is CUDA's: the end's answer is not checked.)
+TEST(OptimizerDeviceSteps, TheLegacyStreamDuringAnotherStreamsCaptureIsRefusedAsCapturing) {
+  ASSERT_EQ(onebit_device_steps(), 1);
+  SKIP_WITHOUT_GPU();
+  const std::size_t n = 4096;
+  OnDevice v(std::vector<float>(n, 1.0f));
+  const std::size_t workspace_bytes = onebit_measure_workspace_size(n);
+  void* workspace = nullptr;
+  ASSERT_EQ(cudaMalloc(&workspace, workspace_bytes), cudaSuccess);
+  cudaStream_t capturing;
+  ASSERT_EQ(cudaStreamCreate(&capturing), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal), cudaSuccess);
+  std::size_t dormant = 7;
+  EXPECT_EQ(onebit_dormant_count_device(v.ptr, n, 1e-8f, workspace, workspace_bytes, &dormant, nullptr),
+            ONEBIT_UNSUPPORTED)
+      << onebit_last_error();
+  EXPECT_NE(std::string(onebit_last_error()).find("the stream is capturing a CUDA graph"), std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "CUDA's error left for the caller";
+  EXPECT_EQ(dormant, 7u);
+  cudaGraph_t graph = nullptr;
+  (void)cudaStreamEndCapture(capturing, &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  (void)cudaGetLastError();
+  cudaStreamDestroy(capturing);
+  cudaFree(workspace);
+}
+
 TEST(OptimizerDeviceSteps, HostMemoryOverlapAndBadConfigAreRefusedChangingNothing) {
   SKIP_WITHOUT_GPU();
   const onebit_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 0};

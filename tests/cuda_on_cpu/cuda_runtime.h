@@ -67,6 +67,7 @@ enum cudaError_t {
   cudaErrorIllegalState = 401,
   cudaErrorStreamCaptureUnsupported = 900,
   cudaErrorStreamCaptureInvalidated = 901,
+  cudaErrorStreamCaptureImplicit = 906,
 };
 using cudaError = cudaError_t;
 

@@ -462,6 +462,10 @@ cudaError_t cudaStreamCreate(cudaStream_t* stream) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  {
+    std::lock_guard lock(capture_mutex);
+    captures.erase(stream);  // its address may be a new stream's next
+  }
   delete reinterpret_cast<char*>(stream);
   return cudaSuccess;
 }
@@ -497,6 +501,7 @@ cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* graph) {
 cudaError_t cudaStreamIsCapturing(cudaStream_t stream, cudaStreamCaptureStatus* status) {
   if (status == nullptr) return fail_with(cudaErrorInvalidValue);
   std::lock_guard lock(capture_mutex);
+  if (stream == nullptr && !captures.empty()) return fail_with(cudaErrorStreamCaptureImplicit);  // the legacy stream
   const auto capture = captures.find(stream);
   *status = capture == captures.end() ? cudaStreamCaptureStatusNone
             : capture->second         ? cudaStreamCaptureStatusInvalidated
@@ -574,6 +579,8 @@ const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDevice: return "invalid device ordinal";
     case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
     case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     case cudaErrorIllegalState: return "the operation is not permitted in the current state";
   }
   return "unrecognized error code";

@@ -205,6 +205,34 @@ TEST(NcclDoorOnStandIns, ATagsFirstCallInsideCaptureGoesToNcclAndMakesNoState) {
   }
 }
 
+// A tagged call on the legacy stream while another stream captures a graph: CUDA cannot say whether
+// it is capturing (cudaErrorStreamCaptureImplicit), so the call is NCCL's, counted as forwarded,
+// with no state made and CUDA's error cleared for the framework's next launch check.
+TEST(NcclDoorOnStandIns, ACallOnTheLegacyStreamDuringACaptureGoesToNccl) {
+  const onebit::testing::StandInWorld world(1);
+  DeviceBuffer tagged(ncclFloat32);
+  ASSERT_EQ(onebit_tag("legacy stream", tagged.ptr, kN, ONEBIT_FLOAT32), ONEBIT_SUCCESS) << onebit_last_error();
+  tagged.put(std::vector<float>(kN, 1.5f));
+  cudaStream_t capturing = nullptr;
+  ASSERT_EQ(cudaStreamCreate(&capturing), cudaSuccess);
+  ASSERT_EQ(cudaStreamBeginCapture(capturing, cudaStreamCaptureModeGlobal), cudaSuccess);
+  onebit_preload_stats_t before{}, after{};
+  ASSERT_EQ(onebit_preload_stats(&before), ONEBIT_SUCCESS);
+  EXPECT_EQ(ncclAllReduce(tagged.ptr, tagged.ptr, kN, ncclFloat32, ncclSum, world.comms[0], nullptr), ncclSuccess);
+  ASSERT_EQ(onebit_preload_stats(&after), ONEBIT_SUCCESS);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "CUDA's error left for the framework";
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(capturing, &graph), cudaSuccess);
+  cudaStreamDestroy(capturing);
+  EXPECT_EQ(after.forwarded_calls - before.forwarded_calls, 1u);
+  EXPECT_EQ(after.onebit.compressed_calls, before.onebit.compressed_calls);
+  std::uint64_t calls = 9, bytes = 0;
+  EXPECT_EQ(onebit_tag_stats("legacy stream", &calls, &bytes), ONEBIT_SUCCESS);
+  EXPECT_EQ(calls, 0u);
+  EXPECT_EQ(bits_of(tagged.get()), bits_of(std::vector<float>(kN, 1.5f))) << "one rank's sum is its own buffer";
+  EXPECT_EQ(onebit_untag(tagged.ptr), ONEBIT_SUCCESS);
+}
+
 // A forwarded call is counted at its elements' size, float8's one byte included (NCCL 2.24's; the
 // door counted 8 before), and NCCL's answer comes back unchanged (the stand-in refuses float8).
 TEST(NcclDoorOnStandIns, AForwardedCallIsCountedAtItsElementSizeAndGetsNcclsAnswer) {

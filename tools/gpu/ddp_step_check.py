@@ -1,7 +1,8 @@
-"""A first look at the paper's headline on onebit's code, not a measurement of it (two ranks time-
-slicing one GPU over loopback): DDP step time with Adam vs with 1-bit Adam, 2 ranks on the one GPU, through onebit's NCCL_NET plugin (distinct NCCL_HOSTID per rank, SHM/P2P off: NCCL's
-traffic takes the network), libonebit-nccl-preload.so preloaded in both runs (it forwards
-untagged calls, and counts them).
+"""DDP step time with Adam vs with 1-bit Adam on onebit's code, 2 ranks on the one GPU, through
+onebit's NCCL_NET plugin (distinct NCCL_HOSTID per rank, SHM/P2P off: NCCL's traffic takes the
+network), libonebit-nccl-preload.so preloaded in both runs (it forwards untagged calls, and counts
+them). Over loopback, with two ranks time-slicing one GPU, a first look at the paper's headline,
+not a measurement of it.
 
   adam:   DDP (its own bucketed allreduce) + torch.optim.Adam
   onebit: DDP + onebit.ddp_comm_hook + onebit.OnebitAdam (freeze after the warmup steps; from then
@@ -179,6 +180,11 @@ def report(where, args, results):
             print(f"  {name:<24} {r['rank']:>4} {first:>15} {r['min_s'] * 1e3:>6.1f} ms {r['median_s'] * 1e3:>6.1f} ms "
                   f"{r['max_s'] * 1e3:>6.1f} ms {megabytes(r['wire'], 'sent'):>9} {megabytes(r['wire'], 'received'):>9} "
                   f"{str(r['ranks_equal']):>6}")
+    want = args.measured + 1
+    bad = [r for r in one if not r["ranks_equal"] or r["compressed_calls"] != want]
+    for r in bad:
+        print(f"  FAIL: OnebitAdam rank {r['rank']}: ranks equal {r['ranks_equal']}, compressed calls "
+              f"{r['compressed_calls']} (want {want})")
     if not adam:
         print("  FAIL: the Adam run failed or ran out of time (its rank logs say why): no ratio")
         return 1
@@ -190,11 +196,6 @@ def report(where, args, results):
                  f"OnebitAdam {sent[1] / 1e6:.1f} MB ({sent[0] / max(sent[1], 1):.1f}x; the {args.warmup} warmup "
                  f"steps are full precision in both)")
     print(line)
-    want = args.measured + 1
-    bad = [r for r in one if not r["ranks_equal"] or r["compressed_calls"] != want]
-    for r in bad:
-        print(f"  FAIL: OnebitAdam rank {r['rank']}: ranks equal {r['ranks_equal']}, compressed calls "
-              f"{r['compressed_calls']} (want {want})")
     return 0 if not bad else 1
 
 
