@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import pickle
 import weakref
 from typing import Any, Callable, Dict, Iterable, Optional, Union
@@ -29,6 +30,17 @@ Params = Union[Iterable[torch.Tensor], Iterable[Dict[str, Any]]]
 
 def _ptr(tensor):
     return ctypes.c_void_p(tensor.data_ptr())
+
+
+def _run_eagerly(method):
+    """`method` as it is, never traced by torch.compile (torch.compiler.disable; torch._dynamo's on
+    torch 2.0): dynamo would trace the step's dist.all_reduce of the tagged buffer as a functional
+    collective on a copy of it, which no door sees as tagged, so the compression stage would send
+    fp32 and not follow the rule. A compiled training step thus breaks its graph at step()."""
+    disable = getattr(getattr(torch, "compiler", None), "disable", None)
+    if disable is None and hasattr(torch, "compile"):
+        disable = importlib.import_module("torch._dynamo").disable
+    return disable(method) if disable is not None else method
 
 
 class _FlatOptimizer(torch.optim.Optimizer):
@@ -229,6 +241,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def _params(self):
         return [p for g in self.param_groups for p in g["params"]]
 
+    @_run_eagerly
     @torch.no_grad()
     def step(self, closure: Optional[Callable[[], float]] = None) -> Optional[float]:
         """One step of the optimizer's rule (its class docstring says what each stage does). A

@@ -35,7 +35,7 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check, tag, untag
-from ._flat_optimizer import Params, _FlatOptimizer, _ptr
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly
 
 __all__ = ["ZeroOneAdam"]
 
@@ -208,6 +208,7 @@ class ZeroOneAdam(_FlatOptimizer):
                             _ptr(self._p_sync[lo:]), _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
                             ctypes.byref(self._lrs[index]), ctypes.c_size_t(hi - lo))
 
+    @_run_eagerly
     @torch.no_grad()
     def synchronize(self) -> bool:
         """Every rank's parameters made equal now — before saving or evaluating mid local-step stage,

@@ -34,6 +34,11 @@ torch.distributed each:
                 the next step outside capture proceeds and the ranks stay bitwise equal. A DDP
                 backward pass through onebit.ddp_comm_hook under capture: refused while the
                 optimizer can still change whether the hook averages, accepted from then on.
+  compile       torch.compile of a whole training step (zero_grad, forward, backward, step()) with
+                OnebitAdam and ZeroOneAdam, dynamo with its "eager" backend (inductor's kernels
+                round differently from eager's, and 1-bit compression turns last bits into signs):
+                bitwise the eager run's parameters, losses and stage (the step's C calls break
+                dynamo's graph and run eagerly). Skipped on a torch without torch.compile.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -47,11 +52,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
-from modes import CheckFailed, fit, rank_or_driver, require  # noqa: E402
+from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
-         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "deepspeed")
+         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "compile", "deepspeed")
 
 
 def flat(model):
@@ -442,6 +447,38 @@ def capture_case(mode, rank, torch, dist, onebit, out):
                            f"{name}: after a captured backward pass through the DDP hook")
 
 
+def compile_case(mode, rank, torch, dist, onebit, out):
+    """A compiled training step is the eager one, bit for bit, through every stage: what dynamo
+    does to the step (its guards, the graph breaks at the C calls, torch.compiler.is_compiling
+    while it traces) changes nothing. The "eager" backend keeps eager's kernels, so that the check
+    is of dynamo and onebit, not of inductor's rounding."""
+    if not hasattr(torch, "compile"):
+        raise Skipped(f"torch {torch.__version__} has no torch.compile")
+
+    def run(kind, compiled):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+        optimizer = make_optimizer(onebit, kind, model.parameters())
+        generator = torch.Generator().manual_seed(90 + rank)
+        batches = [(torch.randn(8, 16, generator=generator), torch.randn(8, 4, generator=generator)) for _ in range(9)]
+
+        def train_step(x, y):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+            return loss
+        step = torch.compile(train_step, backend="eager") if compiled else train_step
+        losses = [float(step(x, y)) for x, y in batches]
+        stages = optimizer.schedule["step"] if kind == "zero_one" else optimizer.compressing
+        optimizer.close()
+        return flat(model), losses, stages
+    for kind in ("adam", "zero_one"):
+        eager, compiled = run(kind, False), run(kind, True)
+        require(torch.equal(eager[0], compiled[0]) and eager[1] == compiled[1] and eager[2] == compiled[2],
+                f"{kind}: the compiled training step differs from the eager one (losses {eager[1]} vs {compiled[1]})")
+
+
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
     """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
     gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
@@ -479,7 +516,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case,
          "deepspeed": deepspeed_case}
 
 
