@@ -81,6 +81,13 @@ class _FlatOptimizer(torch.optim.Optimizer):
         for g, group in enumerate(self.param_groups):
             start = offset
             for i, p in enumerate(group["params"]):
+                sharded = _sharded_by(p)
+                if sharded is not None:
+                    raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) is {sharded}: each "
+                                     "rank holds another part of the model, and onebit's optimizers average every "
+                                     "rank's whole gradient and momentum, which would mix the parts. Wrap the model in "
+                                     "DistributedDataParallel (with onebit.ddp_comm_hook) instead (docs/usage.md, "
+                                     "\"What the optimizers check\")")
                 if p.dtype != torch.float32:
                     raise ValueError(f"{who}: parameters must be float32, not {p.dtype} (parameter {i} of group {g}, "
                                      f"shape {tuple(p.shape)}); under torch.autocast keep them float32")
@@ -563,6 +570,17 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """Whether _wants_averaged_gradients can no longer change: from then on the DDP hook gives
         the same answer at every step, and a backward pass through it may be captured in a graph."""
         raise NotImplementedError
+
+
+def _sharded_by(p):
+    """What shards `p` across ranks, or None: a DTensor (FSDP2's fully_shard, tensor parallelism),
+    or FSDP1's flat parameter and the views of it that use_orig_params exposes, which FSDP marks
+    _fsdp_flattened. Such a parameter is another part of the model on each rank."""
+    if any(cls.__name__ == "DTensor" for cls in type(p).__mro__):
+        return "a DTensor (FSDP2's fully_shard or tensor parallelism)"
+    if getattr(p, "_fsdp_flattened", False):
+        return "flattened by FullyShardedDataParallel (and sharded, unless NO_SHARD)"
+    return None
 
 
 def _capturing(device):

@@ -39,6 +39,11 @@ torch.distributed each:
                 round differently from eager's, and 1-bit compression turns last bits into signs):
                 bitwise the eager run's parameters, losses and stage (the step's C calls break
                 dynamo's graph and run eagerly). Skipped on a torch without torch.compile.
+  fsdp          Parameters sharded by FSDP (FullyShardedDataParallel, with and without
+                use_orig_params; FSDP2's fully_shard, DTensors): each rank holds another part of
+                the model, which averaging would mix (before: trained silently, or failed deep in
+                DTensor). Every optimizer's constructor refuses, naming the parameter and FSDP. The
+                kinds this torch cannot make on the CPU are skipped; none at all is a skip.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -56,7 +61,8 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
-         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "compile", "deepspeed")
+         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "compile", "fsdp",
+         "deepspeed")
 
 
 def flat(model):
@@ -479,6 +485,38 @@ def compile_case(mode, rank, torch, dist, onebit, out):
                 f"{kind}: the compiled training step differs from the eager one (losses {eager[1]} vs {compiled[1]})")
 
 
+def fsdp_case(mode, rank, torch, dist, onebit, out):
+    """FSDP's parameters are refused by every optimizer, by name."""
+    def fsdp1(model, use_orig_params):
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        return FullyShardedDataParallel(model, device_id=torch.device("cpu"), use_orig_params=use_orig_params)
+
+    def fsdp2(model):
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(model)
+        return model
+    wrappers = {"FSDP": lambda m: fsdp1(m, False), "FSDP use_orig_params": lambda m: fsdp1(m, True), "fully_shard": fsdp2}
+    tried = []
+    for label, wrap in wrappers.items():
+        try:
+            model = wrap(torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)))
+        except (ImportError, TypeError, ValueError, RuntimeError, AssertionError) as why:  # this torch cannot, on the CPU
+            print(f"rank {rank}: {label}: not made here ({type(why).__name__}: {str(why)[:80]})", flush=True)
+            continue
+        tried.append(label)
+        for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
+            try:
+                make_optimizer(onebit, kind, model.parameters())
+            except ValueError as error:
+                words = ("is a DTensor" if label == "fully_shard" else "is flattened by FullyShardedDataParallel")
+                require(f"{name}: parameter 0 of group 0" in str(error) and words in str(error)
+                        and "DistributedDataParallel" in str(error), f"{label}, {name}: unclear refusal: {error}")
+            else:
+                raise CheckFailed(f"{label}: {name} took parameters FSDP shards across the ranks")
+    if not tried:
+        raise Skipped(f"torch {torch.__version__} makes no FSDP model on the CPU")
+
+
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
     """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
     gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
@@ -516,7 +554,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case,
          "deepspeed": deepspeed_case}
 
 
