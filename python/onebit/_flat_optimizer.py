@@ -11,6 +11,7 @@ import gc
 import importlib
 import pickle
 import weakref
+import zlib
 from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import torch
@@ -173,7 +174,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
         all_reduce and another in a full-precision one, waiting for each other until the timeout."""
         if self._world == 1:
             return
-        fields = dict(world_size=self._world, **fields)  # torch's rendezvous meets a different WORLD_SIZE first
+        # world_size first: torch's rendezvous meets a different WORLD_SIZE first. The shapes' CRC
+        # last: ranks whose parameters have the same total in other shapes (other models) differ
+        # only there.
+        fields = dict(world_size=self._world, **fields, parameter_shapes_crc32=self._shapes_crc32())
         names = list(fields)
         rows = self._every_rank([int(fields[n]) for n in names])
         for j, name in enumerate(names):
@@ -184,6 +188,12 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 raise RuntimeError(f"{self._who}: the ranks disagree on {name} ({said}); every rank must run the "
                                    "same schedule on the same parameters (ONEBIT_FREEZE_STEP set on some ranks "
                                    "only? different checkpoints loaded? different models?)")
+
+    def _shapes_crc32(self):
+        """A CRC-32 of every group's parameters' shapes, in order: the same on every rank that holds
+        the same model."""
+        shapes = [[tuple(p.shape) for p in group["params"]] for group in self.param_groups]
+        return zlib.crc32(repr(shapes).encode())
 
     def _every_rank(self, values):
         """Every rank's row of integers (`values` is this rank's), in one small exact all_reduce of a

@@ -11,6 +11,9 @@ torch.distributed each:
   disagree      ONEBIT_FREEZE_STEP 1 on rank 0 and 3 on rank 1: every rank's constructor refuses,
                 naming freeze_step and both values (before: both waited in different all_reduces).
   disagree-auto freeze_step="auto" with freeze_window 2 and 3: refused, naming freeze_window.
+  other-model   Linear(8, 4) on rank 0, Linear(5, 6) on rank 1: the same 36 parameters in other
+                shapes (before: trained on, averaging unrelated numbers); every optimizer refuses,
+                naming the shapes' CRC.
   same-name     a second live optimizer of one name is refused; close() or collection frees it.
   uncompressed  a plain gloo group with neither the preload nor the backend: rank 0 warns once, at
                 the first compression step, that its all_reduce was not compressed.
@@ -60,9 +63,9 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E402
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
-MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "same-name", "uncompressed",
-         "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture", "compile", "fsdp",
-         "deepspeed")
+MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
+         "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture",
+         "compile", "fsdp", "deepspeed")
 
 
 def flat(model):
@@ -136,6 +139,18 @@ def disagree_auto_case(mode, rank, torch, dist, onebit, out):
         require("disagree on freeze_window (rank 0: 2, rank 1: 3)" in str(error), f"unclear error: {error}")
     else:
         raise CheckFailed("ranks with freeze_window 2 and 3 were accepted")
+
+
+def other_model_case(mode, rank, torch, dist, onebit, out):
+    model = torch.nn.Linear(8, 4) if rank == 0 else torch.nn.Linear(5, 6)  # 36 parameters each
+    for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
+        try:
+            make_optimizer(onebit, kind, model.parameters())
+        except RuntimeError as error:
+            require(f"{name}: the ranks disagree on parameter_shapes_crc32 (rank 0: " in str(error),
+                    f"{name}: the refusal does not name the shapes: {error}")
+        else:
+            raise CheckFailed(f"{name}: ranks with different models of the same size were not refused")
 
 
 def same_name_case(mode, rank, torch, dist, onebit, out):
@@ -553,7 +568,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
-         "disagree-auto": disagree_auto_case, "same-name": same_name_case,
+         "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
          "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case,
          "deepspeed": deepspeed_case}
 
