@@ -273,6 +273,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self._skipped_for_loss_scaling():
+            return loss
         self._consolidated = None
         self._in_place = self._steps_in_place and self._in_place_parameters()
         if not self._in_place:
@@ -285,6 +287,49 @@ class _FlatOptimizer(torch.optim.Optimizer):
         else:
             self._write_parameters()
         return loss
+
+    # torch.amp.GradScaler calls step() itself on every step, with grad_scale and found_inf set on
+    # the optimizer, instead of skipping it on a rank whose gradients overflowed
+    # (_skipped_for_loss_scaling).
+    _step_supports_amp_scaling = True
+
+    def _skipped_for_loss_scaling(self):
+        """Under torch.amp.GradScaler: whether this step is skipped, on every rank alike; if not,
+        the gradients are unscaled here, as GradScaler.unscale_ would (by the fp32 reciprocal of
+        the scale; grad_scale None: scaler.unscale_ has done it).
+
+        GradScaler alone decides per rank, from that rank's gradients. In the compression stage
+        they are the rank's own, not averaged: a rank that overflowed would skip step() while the
+        others wait for it in the compressed all_reduce until the timeout. So the ranks agree in one
+        small all_reduce: a step any rank found non-finite is skipped by all. The scalers then back
+        off on the ranks that overflowed only, and their scales differ, which is harmless while
+        each rank's gradients are its own (each unscales by its own scale) but not on a step whose
+        gradients DDP averaged scaled: such a step is refused, naming the scales."""
+        found_inf = getattr(self, "found_inf", None)
+        if found_inf is None:
+            return False
+        scale = getattr(self, "grad_scale", None)
+        scale_bits = 0 if scale is None else int(torch.tensor([float(scale)], dtype=torch.float32).view(torch.int32))
+        rows = self._every_rank([int(float(found_inf) > 0), scale_bits]) if self._world > 1 else \
+            [[int(float(found_inf) > 0), scale_bits]]
+        if any(row[0] for row in rows):
+            return True
+        averaged_scaled = self._world > 1 and self._gradients_averaged_by_hook and self._wants_averaged_gradients
+        if averaged_scaled and len({row[1] for row in rows}) > 1:
+            scales = ", ".join(f"rank {r}: {torch.tensor([row[1]], dtype=torch.int32).view(torch.float32).item():g}"
+                               for r, row in enumerate(rows))
+            raise RuntimeError(f"{self._who}: the ranks' GradScaler scales differ ({scales}) on a step whose gradients "
+                               "DDP averaged while scaled, so no rank can unscale the average: the scalers diverged "
+                               "after gradients overflowed on some ranks only in a step of local gradients (0/1 Adam's "
+                               "compressed steps before var_freeze_step). Use bf16 autocast, without GradScaler, for "
+                               "this optimizer under onebit.ddp_comm_hook (docs/usage.md, \"A step fails on NaN or "
+                               "Inf\")")
+        if scale is not None:
+            inverse = scale.double().reciprocal().float()
+            for p in self._params():
+                if p.grad is not None:
+                    p.grad.mul_(inverse.to(p.grad.device))
+        return False
 
     def _refuse_graph_capture(self, call="step()"):
         """A step (or ZeroOneAdam's synchronize()) inside CUDA graph capture is refused, before it

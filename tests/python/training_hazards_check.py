@@ -47,6 +47,10 @@ torch.distributed each:
                 the model, which averaging would mix (before: trained silently, or failed deep in
                 DTensor). Every optimizer's constructor refuses, naming the parameter and FSDP. The
                 kinds this torch cannot make on the CPU are skipped; none at all is a skip.
+  scaler        torch.amp.GradScaler (loss scaling, on the CPU) with OnebitAdam and OnebitLamb under
+                DDP and the hook: without overflow bitwise the unscaled run; an overflow on rank 1
+                only, in the compression stage, skips that step on every rank (before: rank 0
+                waited in the compressed all_reduce until the timeout) and the ranks stay equal.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
 
@@ -65,7 +69,7 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
          "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture",
-         "compile", "fsdp", "deepspeed")
+         "compile", "fsdp", "scaler", "deepspeed")
 
 
 def flat(model):
@@ -532,6 +536,80 @@ def fsdp_case(mode, rank, torch, dist, onebit, out):
         raise Skipped(f"torch {torch.__version__} makes no FSDP model on the CPU")
 
 
+def scaler_case(mode, rank, torch, dist, onebit, out):
+    """torch.amp.GradScaler drives the optimizers' steps (fp16 autocast's loss scaling): with no
+    overflow, a scaled run is bitwise the unscaled one (a power-of-two scale is exact); a gradient
+    that overflows on rank 1 only, in the compression stage, makes every rank skip that step
+    (before: rank 1 skipped, rank 0 waited in the compressed all_reduce until the timeout), and the
+    ranks stay bitwise equal."""
+    GradScaler = getattr(getattr(torch, "amp", None), "GradScaler", None)
+    if GradScaler is None:
+        raise Skipped(f"torch {torch.__version__} has no torch.amp.GradScaler for the CPU")
+
+    def run(kind, scaled, overflow_at=None):
+        torch.manual_seed(3)
+        model = torch.nn.Linear(16, 4)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = make_optimizer(onebit, kind, ddp.parameters())
+        ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+        scaler = GradScaler("cpu", init_scale=2.0 ** 10, enabled=scaled)
+        generator = torch.Generator().manual_seed(70 + rank)
+        skipped = []
+        for step in range(FREEZE + 4):
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp(torch.randn(8, 16, generator=generator)), torch.zeros(8, 4))
+            scaler.scale(loss).backward()
+            if step == overflow_at and rank == 1:
+                model.weight.grad[0, 0] = float("inf")
+            before = flat(model).clone()
+            scaler.step(optimizer)
+            scaler.update()
+            skipped.append(torch.equal(flat(model), before))
+        optimizer.close()
+        return flat(model), skipped
+    for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb")):
+        plain, _ = run(kind, False)
+        scaled, skipped = run(kind, True)
+        require(torch.equal(plain, scaled), f"{name}: GradScaler without overflow differs from the unscaled run")
+        require(not any(skipped), f"{name}: a step was skipped without overflow: {skipped}")
+        overflowed, skipped = run(kind, True, overflow_at=FREEZE + 1)
+        require(skipped == [i == FREEZE + 1 for i in range(FREEZE + 4)],
+                f"{name}: rank {rank} skipped the steps {skipped}, want only the overflow step {FREEZE + 1}")
+        same_on_every_rank(torch, dist, overflowed, f"{name}: after a one-rank overflow in the compression stage")
+    # 0/1 Adam alternates local-gradient (compressed) and averaged (variance) steps until
+    # var_freeze_step: after a one-rank overflow in a compressed step the scalers' scales differ,
+    # and the next variance step, averaged while scaled, is refused on every rank, naming them.
+    from onebit import zero_one_adam
+    torch.manual_seed(3)
+    model = torch.nn.Linear(16, 4)
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = onebit.ZeroOneAdam(ddp.parameters(), lr=1e-4, var_freeze_step=12, var_update_scaler=1)
+    ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+    scaler = GradScaler("cpu", init_scale=2.0 ** 10)
+    generator = torch.Generator().manual_seed(75 + rank)
+    overflowed = False
+    for step in range(12):
+        kind = optimizer.next_step_kind()
+        optimizer.zero_grad()
+        scaler.scale(torch.nn.functional.mse_loss(ddp(torch.randn(8, 16, generator=generator)),
+                                                  torch.zeros(8, 4))).backward()
+        if kind == zero_one_adam.COMPRESSED_STEP and not overflowed:
+            overflowed = True
+            if rank == 1:
+                model.weight.grad[0, 0] = float("inf")
+        try:
+            scaler.step(optimizer)
+        except RuntimeError as error:
+            require(overflowed and kind == zero_one_adam.VARIANCE_STEP, f"ZeroOneAdam step {step}: {error}")
+            require("ZeroOneAdam: the ranks' GradScaler scales differ (rank 0: 1024, rank 1: 512)" in str(error),
+                    f"ZeroOneAdam: the refusal does not name the scales: {error}")
+            break
+        scaler.update()
+    else:
+        raise CheckFailed(f"ZeroOneAdam: no variance step after a one-rank overflow was refused (overflowed: {overflowed})")
+    optimizer.close()
+
+
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
     """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
     gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
@@ -569,7 +647,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
          "deepspeed": deepspeed_case}
 
 
