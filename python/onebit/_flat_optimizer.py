@@ -288,10 +288,12 @@ class _FlatOptimizer(torch.optim.Optimizer):
             self._write_parameters()
         return loss
 
-    # torch.amp.GradScaler calls step() itself on every step, with grad_scale and found_inf set on
-    # the optimizer, instead of skipping it on a rank whose gradients overflowed
-    # (_skipped_for_loss_scaling).
-    _step_supports_amp_scaling = True
+    # torch.amp.GradScaler (torch >= 2.0) calls step() itself on every step, with grad_scale and
+    # found_inf set on the optimizer, instead of skipping it on a rank whose gradients overflowed
+    # (_skipped_for_loss_scaling). Older GradScalers would pass a grad_scaler argument instead: not
+    # taken, they skip per rank as before (docs/usage.md, "A step fails on NaN or Inf").
+    _step_supports_amp_scaling = int(torch.__version__.split(".")[0]) >= 2
+    _scales_may_differ = False  # a step was skipped for an overflow on some ranks only
 
     def _skipped_for_loss_scaling(self):
         """Under torch.amp.GradScaler: whether this step is skipped, on every rank alike; if not,
@@ -304,32 +306,46 @@ class _FlatOptimizer(torch.optim.Optimizer):
         small all_reduce: a step any rank found non-finite is skipped by all. The scalers then back
         off on the ranks that overflowed only, and their scales differ, which is harmless while
         each rank's gradients are its own (each unscales by its own scale) but not on a step whose
-        gradients DDP averaged scaled: such a step is refused, naming the scales."""
+        gradients DDP averaged while scaled: such a step is refused (_refuse_differing_scales)."""
         found_inf = getattr(self, "found_inf", None)
         if found_inf is None:
             return False
         scale = getattr(self, "grad_scale", None)
-        scale_bits = 0 if scale is None else int(torch.tensor([float(scale)], dtype=torch.float32).view(torch.int32))
-        rows = self._every_rank([int(float(found_inf) > 0), scale_bits]) if self._world > 1 else \
-            [[int(float(found_inf) > 0), scale_bits]]
-        if any(row[0] for row in rows):
+        row = [int(float(found_inf) > 0), _float_bits(scale)]
+        rows = self._every_rank(row) if self._world > 1 else [row]
+        overflowed = [r[0] for r in rows]
+        if any(overflowed):
+            self._scales_may_differ = self._scales_may_differ or not all(overflowed)
             return True
-        averaged_scaled = self._world > 1 and self._gradients_averaged_by_hook and self._wants_averaged_gradients
-        if averaged_scaled and len({row[1] for row in rows}) > 1:
-            scales = ", ".join(f"rank {r}: {torch.tensor([row[1]], dtype=torch.int32).view(torch.float32).item():g}"
-                               for r, row in enumerate(rows))
-            raise RuntimeError(f"{self._who}: the ranks' GradScaler scales differ ({scales}) on a step whose gradients "
-                               "DDP averaged while scaled, so no rank can unscale the average: the scalers diverged "
-                               "after gradients overflowed on some ranks only in a step of local gradients (0/1 Adam's "
-                               "compressed steps before var_freeze_step). Use bf16 autocast, without GradScaler, for "
-                               "this optimizer under onebit.ddp_comm_hook (docs/usage.md, \"A step fails on NaN or "
-                               "Inf\")")
+        if self._world > 1 and self._gradients_averaged_by_hook and self._wants_averaged_gradients:
+            self._refuse_differing_scales(scale, [r[1] for r in rows])
         if scale is not None:
-            inverse = scale.double().reciprocal().float()
+            inverse = scale.double().reciprocal().float().to(self._device)
             for p in self._params():
                 if p.grad is not None:
-                    p.grad.mul_(inverse.to(p.grad.device))
+                    p.grad.mul_(inverse)
         return False
+
+    def _refuse_differing_scales(self, scale, scale_bits):
+        """On a step whose gradients DDP averaged while scaled (ZeroOneAdam's variance steps, which
+        come back after steps of local gradients): refused if the ranks' scales differ, or may
+        (scaler.unscale_ has hidden them, and some ranks alone overflowed since they last agreed),
+        since no rank can unscale such an average. GradScaler's attributes are dropped first, as
+        its step() would have after ours."""
+        if scale is not None and len(set(scale_bits)) == 1:
+            self._scales_may_differ = False  # compared: the same again
+            return
+        if scale is None and not self._scales_may_differ:
+            return
+        said = (", ".join(f"rank {r}: {_bits_float(b):g}" for r, b in enumerate(scale_bits)) if scale is not None else
+                "unscaled already by scaler.unscale_; some ranks alone overflowed since their scales last agreed")
+        for name in ("grad_scale", "found_inf"):
+            self.__dict__.pop(name, None)
+        raise RuntimeError(f"{self._who}: the ranks' GradScaler scales differ ({said}) on a step whose gradients DDP "
+                           "averaged while scaled, so no rank can unscale the average: the scalers diverged after "
+                           "gradients overflowed on some ranks only in a step of local gradients (0/1 Adam's "
+                           "compressed steps before var_freeze_step). Use bf16 autocast, without GradScaler, for this "
+                           "optimizer under onebit.ddp_comm_hook (docs/usage.md, \"A step fails on NaN or Inf\")")
 
     def _refuse_graph_capture(self, call="step()"):
         """A step (or ZeroOneAdam's synchronize()) inside CUDA graph capture is refused, before it
@@ -337,7 +353,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         step count, the stage, the freeze decision and the learning rates live on the host and go
         into a step's kernels as arguments: a captured step would bake them in, and every replay
         would repeat this one step (never freezing, the schedule stopped) while looking like
-        training. While torch.compile traces the step the check is skipped, as torch.optim's is."""
+        training. (The step is never traced by torch.compile: _run_eagerly.)"""
         if not _capturing(self._device):
             return
         raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
@@ -625,6 +641,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """Whether _wants_averaged_gradients can no longer change: from then on the DDP hook gives
         the same answer at every step, and a backward pass through it may be captured in a graph."""
         raise NotImplementedError
+
+
+def _float_bits(value):
+    """A float32's bits as an int (0 for None): to compare scales exactly in an integer all_reduce."""
+    return 0 if value is None else int(torch.tensor([float(value)], dtype=torch.float32).view(torch.int32))
+
+
+def _bits_float(bits):
+    return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
 
 
 def _sharded_by(p):

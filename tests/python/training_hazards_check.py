@@ -546,7 +546,7 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
     if GradScaler is None:
         raise Skipped(f"torch {torch.__version__} has no torch.amp.GradScaler for the CPU")
 
-    def run(kind, scaled, overflow_at=None):
+    def run(kind, scaled, overflow_at=None, unscale=False):
         torch.manual_seed(3)
         model = torch.nn.Linear(16, 4)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -561,6 +561,9 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
             scaler.scale(loss).backward()
             if step == overflow_at and rank == 1:
                 model.weight.grad[0, 0] = float("inf")
+            if unscale:  # as HF Trainer and Accelerate do, to clip
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
             before = flat(model).clone()
             scaler.step(optimizer)
             scaler.update()
@@ -572,42 +575,52 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
         scaled, skipped = run(kind, True)
         require(torch.equal(plain, scaled), f"{name}: GradScaler without overflow differs from the unscaled run")
         require(not any(skipped), f"{name}: a step was skipped without overflow: {skipped}")
-        overflowed, skipped = run(kind, True, overflow_at=FREEZE + 1)
-        require(skipped == [i == FREEZE + 1 for i in range(FREEZE + 4)],
-                f"{name}: rank {rank} skipped the steps {skipped}, want only the overflow step {FREEZE + 1}")
-        same_on_every_rank(torch, dist, overflowed, f"{name}: after a one-rank overflow in the compression stage")
+        for unscale in (False, True):
+            overflowed, skipped = run(kind, True, overflow_at=FREEZE + 1, unscale=unscale)
+            require(skipped == [i == FREEZE + 1 for i in range(FREEZE + 4)],
+                    f"{name}: rank {rank} skipped the steps {skipped}, want only the overflow step {FREEZE + 1}")
+            same_on_every_rank(torch, dist, overflowed, f"{name}: after a one-rank overflow in the compression stage"
+                                                        f"{' (scaler.unscale_ first)' if unscale else ''}")
     # 0/1 Adam alternates local-gradient (compressed) and averaged (variance) steps until
     # var_freeze_step: after a one-rank overflow in a compressed step the scalers' scales differ,
-    # and the next variance step, averaged while scaled, is refused on every rank, naming them.
+    # and the next variance step, averaged while scaled, is refused on every rank, naming them, or,
+    # where scaler.unscale_ came first and hid them, saying so.
     from onebit import zero_one_adam
-    torch.manual_seed(3)
-    model = torch.nn.Linear(16, 4)
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
-    optimizer = onebit.ZeroOneAdam(ddp.parameters(), lr=1e-4, var_freeze_step=12, var_update_scaler=1)
-    ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
-    scaler = GradScaler("cpu", init_scale=2.0 ** 10)
-    generator = torch.Generator().manual_seed(75 + rank)
-    overflowed = False
-    for step in range(12):
-        kind = optimizer.next_step_kind()
-        optimizer.zero_grad()
-        scaler.scale(torch.nn.functional.mse_loss(ddp(torch.randn(8, 16, generator=generator)),
-                                                  torch.zeros(8, 4))).backward()
-        if kind == zero_one_adam.COMPRESSED_STEP and not overflowed:
-            overflowed = True
-            if rank == 1:
-                model.weight.grad[0, 0] = float("inf")
-        try:
-            scaler.step(optimizer)
-        except RuntimeError as error:
-            require(overflowed and kind == zero_one_adam.VARIANCE_STEP, f"ZeroOneAdam step {step}: {error}")
-            require("ZeroOneAdam: the ranks' GradScaler scales differ (rank 0: 1024, rank 1: 512)" in str(error),
-                    f"ZeroOneAdam: the refusal does not name the scales: {error}")
-            break
-        scaler.update()
-    else:
-        raise CheckFailed(f"ZeroOneAdam: no variance step after a one-rank overflow was refused (overflowed: {overflowed})")
-    optimizer.close()
+    for unscale, said in ((False, "scales differ (rank 0: 1024, rank 1: 512)"),
+                          (True, "scales differ (unscaled already by scaler.unscale_")):
+        torch.manual_seed(3)
+        model = torch.nn.Linear(16, 4)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = onebit.ZeroOneAdam(ddp.parameters(), lr=1e-4, var_freeze_step=12, var_update_scaler=1,
+                                       name=f"zero_one/unscale {unscale}")
+        ddp.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+        scaler = GradScaler("cpu", init_scale=2.0 ** 10)
+        generator = torch.Generator().manual_seed(75 + rank)
+        overflowed = False
+        for step in range(12):
+            kind = optimizer.next_step_kind()
+            optimizer.zero_grad()
+            scaler.scale(torch.nn.functional.mse_loss(ddp(torch.randn(8, 16, generator=generator)),
+                                                      torch.zeros(8, 4))).backward()
+            if kind == zero_one_adam.COMPRESSED_STEP and not overflowed:
+                overflowed = True
+                if rank == 1:
+                    model.weight.grad[0, 0] = float("inf")
+            if unscale:
+                scaler.unscale_(optimizer)
+            try:
+                scaler.step(optimizer)
+            except RuntimeError as error:
+                require(overflowed and kind == zero_one_adam.VARIANCE_STEP, f"ZeroOneAdam step {step}: {error}")
+                require(f"ZeroOneAdam: the ranks' GradScaler {said}" in str(error),
+                        f"ZeroOneAdam: the refusal does not say '{said}': {error}")
+                require(not hasattr(optimizer, "grad_scale"), "the refusal left GradScaler's grad_scale behind")
+                break
+            scaler.update()
+        else:
+            raise CheckFailed(f"ZeroOneAdam (scaler.unscale_ first: {unscale}): no variance step after a one-rank "
+                              f"overflow was refused (overflowed: {overflowed})")
+        optimizer.close()
 
 
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
