@@ -10,6 +10,7 @@ import ctypes
 import gc
 import importlib
 import pickle
+import struct
 import weakref
 import zlib
 from typing import Any, Callable, Dict, Iterable, Optional, Union
@@ -197,7 +198,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _every_rank(self, values):
         """Every rank's row of integers (`values` is this rank's), in one small exact all_reduce of a
-        world x len(values) table in which each rank fills its own row."""
+        world x len(values) table in which each rank fills its own row (alone: its row, no call)."""
+        if self._world == 1:
+            return [list(values)]
         table = torch.zeros(self._world, len(values), dtype=torch.int64)
         table[self._rank] = torch.tensor(values, dtype=torch.int64)
         table = table.to(self._device)
@@ -311,8 +314,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if found_inf is None:
             return False
         scale = getattr(self, "grad_scale", None)
-        row = [int(float(found_inf) > 0), _float_bits(scale)]
-        rows = self._every_rank(row) if self._world > 1 else [row]
+        rows = self._every_rank([int(float(found_inf) > 0), _float_bits(scale)])
         overflowed = [r[0] for r in rows]
         if any(overflowed):
             self._scales_may_differ = self._scales_may_differ or not all(overflowed)
@@ -645,11 +647,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
 def _float_bits(value):
     """A float32's bits as an int (0 for None): to compare scales exactly in an integer all_reduce."""
-    return 0 if value is None else int(torch.tensor([float(value)], dtype=torch.float32).view(torch.int32))
+    return 0 if value is None else struct.unpack("<i", struct.pack("<f", float(value)))[0]
 
 
 def _bits_float(bits):
-    return torch.tensor([bits], dtype=torch.int32).view(torch.float32).item()
+    return struct.unpack("<f", struct.pack("<i", bits))[0]
 
 
 def _sharded_by(p):

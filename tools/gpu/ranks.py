@@ -4,6 +4,7 @@ a temporary folder otherwise), waited for within the check's own deadline, kille
 after another rank has failed.
 """
 import os
+import select
 import subprocess
 import sys
 import time
@@ -42,15 +43,23 @@ class Ranks:
         """Exit codes, every rank waited for at most `seconds` in all. Once a rank has failed, the
         others get at most `grace` seconds more (they may be waiting in a collective with it), so
         that a failure costs seconds, not the whole timeout. The ranks still running then are
-        killed, their code None, and the reason and each rank's last lines printed."""
+        killed, their code None, and the reason and each rank's last lines printed. Each exit is
+        seen as it happens (a pidfd per rank, select), not polled for."""
         deadline = time.monotonic() + max(seconds, 1)
+        running = {os.pidfd_open(p.pid): rank for rank, p in enumerate(self.procs)}
         failed = None
-        while any(p.poll() is None for p in self.procs) and time.monotonic() < deadline:
-            if failed is None:
-                failed = next((rank for rank, p in enumerate(self.procs) if p.poll() not in (None, 0)), None)
-                if failed is not None:
-                    deadline = min(deadline, time.monotonic() + grace)
-            time.sleep(0.2)
+        try:
+            while running and time.monotonic() < deadline:
+                exited, _, _ = select.select(list(running), [], [], max(deadline - time.monotonic(), 0))
+                for fd in exited:
+                    rank = running.pop(fd)
+                    os.close(fd)
+                    if self.procs[rank].wait() != 0 and failed is None:
+                        failed = rank
+                        deadline = min(deadline, time.monotonic() + grace)
+        finally:
+            for fd in running:
+                os.close(fd)
         codes = [p.poll() for p in self.procs]
         if all(code is not None for code in codes):
             return codes
