@@ -1,41 +1,36 @@
 // The stand-in CUDA runtime and device of cuda_runtime.h: what it models, and what not, is said
 // there. Memory: a registry of what cudaMalloc and cudaHostAlloc gave out. Launches: one at a time,
-// a block's threads as OS threads meeting at barriers (each warp's exchanges under its mutex), the
-// blocks in a shuffled order.
+// on the launching thread, a block's threads as fibers meeting at __syncthreads and in their warps'
+// exchanges, resumed in a shuffled order; the blocks one after another, in a shuffled order.
 #include "cuda_runtime.h"
 
 #include <algorithm>
 #include <array>
-#include <atomic>
-#include <barrier>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <random>
-#include <semaphore>
-#include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
 #else
 #define ASAN_POISON_MEMORY_REGION(start, bytes) ((void)(start), (void)(bytes))
 #define ASAN_UNPOISON_MEMORY_REGION(start, bytes) ((void)(start), (void)(bytes))
+inline void __sanitizer_start_switch_fiber(void**, const void*, std::size_t) {}
+inline void __sanitizer_finish_switch_fiber(void*, const void**, std::size_t*) {}
 #endif
 
 namespace onebit_cuda_on_cpu {
 
-Place& place() {
-  thread_local Place here;
-  return here;
-}
 namespace {
 
 thread_local cudaError_t last_error = cudaSuccess;  // CUDA's is per host thread too
@@ -139,13 +134,15 @@ cudaError_t copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind k
   return cudaSuccess;
 }
 
-// ---- the running block ----
-
-// How long a launch may go without progress (a block ended, a __syncthreads or a warp exchange
-// passed) before the test stops naming it: a kernel that would hang on a GPU, because some thread
-// never reaches a barrier or a lane never joins an exchange, says so here instead.
-constexpr auto kPatience = std::chrono::seconds(60);
-std::atomic<std::uint64_t> progress{0};
+// ---- the running launch: a block's CUDA threads as fibers ----
+//
+// One launch at a time runs, on the launching OS thread: each CUDA thread of a block is a fiber
+// (a stack and a saved context) that runs until it must wait (at __syncthreads, in a vote or
+// shuffle whose lanes have not all come) or leaves the kernel. The scheduler resumes the fibers
+// that can go on, in a shuffled order each round, so that a thread reading what another writes
+// without a __syncthreads between them reads it before it is written in some rounds: a missing
+// barrier gives wrong answers, the same ones in every run. When no fiber can go on and some are
+// still in the kernel, the kernel would hang on a GPU; the test stops instead, naming the block.
 
 // __shared__ variables: the lowering registers each (shared_memory below); every block finds them
 // scribbled with 0xFF bytes (NaN as floats), as a GPU's shared memory holds whatever was there.
@@ -156,6 +153,18 @@ void scribble_shared_memory() {
   std::lock_guard lock(shared_mutex);
   for (const auto& [start, bytes] : shared_regions) std::memset(start, 0xFF, bytes);
 }
+
+// What a fiber waits for, if anything, when it is not running.
+enum class Waiting { kNothing, kSyncthreads, kExchange, kExited };
+
+struct Fiber {
+  ucontext_t context{};
+  char* stack = nullptr;  // kStackBytes, the lowest page a guard
+  void* asan_fake_stack = nullptr;
+  Place place;
+  unsigned flat_thread = 0;  // threadIdx, flattened
+  Waiting waiting = Waiting::kExited;
+};
 
 // A warp's votes and shuffles: the lanes of one exchange's mask each leave a value and wait until
 // every lane of the mask has; then each takes its answer. Exchanges of disjoint masks meet apart.
@@ -168,64 +177,200 @@ struct Exchange {
 };
 
 struct Warp {
-  std::mutex mutex;  // for the fields below; only the warp's lanes wait on `changed`
-  std::condition_variable changed;
   unsigned lanes = 0;   // that exist (the last warp of a block may have fewer)
   unsigned exited = 0;  // lanes that have left the kernel in this block
   std::map<unsigned, Exchange> by_mask;
 };
 
-struct Progressed {
-  void operator()() noexcept { progress.fetch_add(1, std::memory_order_relaxed); }
-};
-
-// One block's meeting points: __syncthreads, a barrier of the threads still in the kernel; each
-// warp's exchanges; and the block's end, which every thread reaches before the next block begins
-// (the __shared__ statics are the next block's) and whose last arrival makes everything anew.
+// The running block's meeting points: __syncthreads, a barrier of the threads still in the kernel,
+// and each warp's exchanges.
 struct Block {
-  unsigned threads = 0;
-  std::optional<std::barrier<Progressed>> sync;
+  std::vector<Fiber*> fibers;  // fibers[t] plays CUDA thread t
+  unsigned in_kernel = 0;
+  unsigned at_syncthreads = 0;
   std::vector<Warp> warps;
-
-  explicit Block(unsigned n) : threads(n), warps((n + 31) / 32) {
-    for (unsigned w = 0; w < warps.size(); ++w) warps[w].lanes = std::min(32u, n - 32 * w);
-    sync.emplace(n);
-  }
-  void next() noexcept {  // no thread is inside the kernel
-    sync.emplace(threads);
-    for (Warp& w : warps) {
-      w.exited = 0;
-      w.by_mask.clear();
-    }
-    scribble_shared_memory();
-    progress.fetch_add(1, std::memory_order_relaxed);
-  }
 };
 
-thread_local Block* running = nullptr;  // the block this thread is part of
-thread_local unsigned flat_thread = 0;  // threadIdx, flattened
+// The running launch (launch_mutex held): the kernel, its block, the fiber running now.
+const std::function<void()>* running_kernel = nullptr;
+Block* running_block = nullptr;
+Fiber* running_fiber = nullptr;
 
-// This thread's kernel has returned: it leaves the block's barrier and its warp's exchanges (one
-// waiting on it fails now).
-void leave_kernel() {
-  Warp& warp = running->warps[flat_thread / 32];
-  {
-    std::lock_guard lock(warp.mutex);
-    warp.exited |= 1u << (flat_thread % 32);
+// glibc's swapcontext; under ASan, past ASan's interception of it (which warns of false positives
+// and clears the whole target stack's shadow at every switch): each switch is told to ASan as a
+// fiber switch instead (Fibers::resume and wait).
+int swap_context(ucontext_t* from, const ucontext_t* to) {
+#if defined(__SANITIZE_ADDRESS__)
+  using Swap = int (*)(ucontext_t*, const ucontext_t*);
+  static const Swap libc_swapcontext = [] {
+    void* libc = dlopen("libc.so.6", RTLD_NOLOAD | RTLD_LAZY);
+    return libc == nullptr ? nullptr : reinterpret_cast<Swap>(dlsym(libc, "swapcontext"));
+  }();
+  if (libc_swapcontext != nullptr) return libc_swapcontext(from, to);
+#endif
+  return swapcontext(from, to);
+}
+
+constexpr std::size_t kStackBytes = 128 * 1024;
+
+// The fibers of one OS thread's launches, made once and kept (fiber t plays CUDA thread t of every
+// block); each is parked between blocks where it left its last kernel.
+class Fibers {
+ public:
+  Fibers() = default;
+  Fibers(const Fibers&) = delete;
+  Fibers& operator=(const Fibers&) = delete;
+  ~Fibers() {
+    for (auto& fiber : fibers_) {
+      ASAN_UNPOISON_MEMORY_REGION(fiber->stack, kStackBytes);
+      munmap(fiber->stack, kStackBytes);
+    }
   }
-  warp.changed.notify_all();
-  running->sync->arrive_and_drop();
+
+  // The first `count` fibers, made if missing.
+  std::vector<Fiber*> first(unsigned count) {
+    while (fibers_.size() < count) fibers_.push_back(make());
+    std::vector<Fiber*> chosen(count);
+    for (unsigned t = 0; t < count; ++t) chosen[t] = fibers_[t].get();
+    return chosen;
+  }
+
+  // Runs `fiber` until it waits or leaves the kernel.
+  void resume(Fiber& fiber) {
+    running_fiber = &fiber;
+    void* fake_stack = nullptr;
+    __sanitizer_start_switch_fiber(&fake_stack, fiber.stack, kStackBytes);
+    swap_context(&scheduler_, &fiber.context);
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+    running_fiber = nullptr;
+  }
+
+  // The running fiber gives the thread back to the scheduler until resumed.
+  void wait(Waiting what) {
+    Fiber& fiber = *running_fiber;
+    fiber.waiting = what;
+    __sanitizer_start_switch_fiber(&fiber.asan_fake_stack, scheduler_stack_, scheduler_stack_bytes_);
+    swap_context(&fiber.context, &scheduler_);
+    __sanitizer_finish_switch_fiber(fiber.asan_fake_stack, &scheduler_stack_, &scheduler_stack_bytes_);
+  }
+
+ private:
+  std::unique_ptr<Fiber> make() {
+    auto fiber = std::make_unique<Fiber>();
+    void* stack =
+        mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (stack == MAP_FAILED || mprotect(stack, 4096, PROT_NONE) != 0 || getcontext(&fiber->context) != 0) {
+      std::fprintf(stderr, "cuda_on_cpu: no memory for a CUDA thread's stack\n");
+      std::abort();
+    }
+    fiber->stack = static_cast<char*>(stack);
+    fiber->context.uc_stack.ss_sp = stack;
+    fiber->context.uc_stack.ss_size = kStackBytes;
+    fiber->context.uc_link = nullptr;  // play() never returns
+    makecontext(&fiber->context, &Fibers::play, 0);
+    return fiber;
+  }
+
+  // A fiber's life: the running block's kernel, then parked until the next block it plays.
+  static void play();
+
+  std::vector<std::unique_ptr<Fiber>> fibers_;
+  ucontext_t scheduler_{};
+  const void* scheduler_stack_ = nullptr;  // for ASan: the OS thread's own stack
+  std::size_t scheduler_stack_bytes_ = 0;
+};
+
+Fibers& this_threads_fibers() {
+  thread_local Fibers fibers;
+  return fibers;
+}
+
+// This thread's kernel has returned: it leaves the block's barrier (releasing it if every other
+// thread still in the kernel waits there) and its warp's exchanges (lanes waiting on it wake to
+// fail).
+void leave_kernel() {
+  Block& block = *running_block;
+  Fiber& me = *running_fiber;
+  Warp& warp = block.warps[me.flat_thread / 32];
+  warp.exited |= 1u << (me.flat_thread % 32);
+  for (unsigned lane = 0; lane < warp.lanes; ++lane) {
+    Fiber& other = *block.fibers[me.flat_thread / 32 * 32 + lane];
+    if (other.waiting == Waiting::kExchange) other.waiting = Waiting::kNothing;  // to look again
+  }
+  --block.in_kernel;
+  if (block.at_syncthreads != 0 && block.at_syncthreads == block.in_kernel) {
+    for (Fiber* fiber : block.fibers) {
+      if (fiber->waiting == Waiting::kSyncthreads) fiber->waiting = Waiting::kNothing;
+    }
+    block.at_syncthreads = 0;
+  }
+}
+
+void Fibers::play() {
+  Fibers& self = this_threads_fibers();
+  __sanitizer_finish_switch_fiber(nullptr, &self.scheduler_stack_, &self.scheduler_stack_bytes_);
+  for (;;) {
+    (*running_kernel)();
+    leave_kernel();
+    self.wait(Waiting::kExited);
+  }
+}
+
+// The block can make no progress: some threads wait at __syncthreads or in an exchange that can
+// never complete. A GPU would hang; the test stops, naming the block and who waits where.
+[[noreturn]] void stuck(const Block& block) {
+  unsigned at_syncthreads = 0, in_exchange = 0;
+  for (const Fiber* fiber : block.fibers) {
+    at_syncthreads += fiber->waiting == Waiting::kSyncthreads;
+    in_exchange += fiber->waiting == Waiting::kExchange;
+  }
+  const dim3 where = block.fibers[0]->place.block;
+  std::fprintf(stderr,
+               "cuda_on_cpu: block (%u,%u,%u) can make no progress (a GPU would hang): %u threads wait at "
+               "__syncthreads, %u in a vote or shuffle whose lanes are not all coming\n",
+               where.x, where.y, where.z, at_syncthreads, in_exchange);
+  std::abort();
+}
+
+// Runs one block of the running launch to its end: rounds of resuming, in a shuffled order, every
+// fiber that can go on.
+void run_block(Block& block, dim3 block_index, std::mt19937_64& rng) {
+  for (Warp& warp : block.warps) {
+    warp.exited = 0;
+    warp.by_mask.clear();
+  }
+  block.in_kernel = static_cast<unsigned>(block.fibers.size());
+  block.at_syncthreads = 0;
+  for (Fiber* fiber : block.fibers) {
+    fiber->place.block = block_index;
+    fiber->waiting = Waiting::kNothing;
+  }
+  scribble_shared_memory();
+  Fibers& fibers = this_threads_fibers();
+  std::vector<Fiber*> round;
+  for (;;) {
+    round.clear();
+    for (Fiber* fiber : block.fibers) {
+      if (fiber->waiting == Waiting::kNothing) round.push_back(fiber);
+    }
+    if (round.empty()) {
+      if (block.in_kernel == 0) return;
+      stuck(block);
+    }
+    std::shuffle(round.begin(), round.end(), rng);
+    for (Fiber* fiber : round) fibers.resume(*fiber);  // only a fiber itself starts waiting
+  }
 }
 
 // One exchange of `value` among the lanes of `mask`; returns every lane's value.
 std::array<unsigned long long, 32> exchange(unsigned mask, unsigned long long value) {
-  if (running == nullptr) broken_rule("a warp function called outside a kernel", 0, mask);
-  Warp& warp = running->warps[flat_thread / 32];
+  if (running_fiber == nullptr) broken_rule("a warp function called outside a kernel", 0, mask);
+  const unsigned flat_thread = running_fiber->flat_thread;
+  Warp& warp = running_block->warps[flat_thread / 32];
   const unsigned lane = flat_thread % 32;
   const unsigned existing = warp.lanes == 32 ? ~0u : (1u << warp.lanes) - 1;
   if ((mask & ~existing) != 0) broken_rule("the mask names lanes this warp does not have", lane, mask);
   if ((mask >> lane & 1u) == 0) broken_rule("a lane outside the mask called a warp function", lane, mask);
-  std::unique_lock lock(warp.mutex);
   Exchange& e = warp.by_mask[mask];
   e.value[lane] = value;
   e.arrived |= 1u << lane;
@@ -234,13 +379,16 @@ std::array<unsigned long long, 32> exchange(unsigned mask, unsigned long long va
     std::copy(std::begin(e.value), std::end(e.value), std::begin(e.answer));
     e.arrived = 0;
     ++e.completed;
-    progress.fetch_add(1, std::memory_order_relaxed);
-    warp.changed.notify_all();
-  } else {
-    warp.changed.wait(lock, [&] { return e.completed != mine || (warp.exited & mask) != 0; });
-    if (e.completed == mine) {
+    for (unsigned l = 0; l < warp.lanes; ++l) {
+      Fiber& other = *running_block->fibers[flat_thread / 32 * 32 + l];
+      if ((mask >> l & 1u) != 0 && other.waiting == Waiting::kExchange) other.waiting = Waiting::kNothing;
+    }
+  }
+  while (e.completed == mine) {
+    if ((warp.exited & mask) != 0) {
       broken_rule("a lane of the mask left the kernel (a vote or shuffle needs every lane of its mask)", lane, mask);
     }
+    this_threads_fibers().wait(Waiting::kExchange);
   }
   std::array<unsigned long long, 32> answer;
   std::copy(std::begin(e.answer), std::end(e.answer), answer.begin());
@@ -255,79 +403,23 @@ bool launchable(dim3 grid, dim3 block, std::size_t shared_bytes) {
          grid.x <= 2147483647u && grid.y <= 65535 && grid.z <= 65535 && shared_bytes == 0;
 }
 
-// The OS threads that play a launch's CUDA threads, made once and kept: making 256 threads per
-// launch cost more than most launches' work. Thread t of the pool plays CUDA thread t.
-class Workers {
- public:
-  // Runs play(t) on threads t = 0 .. count - 1; returns when every one has returned. A launch
-  // that makes no progress for kPatience stops the test: it would hang on a GPU.
-  void run(unsigned count, const std::function<void(unsigned)>& play) {
-    if (owner_ != getpid()) forget_after_fork();
-    while (workers_.size() < count) start(static_cast<unsigned>(workers_.size()));
-    play_ = &play;
-    playing_.store(count);
-    for (unsigned t = 0; t < count; ++t) workers_[t]->go.release();
-    std::uint64_t seen = progress.load();
-    auto since = std::chrono::steady_clock::now();
-    while (!finished_.try_acquire_for(std::chrono::seconds(1))) {
-      if (progress.load() != seen) {
-        seen = progress.load();
-        since = std::chrono::steady_clock::now();
-      } else if (std::chrono::steady_clock::now() - since > kPatience) {
-        std::fprintf(stderr,
-                     "cuda_on_cpu: a launch of %u threads a block made no progress for 60 s: some thread "
-                     "never reaches a __syncthreads, or some lane never joins a vote or shuffle of its mask\n",
-                     count);
-        std::abort();
-      }
-    }
-  }
-
- private:
-  struct Worker {
-    std::binary_semaphore go{0};
-  };
-
-  void start(unsigned t) {
-    workers_.push_back(std::make_unique<Worker>());
-    Worker* worker = workers_.back().get();
-    std::thread([this, worker, t] {
-      for (;;) {
-        worker->go.acquire();
-        (*play_)(t);
-        if (playing_.fetch_sub(1) == 1) finished_.release();
-      }
-    }).detach();  // parked on `go` until the process ends
-  }
-
-  // A forked child (a death test) has none of the parent's threads: their semaphores are left.
-  void forget_after_fork() {
-    for (auto& worker : workers_) worker.release();
-    workers_.clear();
-    owner_ = getpid();
-  }
-
-  std::vector<std::unique_ptr<Worker>> workers_;
-  const std::function<void(unsigned)>* play_ = nullptr;
-  std::atomic<unsigned> playing_{0};
-  std::binary_semaphore finished_{0};
-  pid_t owner_ = getpid();
-};
-
-std::mutex launch_mutex;  // one launch at a time: __shared__ variables are statics, one pool
+std::mutex launch_mutex;  // one launch at a time: __shared__ variables are statics
 
 // The order a launch runs its blocks in: shuffled, the same way in every run (a seed per launch),
 // so that a kernel whose blocks depend on each other's order or race fails here too.
-std::vector<unsigned long long> block_order(unsigned long long blocks) {
-  static std::uint64_t launches = 0;
+std::vector<unsigned long long> block_order(unsigned long long blocks, std::mt19937_64& rng) {
   std::vector<unsigned long long> order(blocks);
   for (unsigned long long b = 0; b < blocks; ++b) order[b] = b;
-  std::mt19937_64 rng(++launches);
   std::shuffle(order.begin(), order.end(), rng);
   return order;
 }
 
 }  // namespace
+
+Place& place() {
+  static Place outside_any_kernel;
+  return running_fiber != nullptr ? running_fiber->place : outside_any_kernel;
+}
 
 void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream) {
   refuse_work_while_capturing(stream, "a kernel launch");
@@ -336,29 +428,24 @@ void launch(const std::function<void()>& kernel, dim3 grid, dim3 block, std::siz
     return;
   }
   std::lock_guard one_launch(launch_mutex);
-  static Workers* const workers = new Workers;  // never destroyed: its threads outlive main
+  static std::uint64_t launches = 0;
+  std::mt19937_64 rng(++launches);
   const unsigned threads = block.x * block.y * block.z;
-  const unsigned long long blocks = 1ull * grid.x * grid.y * grid.z;
-  Block shared(threads);
-  struct NextBlock {
-    Block* block;
-    void operator()() noexcept { block->next(); }
-  };
-  std::barrier block_done(threads, NextBlock{&shared});
-  const std::vector<unsigned long long> order = block_order(blocks);
-  scribble_shared_memory();
-  workers->run(threads, [&](unsigned t) {
-    running = &shared;
-    flat_thread = t;
-    place() = Place{unflatten(t, block), dim3(), block, grid};
-    for (unsigned long long b : order) {
-      place().block = unflatten(static_cast<unsigned>(b), grid);
-      kernel();
-      leave_kernel();
-      block_done.arrive_and_wait();
-    }
-    running = nullptr;
-  });
+  Block running;
+  running.fibers = this_threads_fibers().first(threads);
+  running.warps.resize((threads + 31) / 32);
+  for (unsigned w = 0; w < running.warps.size(); ++w) running.warps[w].lanes = std::min(32u, threads - 32 * w);
+  for (unsigned t = 0; t < threads; ++t) {
+    running.fibers[t]->flat_thread = t;
+    running.fibers[t]->place = Place{unflatten(t, block), dim3(), block, grid};
+  }
+  running_kernel = &kernel;
+  running_block = &running;
+  for (unsigned long long b : block_order(1ull * grid.x * grid.y * grid.z, rng)) {
+    run_block(running, unflatten(static_cast<unsigned>(b), grid), rng);
+  }
+  running_block = nullptr;
+  running_kernel = nullptr;
 }
 
 void shared_memory(void* start, std::size_t bytes) {
@@ -371,8 +458,17 @@ void shared_memory(void* start, std::size_t bytes) {
 using namespace onebit_cuda_on_cpu;
 
 void __syncthreads() {
-  if (running == nullptr) broken_rule("__syncthreads called outside a kernel", 0, 0);
-  running->sync->arrive_and_wait();
+  if (running_fiber == nullptr) broken_rule("__syncthreads called outside a kernel", 0, 0);
+  Block& block = *running_block;
+  if (++block.at_syncthreads == block.in_kernel) {  // the last to come: every waiting thread goes on
+    for (Fiber* fiber : block.fibers) {
+      if (fiber->waiting == Waiting::kSyncthreads) fiber->waiting = Waiting::kNothing;
+    }
+    block.at_syncthreads = 0;
+    this_threads_fibers().wait(Waiting::kNothing);  // the others may run first
+    return;
+  }
+  this_threads_fibers().wait(Waiting::kSyncthreads);
 }
 
 unsigned __ballot_sync(unsigned mask, bool predicate) {
@@ -385,7 +481,7 @@ unsigned __ballot_sync(unsigned mask, bool predicate) {
 }
 
 unsigned long long onebit_cuda_on_cpu_shuffle_down(unsigned mask, unsigned long long bits, unsigned delta) {
-  const unsigned lane = flat_thread % 32;
+  const unsigned lane = running_fiber == nullptr ? 0 : running_fiber->flat_thread % 32;
   const auto values = exchange(mask, bits);
   // CUDA: a source lane past the warp's width (32) gives the caller's own value; one that is not
   // in the mask (absent lanes of a partial warp included) is undefined.

@@ -1,7 +1,8 @@
 // The CUDA stand-in's own rules (cuda_runtime.h): what the kernels' tests on the CPU lean on. A
 // launch CUDA refuses runs nothing and fails as CUDA says; a block's threads meet at
-// __syncthreads; votes and shuffles move lanes' values as CUDA's do, disjoint masks apart; a kernel
-// that breaks a warp function's rule stops the test naming it; blocks run in a shuffled order and
+// __syncthreads, and a missing one gives a wrong answer; votes and shuffles move lanes' values as
+// CUDA's do, disjoint masks apart; a kernel that breaks a warp function's rule, or can make no
+// progress, stops the test naming it; blocks run in a shuffled order and
 // find their shared memory scribbled; memory is device memory only where cudaMalloc gave it, and
 // holds 0xFF bytes until written; a capture is a stream's state that a synchronize invalidates,
 // and work queued on a capturing stream stops the test.
@@ -123,6 +124,54 @@ TEST(CudaStandInDeathTest, AFullMaskVoteWithALaneGoneStopsNamingIt) {
                    },
                    dim3(1), dim3(40)),
                "reads a lane outside the mask");
+}
+
+// Each block's threads write one slot of shared memory each, then read the slot of the thread
+// before them. With the __syncthreads between, every read sees that thread's write; without it,
+// threads run in index order would still read every write, but the fibers are resumed in a shuffled
+// order, so some thread runs before the one it reads and finds the scribble: a missing barrier is
+// a wrong answer here, the same one in every run.
+void read_the_thread_before(unsigned* out, bool synchronize) {
+  __shared__ unsigned slots[64];
+  onebit_cuda_on_cpu::shared_memory(&slots, sizeof(slots));
+  slots[threadIdx.x] = threadIdx.x;
+  if (synchronize) __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = slots[threadIdx.x == 0 ? 0 : threadIdx.x - 1];
+}
+
+TEST(CudaStandIn, AMissingSyncthreadsReadsWhatIsNotYetWritten) {
+  for (bool synchronize : {true, false}) {
+    std::vector<unsigned> out(8 * 64);
+    launch([&] { read_the_thread_before(out.data(), synchronize); }, dim3(8), dim3(64));
+    ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+    unsigned scribbled = 0;
+    for (unsigned i = 0; i < out.size(); ++i) {
+      const unsigned t = i % 64;
+      if (synchronize) {
+        EXPECT_EQ(out[i], t == 0 ? 0 : t - 1) << "thread " << t << " of block " << i / 64;
+      }
+      scribbled += out[i] == 0xFFFFFFFFu;
+    }
+    if (!synchronize) {
+      EXPECT_GT(scribbled, 0u) << "every thread ran after the one before it: no shuffled order";
+    }
+  }
+}
+
+// Half a warp waits at __syncthreads while the other half votes with the whole warp: neither can
+// go on. A GPU hangs; the stand-in stops at once, naming the block and who waits where.
+TEST(CudaStandInDeathTest, ABlockThatCanMakeNoProgressStopsNamingIt) {
+  EXPECT_DEATH(launch(
+                   [] {
+                     if (threadIdx.x < 16) {
+                       __syncthreads();
+                     } else {
+                       __ballot_sync(0xffffffffu, true);
+                     }
+                   },
+                   dim3(3), dim3(32)),
+               "block \\([0-2],0,0\\) can make no progress \\(a GPU would hang\\): 16 threads wait at "
+               "__syncthreads, 16 in a vote or shuffle");
 }
 
 TEST(CudaStandIn, OnlyWhatCudaMallocGaveIsDeviceMemoryAndCopiesStayInside) {
