@@ -97,11 +97,13 @@ class _FlatOptimizer(torch.optim.Optimizer):
                     raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) does not require "
                                      "grad: pass only trainable parameters, e.g. [p for p in model.parameters() if "
                                      "p.requires_grad] (torch.optim.Adam skips them; in onebit's one flat buffer "
-                                     "they would take a zero gradient and decay)")
+                                     "they would take a zero gradient and still move)")
                 self._slices.append((offset, offset + p.numel()))
                 offset += p.numel()
             self._ranges.append((start, offset))
         self._total = offset
+        self._made_with = [len(group["params"]) for group in self.param_groups]  # _refuse_changed_parameters
+        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # ddp_comm_hook
         self._flat = self._zeros()
         self._grad = self._zeros()
         for p, (lo, hi) in zip(self._params(), self._slices):
@@ -272,6 +274,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         CPU OnebitAdam reads and writes each parameter where it lies instead), the rule over them
         (_flat_step), the parameters written back."""
         self._refuse_graph_capture()
+        self._refuse_changed_parameters()
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -362,6 +365,34 @@ class _FlatOptimizer(torch.optim.Optimizer):
                            "and learning rates live on the host, so every replay would repeat this one step. Capture "
                            f"the forward and backward passes only and call {call} outside the graph (docs/usage.md, "
                            "\"What the optimizers check\"); nothing was changed")
+
+    def _refuse_changed_parameters(self, call="step()"):
+        """A step is refused, before it touches anything, if the parameters are no longer those the
+        optimizer was made with: a group or a parameter added to or removed from param_groups
+        (add_param_group itself is refused), or a parameter that no longer requires grad. The flat
+        buffers' layout is fixed at construction: an added parameter would never train, a removed
+        one would shift its successors onto its moments, and a frozen one would not hold still —
+        its gradient taken as zero, it still takes the momentum's steps, and in the compression
+        stage the compressed momentum gives each of its elements about ±scale every step, so it
+        keeps moving as fast as the parameters that train. (A parameter replaced by another of its
+        size, as frameworks do when they move a model, takes its place: _read_parameters.)"""
+        counts = [len(group["params"]) for group in self.param_groups]
+        if counts != self._made_with:
+            raise RuntimeError(f"{self._who}.{call}: param_groups changed since the optimizer was made (parameters "
+                               f"per group: {counts}, made with {self._made_with}): the parameters are fixed at "
+                               "construction (one flat buffer), so an added one would never train and a removed one "
+                               "would shift the others' moments. Make a new optimizer of the parameters that train "
+                               "now; nothing was changed")
+        for g, group in enumerate(self.param_groups):
+            for i, p in enumerate(group["params"]):
+                if not p.requires_grad:
+                    raise RuntimeError(
+                        f"{self._who}.{call}: parameter {i} of group {g} (shape {tuple(p.shape)}) no longer requires "
+                        "grad. A parameter frozen after the optimizer was made would not hold still: its gradient "
+                        "taken as zero, it still takes the momentum's steps, and in the compression stage 1-bit "
+                        "compression gives each of its elements about +-scale every step. To freeze or unfreeze "
+                        "parameters, make a new optimizer of those that train now (docs/usage.md, \"What the "
+                        "optimizers check\"); nothing was changed")
 
     # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
     # parameter where it lies and reads each gradient where it lies (_in_place_parameters,
@@ -585,7 +616,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 parts = {self._rank: part}
                 if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
                     self._warn_rank_state_only()
-        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts)
+        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts, optimizer=type(self).__name__,
+                               parameter_shapes_crc32=self._shapes_crc32())
         return state
 
     def _warn_rank_state_only(self):
@@ -604,7 +636,21 @@ class _FlatOptimizer(torch.optim.Optimizer):
         checkpoint that lacks one rank's part is the same error on every rank — not one rank's
         error and the others' wait in the next collective."""
         state_dict = dict(state_dict)
-        saved = state_dict.pop("onebit")
+        saved = state_dict.pop("onebit", None)
+        if saved is None:
+            raise ValueError(f"{self._who}.load_state_dict: not a onebit optimizer's state_dict (it has no \"onebit\" "
+                             "entry: torch.optim.Adam's, or another optimizer's?). A onebit optimizer resumes only "
+                             "from its own kind's state_dict(); to start from another optimizer's run, make this one "
+                             "fresh (its warmup rebuilds m and v)")
+        kind = saved.get("optimizer", type(self).__name__)  # older checkpoints do not say
+        if kind != type(self).__name__:
+            raise ValueError(f"{self._who}.load_state_dict: the checkpoint is {kind}'s, this optimizer is "
+                             f"{type(self).__name__}: their states differ; make the optimizer the run was made with")
+        crc = saved.get("parameter_shapes_crc32")
+        if crc is not None and crc != self._shapes_crc32():
+            raise ValueError(f"{self._who}.load_state_dict: the checkpoint's parameters have other shapes (CRC-32 of "
+                             f"the shapes {crc}, this optimizer's {self._shapes_crc32()}): saved for another model, or "
+                             "with the parameters in another order")
         if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
         parts = saved["parts"]

@@ -3,6 +3,7 @@ import torch
 import torch.distributed as dist
 
 from ._flat_optimizer import _FlatOptimizer, _capturing
+from ._logging import logger
 
 __all__ = ["ddp_comm_hook"]
 
@@ -18,7 +19,9 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
     variance steps): averages the bucket's gradients over ranks in full precision (as DDP's
     default). Every other step: no gradient allreduce here — the optimizer communicates what its
     rule says (momentum, a compressed gradient, u, or nothing) in its step — so the bucket keeps
-    this rank's local gradient.
+    this rank's local gradient; the gradients of parameters the optimizer does not hold (another
+    optimizer's, e.g. a head trained by SGD) are averaged in full precision, as DDP's own hook
+    would.
 
     Register it before the first backward pass, with the optimizer that holds the wrapped model's
     parameters (one hook per DDP); onebit.integrations.register_comm_hook does it through the
@@ -33,7 +36,7 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
 
     Returns:
         A future of the bucket's gradients: averaged over the optimizer's process group, or this
-        rank's own, unchanged.
+        rank's own, unchanged but for other optimizers' parameters' (averaged).
 
     A backward pass through the hook may be captured in a CUDA graph only once its answer can no
     longer change (OnebitAdam and OnebitLamb: in the compression stage; ZeroOneAdam: past
@@ -56,10 +59,43 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
                            "then on, when the hook sends nothing (docs/usage.md, \"What the optimizers check\")")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
-    if not optimizer._wants_averaged_gradients:
+    world = dist.get_world_size(optimizer._group)
+    if optimizer._wants_averaged_gradients:
+        work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
+        return work.get_future().then(lambda f: f.value()[0].div_(world))
+    others, every = _others_gradients(optimizer, bucket)
+    if not others:
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
-    world = dist.get_world_size(optimizer._group)
-    work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
-    return work.get_future().then(lambda f: f.value()[0].div_(world))
+    # Parameters of another optimizer (a head trained by SGD beside a OnebitAdam body): averaged in
+    # full precision as DDP's own hook would, or their replicas would drift apart.
+    if every:
+        work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
+        return work.get_future().then(lambda f: f.value()[0].div_(world))
+    joined = torch.cat([g.reshape(-1) for g in others])
+    work = dist.all_reduce(joined, group=optimizer._group, async_op=True)
+
+    def scatter(future):
+        averaged = future.value()[0].div_(world)
+        offset = 0
+        for g in others:
+            g.copy_(averaged[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+        return buffer
+
+    return work.get_future().then(scatter)
+
+
+def _others_gradients(optimizer, bucket):
+    """The gradients in `bucket` (views of its buffer) of parameters `optimizer` does not hold, and
+    whether those are all of the bucket's; rank 0 says once that there are such parameters."""
+    parameters = bucket.parameters()
+    others = [(p, g) for p, g in zip(parameters, bucket.gradients()) if id(p) not in optimizer._owned]
+    if others and not getattr(optimizer, "_said_others", False):
+        optimizer._said_others = True
+        if optimizer._rank == 0:
+            logger.info(f"{optimizer._who}: onebit.ddp_comm_hook: the DDP model has parameters this optimizer does "
+                        f"not hold (another optimizer's; one of shape {tuple(others[0][0].shape)}): their gradients "
+                        "are averaged in full precision at every step, as DDP's own hook would")
+    return [g for _, g in others], len(others) == len(parameters)

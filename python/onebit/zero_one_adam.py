@@ -192,6 +192,7 @@ class ZeroOneAdam(_FlatOptimizer):
         before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
         try:
             local_steps()
+            self._refuse_zero_learning_rates()
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 self._core_step("onebit_zero_one_adam_sync_begin", ctypes.byref(self._config(group)),
                                 _ptr(self._u[lo:]), _ptr(self._v[lo:]), self._lrs[index], ctypes.c_size_t(hi - lo))
@@ -208,6 +209,17 @@ class ZeroOneAdam(_FlatOptimizer):
                             _ptr(self._p_sync[lo:]), _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
                             ctypes.byref(self._lrs[index]), ctypes.c_size_t(hi - lo))
 
+    def _refuse_zero_learning_rates(self):
+        """A sync divides each group's u by the group's learning-rate sum since the last sync: a group
+        whose lr was 0 at every one of those steps (frozen with lr=0) cannot sync."""
+        idle = [index for index, l in enumerate(self._lrs) if l.value == 0]
+        if idle:
+            raise RuntimeError(f"ZeroOneAdam: the learning rate of group {', '.join(map(str, idle))} was 0 at every "
+                               f"step since the last sync (schedule step {self._schedule.step}): 0/1 Adam's sync "
+                               "divides each group's accumulated update by its learning-rate sum. Give parameters "
+                               "frozen with lr=0 to another optimizer (or none), or keep every group's lr above 0; "
+                               "nothing was changed")
+
     @_run_eagerly
     @torch.no_grad()
     def synchronize(self) -> bool:
@@ -219,6 +231,7 @@ class ZeroOneAdam(_FlatOptimizer):
         every lr sum 0, the same on every rank) it does nothing and sends nothing. Returns whether
         it moved the parameters."""
         self._refuse_graph_capture("synchronize()")
+        self._refuse_changed_parameters("synchronize()")
         if all(l.value == 0 for l in self._lrs):
             return False
         self._read_parameters()

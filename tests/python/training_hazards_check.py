@@ -53,6 +53,16 @@ torch.distributed each:
                 waited in the compressed all_reduce until the timeout) and the ranks stay equal.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
                 with freeze_step 3 on the same gradients less the first call's.
+  changed-params  The parameters changed under an optimizer in the compression stage — one frozen
+                (requires_grad False; before, it kept moving as fast as those that train), one or a
+                group appended (before: never trained), one removed (before: the others shifted onto
+                its moments): every optimizer refuses the step naming the change, nothing changed;
+                a ZeroOneAdam group whose lr was 0 through a sync interval: the sync refused, naming
+                it (before: the C core's bare "learning-rate sum of 0"). A state_dict of torch Adam, of another onebit optimizer or of another model of the
+                same size: load_state_dict refuses it by name.
+  two-optimizers  OnebitAdam for the body, torch SGD for the head, one DDP with the hook: the head's
+                gradients averaged in the compression stage too (before: the ranks' heads drifted
+                apart); bitwise the run without DDP that averages them by hand.
 
     PYTHON tests/python/training_hazards_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
@@ -69,7 +79,7 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
          "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture",
-         "compile", "fsdp", "scaler", "deepspeed")
+         "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers")
 
 
 def flat(model):
@@ -472,6 +482,121 @@ def capture_case(mode, rank, torch, dist, onebit, out):
                            f"{name}: after a captured backward pass through the DDP hook")
 
 
+def changed_params_case(mode, rank, torch, dist, onebit, out):
+    """The parameters an optimizer was made with, changed under it in the compression stage: one
+    frozen (requires_grad False: before, it kept moving at the rate of the parameters that train),
+    one appended to a group or a group appended (before: never trained), one removed (before: the
+    others shifted onto its moments). Each step is refused naming the change, nothing changed; the
+    change undone, training goes on. And a state_dict that is not this optimizer's — torch Adam's,
+    another onebit optimizer's, one of another model of the same size — is refused by name."""
+    import copy
+    generator = torch.Generator().manual_seed(70 + rank)
+    extra = torch.nn.Parameter(torch.zeros(3))
+    for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
+        torch.manual_seed(6)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+        optimizer = make_optimizer(onebit, kind, model.parameters())
+        x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
+        fit(torch, model, optimizer, x, y, FREEZE + 2)
+        params = optimizer.param_groups[0]["params"]
+        groups = optimizer.param_groups
+        first = params[0]
+        changes = (("frozen", lambda: first.requires_grad_(False), lambda: first.requires_grad_(True),
+                    "step(): parameter 0 of group 0 (shape (32, 16)) no longer requires grad"),
+                   ("appended", lambda: params.append(extra), params.pop,
+                    "step(): param_groups changed since the optimizer was made (parameters per group: [5], made "
+                    "with [4])"),
+                   ("removed", lambda: params.pop(0), lambda: params.insert(0, first), "group: [3], made with [4]"),
+                   ("group added", lambda: groups.append(dict(groups[0], params=[extra])), groups.pop,
+                    "group: [4, 1], made with [4]"))
+        for what, change, undo, words in changes:
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            before, state = flat(model).clone(), copy.deepcopy(optimizer.state_dict())
+            change()
+            try:
+                optimizer.step()
+            except RuntimeError as error:
+                require(words in str(error) and "nothing was changed" in str(error),
+                        f"{name}, a parameter {what}: the refusal does not say '{words}': {error}")
+            else:
+                raise CheckFailed(f"{name}: a step with a parameter {what} after construction was not refused")
+            undo()
+            require(torch.equal(flat(model), before), f"{name}: the refused step ({what}) moved the parameters")
+            same_state(torch, optimizer.state_dict(), state, f"{name}: after the refused step ({what})")
+            optimizer.step()  # the change undone: goes on
+        if kind == "zero_one":
+            optimizer.synchronize()
+        same_on_every_rank(torch, dist, flat(model), f"{name}: after the refused steps and the steps after them")
+        saved = optimizer.state_dict()
+        if kind == "zero_one":  # a group frozen with lr=0 through a sync interval: the sync cannot divide
+            optimizer.param_groups[0]["lr"] = 0.0
+            try:
+                fit(torch, model, optimizer, x, y, 16)
+            except RuntimeError as error:
+                words = "ZeroOneAdam: the learning rate of group 0 was 0 at every step since the last sync"
+                require(words in str(error) and "nothing was changed" in str(error),
+                        f"ZeroOneAdam, lr 0: the refusal does not say '{words}': {error}")
+            else:
+                raise CheckFailed("ZeroOneAdam: a sync of a group whose lr was 0 since the last sync was not refused")
+        optimizer.close()
+        foreign = (("torch.optim.Adam's", torch.optim.Adam(model.parameters()).state_dict(), model.parameters(),
+                    "not a onebit optimizer's state_dict (it has no \"onebit\" entry"),
+                   ("another kind's", saved, model.parameters(), None),
+                   ("another model's", saved, [torch.nn.Parameter(torch.zeros(s)) for s in ((2, 32), (2,), (32, 16), (32,))],
+                    "the checkpoint's parameters have other shapes"))
+        for what, state_dict, params_, words in foreign:
+            other_kind = {"adam": "lamb", "lamb": "zero_one", "zero_one": "adam"}[kind] if words is None else kind
+            loader = make_optimizer(onebit, other_kind, params_)
+            try:
+                loader.load_state_dict(state_dict)
+            except ValueError as error:
+                words = words or f"the checkpoint is {name}'s, this optimizer is "
+                require(words in str(error), f"{name}: loading {what} state_dict: the refusal does not say "
+                                             f"'{words}': {error}")
+            else:
+                raise CheckFailed(f"{name}: {what} state_dict was loaded")
+            loader.close()
+
+
+def two_optimizers_case(mode, rank, torch, dist, onebit, out):
+    """OnebitAdam for a model's body and torch SGD for its head, one DDP with onebit.ddp_comm_hook
+    registered with the OnebitAdam: the hook averages the head's gradients in full precision in the
+    compression stage too (before: it sent nothing for the whole bucket, and the ranks' heads drifted
+    apart). Bitwise the run without DDP whose head gradients are averaged by hand."""
+    def run(use_ddp):
+        torch.manual_seed(7)
+        body, head = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh()), torch.nn.Linear(32, 2)
+        model = torch.nn.Sequential(body, head)
+        wrapped = torch.nn.parallel.DistributedDataParallel(model) if use_ddp else model
+        optimizers = (onebit.OnebitAdam(body.parameters(), lr=1e-2, freeze_step=FREEZE),
+                      torch.optim.SGD(head.parameters(), lr=0.1))
+        if use_ddp:
+            wrapped.register_comm_hook(optimizers[0], onebit.ddp_comm_hook)
+        generator = torch.Generator().manual_seed(90 + rank)
+        for _ in range(FREEZE + 5):
+            for optimizer in optimizers:
+                optimizer.zero_grad()
+            x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
+            torch.nn.functional.mse_loss(wrapped(x), y).backward()
+            if not use_ddp:
+                joined = torch.cat([p.grad.reshape(-1) for p in head.parameters()])
+                dist.all_reduce(joined)
+                joined.div_(WORLD)
+                offset = 0
+                for p in head.parameters():
+                    p.grad.copy_(joined[offset:offset + p.numel()].view_as(p))
+                    offset += p.numel()
+            for optimizer in optimizers:
+                optimizer.step()
+        optimizers[0].close()
+        return flat(model)
+    with_ddp, by_hand = run(True), run(False)
+    same_on_every_rank(torch, dist, with_ddp, "two optimizers, one DDP with the hook")
+    require(torch.equal(with_ddp, by_hand), "two optimizers: DDP with the hook differs from averaging the head's "
+                                            f"gradients by hand (max |diff| {(with_ddp - by_hand).abs().max().item():.3g})")
+
+
 def compile_case(mode, rank, torch, dist, onebit, out):
     """A compiled training step is the eager one, bit for bit, through every stage: what dynamo
     does to the step (its guards, the graph breaks at the C calls, torch.compiler.is_compiling
@@ -661,7 +786,7 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
          "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
-         "deepspeed": deepspeed_case}
+         "deepspeed": deepspeed_case, "changed-params": changed_params_case, "two-optimizers": two_optimizers_case}
 
 
 def rank_env(mode, rank, env):
