@@ -675,6 +675,19 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              f"this optimizer {self._total}")
         return state_dict, part
 
+    def _resumed_freeze_step(self, step, saved):
+        """The fixed freeze step a resumed run goes on with: this optimizer's where the checkpoint
+        (saved after `step` steps, with freeze step `saved`; None: not recorded) is in warmup under
+        both — as when a run that diverged after its freeze resumes from a warmup checkpoint with a
+        later freeze_step, which the NaN error advises. A checkpoint at or past either freeze step
+        has a stage that a new freeze step would contradict: refused, naming both."""
+        if saved is None or saved == self._freeze_step or (step < saved and step < self._freeze_step):
+            return self._freeze_step
+        raise ValueError(f"{self._who}.load_state_dict: the checkpoint (after step {step}) was saved with freeze_step="
+                         f"{saved}, this optimizer has {self._freeze_step} (ONEBIT_FREEZE_STEP set?): a freeze step can "
+                         f"change on resume only from a checkpoint in warmup under both. Make the optimizer with "
+                         f"freeze_step={saved}, or resume from a checkpoint before step {min(saved, self._freeze_step)}")
+
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""
         self._consolidated = None

@@ -332,13 +332,16 @@ class OnebitAdam(_FlatOptimizer):
             raise ValueError(f"OnebitAdam.load_state_dict: the checkpoint was saved with bias_correction="
                              f"{saved.get('bias_correction', False)}, this optimizer has {self._bias_correction}: "
                              "the steps would change size on resume; make the optimizer as the run was made")
-        self._agree_on_schedule(step=saved["step"], freeze_step=saved.get("freeze_step", self._freeze_step))
+        if self._v_then is not None:  # "auto": the checkpoint's decision (or its undecided state) goes on
+            freeze_step = saved.get("freeze_step", self._freeze_step)
+        else:
+            freeze_step = self._resumed_freeze_step(saved["step"], saved.get("freeze_step"))
+        self._agree_on_schedule(step=saved["step"], freeze_step=freeze_step)
         super().load_state_dict(state_dict)
         self._step = saved["step"]
         self._m.copy_(saved["m"])
         self._v.copy_(saved["v"])
-        if "freeze_step" in saved:
-            self._freeze_step = saved["freeze_step"]
+        self._freeze_step = freeze_step
         if self._v_then is not None:
             self._v_then.copy_(saved["v_then"])
             self.variance_changes = list(saved["variance_changes"])

@@ -122,9 +122,9 @@ class OnebitLamb(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._m, name)
 
-    def _agree_on_schedule(self, step=None):
+    def _agree_on_schedule(self, step=None, freeze_step=None):
         self._agree(parameters=self._total, layers=len(self._layers), step=self._step if step is None else step,
-                    freeze_step=self._freeze_step)
+                    freeze_step=self._freeze_step if freeze_step is None else freeze_step)
 
     def _config(self, group):
         coeff_beta, factor_max, factor_min, factor_threshold = self._factors
@@ -211,9 +211,10 @@ class OnebitLamb(_FlatOptimizer):
         self._step += 1
 
     def _onebit_state(self):
-        return self._rank_state(self._step > self._freeze_step, step=self._step, v_fresh=self._v_fresh.clone(),
-                                     layers=[{name: getattr(l, name) for name, _ in _capi.LambLayer._fields_}
-                                             for l in self._layers])
+        return self._rank_state(self._step > self._freeze_step, step=self._step, freeze_step=self._freeze_step,
+                                v_fresh=self._v_fresh.clone(),
+                                layers=[{name: getattr(l, name) for name, _ in _capi.LambLayer._fields_}
+                                        for l in self._layers])
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
@@ -222,9 +223,11 @@ class OnebitLamb(_FlatOptimizer):
         if len(saved["layers"]) != len(self._layers):
             raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
                              f"this optimizer {len(self._layers)}")
-        self._agree_on_schedule(step=saved["step"])  # before anything changes
+        freeze_step = self._resumed_freeze_step(saved["step"], saved.get("freeze_step"))
+        self._agree_on_schedule(step=saved["step"], freeze_step=freeze_step)  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])
+        self._freeze_step = freeze_step
         self._step = saved["step"]
         self._m.copy_(saved["m"])  # in place: the tag holds its address
         self._v.copy_(saved["v"])

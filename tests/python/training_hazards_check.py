@@ -58,7 +58,9 @@ torch.distributed each:
                 group appended (before: never trained), one removed (before: the others shifted onto
                 its moments): every optimizer refuses the step naming the change, nothing changed;
                 a ZeroOneAdam group whose lr was 0 through a sync interval: the sync refused, naming
-                it (before: the C core's bare "learning-rate sum of 0"). A state_dict of torch Adam, of another onebit optimizer or of another model of the
+                it (before: the C core's bare "learning-rate sum of 0"). A warmup checkpoint resumed
+                with a later freeze_step goes on with it (before: OnebitAdam kept the checkpoint's);
+                a compression-stage one with another freeze_step is refused. A state_dict of torch Adam, of another onebit optimizer or of another model of the
                 same size: load_state_dict refuses it by name.
   two-optimizers  OnebitAdam for the body, torch SGD for the head, one DDP with the hook: the head's
                 gradients averaged in the compression stage too (before: the ranks' heads drifted
@@ -482,6 +484,31 @@ def capture_case(mode, rank, torch, dist, onebit, out):
                            f"{name}: after a captured backward pass through the DDP hook")
 
 
+def resumed_freeze_step_check(torch, onebit, kind, name, x, y):
+    """A checkpoint saved in warmup, resumed with a later freeze_step (as the NaN error advises):
+    the run goes on with the new one (before: OnebitAdam silently kept the checkpoint's). One saved
+    in the compression stage, resumed with another freeze_step: refused, naming both."""
+    for steps, words in ((FREEZE - 1, None), (FREEZE + 2, f"was saved with freeze_step={FREEZE}, this optimizer has "
+                                                          f"{FREEZE + 3}")):
+        torch.manual_seed(6)
+        model = torch.nn.Linear(16, 2)
+        optimizer = make_optimizer(onebit, kind, model.parameters())
+        fit(torch, model, optimizer, x, y, steps)
+        saved = optimizer.state_dict()
+        optimizer.close()
+        loader = make_optimizer(onebit, kind, model.parameters(), freeze=FREEZE + 3)
+        try:
+            loader.load_state_dict(saved)
+        except ValueError as error:
+            require(words is not None and words in str(error), f"{name}: resuming with another freeze_step after "
+                                                               f"{steps} steps: {error}")
+        else:
+            require(words is None, f"{name}: a checkpoint in the compression stage was resumed with another freeze_step")
+            require(loader.freeze_step == FREEZE + 3, f"{name}: resumed from warmup with freeze_step {FREEZE + 3}, "
+                                                      f"goes on with {loader.freeze_step}")
+        loader.close()
+
+
 def changed_params_case(mode, rank, torch, dist, onebit, out):
     """The parameters an optimizer was made with, changed under it in the compression stage: one
     frozen (requires_grad False: before, it kept moving at the rate of the parameters that train),
@@ -540,6 +567,8 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             else:
                 raise CheckFailed("ZeroOneAdam: a sync of a group whose lr was 0 since the last sync was not refused")
         optimizer.close()
+        if kind != "zero_one":
+            resumed_freeze_step_check(torch, onebit, kind, name, x, y)
         foreign = (("torch.optim.Adam's", torch.optim.Adam(model.parameters()).state_dict(), model.parameters(),
                     "not a onebit optimizer's state_dict (it has no \"onebit\" entry"),
                    ("another kind's", saved, model.parameters(), None),
