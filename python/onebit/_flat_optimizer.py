@@ -103,7 +103,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
             self._ranges.append((start, offset))
         self._total = offset
         self._made_with = [len(group["params"]) for group in self.param_groups]  # _refuse_changed_parameters
-        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # ddp_comm_hook
+        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # for ddp_comm_hook
         self._flat = self._zeros()
         self._grad = self._zeros()
         for p, (lo, hi) in zip(self._params(), self._slices):
@@ -375,7 +375,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         its gradient taken as zero, it still takes the momentum's steps, and in the compression
         stage the compressed momentum gives each of its elements about ±scale every step, so it
         keeps moving as fast as the parameters that train. (A parameter replaced by another of its
-        size, as frameworks do when they move a model, takes its place: _read_parameters.)"""
+        size, as frameworks do when they move a model, takes its place: _read_parameters; and the set
+        of parameters the optimizer holds, which ddp_comm_hook reads, is taken anew here.)"""
         counts = [len(group["params"]) for group in self.param_groups]
         if counts != self._made_with:
             raise RuntimeError(f"{self._who}.{call}: param_groups changed since the optimizer was made (parameters "
@@ -383,6 +384,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                "construction (one flat buffer), so an added one would never train and a removed one "
                                "would shift the others' moments. Make a new optimizer of the parameters that train "
                                "now; nothing was changed")
+        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # replaced ones included
         for g, group in enumerate(self.param_groups):
             for i, p in enumerate(group["params"]):
                 if not p.requires_grad:
@@ -616,7 +618,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 parts = {self._rank: part}
                 if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
                     self._warn_rank_state_only()
-        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts, optimizer=type(self).__name__,
+        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts, optimizer=self._who,
                                parameter_shapes_crc32=self._shapes_crc32())
         return state
 
@@ -632,48 +634,57 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _split_state_dict(self, state_dict):
         """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,
-        nothing changed yet. Collective: whether every rank finds its part is agreed first, so a
-        checkpoint that lacks one rank's part is the same error on every rank — not one rank's
-        error and the others' wait in the next collective."""
+        nothing changed yet. Collective: whether every rank can load its part is agreed first, so a
+        checkpoint one rank refuses (each rank may load its own file) or that lacks one rank's part
+        is an error on every rank — not one rank's error and the others' wait in the next
+        collective."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit", None)
-        if saved is None:
-            raise ValueError(f"{self._who}.load_state_dict: not a onebit optimizer's state_dict (it has no \"onebit\" "
-                             "entry: torch.optim.Adam's, or another optimizer's?). A onebit optimizer resumes only "
-                             "from its own kind's state_dict(); to start from another optimizer's run, make this one "
-                             "fresh (its warmup rebuilds m and v)")
-        kind = saved.get("optimizer", type(self).__name__)  # older checkpoints do not say
-        if kind != type(self).__name__:
-            raise ValueError(f"{self._who}.load_state_dict: the checkpoint is {kind}'s, this optimizer is "
-                             f"{type(self).__name__}: their states differ; make the optimizer the run was made with")
-        crc = saved.get("parameter_shapes_crc32")
-        if crc is not None and crc != self._shapes_crc32():
-            raise ValueError(f"{self._who}.load_state_dict: the checkpoint's parameters have other shapes (CRC-32 of "
-                             f"the shapes {crc}, this optimizer's {self._shapes_crc32()}): saved for another model, or "
-                             "with the parameters in another order")
-        if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
-            saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
-        parts = saved["parts"]
-        if saved["world_size"] != self._world:
-            raise ValueError(f"{self._who}.load_state_dict: saved by a job of {saved['world_size']} ranks, loading "
-                             f"into one of {self._world}: the error feedback is per rank; resume with "
-                             f"{saved['world_size']} ranks")
-        part = parts.get(self._rank, parts.get("every"))
-        if self._world > 1:
-            missing = [r for r, row in enumerate(self._every_rank([int(part is None)])) if row[0]]
+        refusal = self._refusal_of(saved)
+        if refusal is None:
+            if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
+                saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+            part = saved["parts"].get(self._rank, saved["parts"].get("every"))
         else:
-            missing = [self._rank] if part is None else []
+            part = None
+        rows = self._every_rank([int(refusal is not None), int(refusal is None and part is None)])
+        if refusal is not None:
+            raise ValueError(f"{self._who}.load_state_dict: {refusal}; nothing was loaded")
+        refused = [r for r, row in enumerate(rows) if row[0]]
+        if refused:
+            raise ValueError(f"{self._who}.load_state_dict: rank {', '.join(map(str, refused))} refused its checkpoint "
+                             "(its error says why); nothing was loaded")
+        missing = [r for r, row in enumerate(rows) if row[1]]
         if missing:
-            held = ", ".join(str(r) for r in sorted(parts, key=str))
+            held = ", ".join(str(r) for r in sorted(saved["parts"], key=str))
             raise ValueError(f"{self._who}.load_state_dict: this checkpoint holds the part of rank {held} of "
                              f"{self._world}, not that of rank {', '.join(map(str, missing))}: it was saved by rank "
                              f"{saved['saved_by']} alone in the compression stage without consolidate_state_dict(). "
                              "Load each rank's own file, or save with optimizer.consolidate_state_dict() on every "
                              "rank first (onebit.integrations do)")
-        if part["m"].numel() != self._total:
-            raise ValueError(f"{self._who}.load_state_dict: the checkpoint has {part['m'].numel()} parameters, "
-                             f"this optimizer {self._total}")
         return state_dict, part
+
+    def _refusal_of(self, saved):
+        """Why this optimizer cannot load the "onebit" entry `saved` of a state_dict, or None."""
+        if saved is None:
+            return ("not a onebit optimizer's state_dict (it has no \"onebit\" entry: torch.optim.Adam's, or another "
+                    "optimizer's?). A onebit optimizer resumes only from its own kind's state_dict(); to start from "
+                    "another optimizer's run, make this one fresh (its warmup rebuilds m and v)")
+        kind = saved.get("optimizer", self._who)  # older checkpoints do not say
+        if kind != self._who:
+            return (f"the checkpoint is {kind}'s, this optimizer is {self._who}: their states differ; make the "
+                    "optimizer the run was made with")
+        crc = saved.get("parameter_shapes_crc32")
+        if crc is not None and crc != self._shapes_crc32():
+            return (f"the checkpoint's parameters have other shapes (CRC-32 of the shapes {crc}, this optimizer's "
+                    f"{self._shapes_crc32()}): saved for another model, or with the parameters in another order")
+        if saved["world_size"] != self._world:
+            return (f"saved by a job of {saved['world_size']} ranks, loading into one of {self._world}: the error "
+                    f"feedback is per rank; resume with {saved['world_size']} ranks")
+        part = saved["parts"].get(self._rank, saved["parts"].get("every")) if "parts" in saved else saved
+        if part is not None and part["m"].numel() != self._total:
+            return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
+        return None
 
     def _resumed_freeze_step(self, step, saved):
         """The fixed freeze step a resumed run goes on with: this optimizer's where the checkpoint

@@ -4,11 +4,12 @@ this process.
 The extension links torch's C++ ABI, which changes with every torch release, so it is not in the
 wheel (which stays py3-none and torch-free): torch.utils.cpp_extension builds it the first time a
 process asks, into torch's extension cache (TORCH_EXTENSIONS_DIR, else ~/.cache/torch_extensions;
-rebuilt when the source or torch changes; ranks starting together wait for one build), as DeepSpeed
+a folder per source and torch, _extension_name; ranks starting together wait for one build), as DeepSpeed
 builds its ops. That needs a C++ compiler and ninja; about 20 s. Without them the backend is the
 Python one (backend.OnebitBackend), said once through the "onebit" logger with the reason and what
 it costs (docs/usage.md, "Which torch").
 """
+import hashlib
 import os
 import re
 import threading
@@ -65,12 +66,23 @@ def _build():
     # only where it exists.
     defines = [f"-DONEBIT_C10D_HAS_{name}" for name in sorted(virtuals) if not name.startswith("~")]
     try:
-        module = cpp_extension.load(name="onebit_c10d", sources=[_SOURCE], extra_cflags=["-O2"] + defines, verbose=False)
+        module = cpp_extension.load(name=_extension_name(torch, defines), sources=[_SOURCE],
+                                    extra_cflags=["-O2"] + defines, verbose=False)
     except Exception as failure:  # no compiler, no ninja, or torch's headers differ: the reason is the message
         lines = [line for line in str(failure).splitlines() if line.strip()]
         errors = [line for line in lines if "error" in line.lower()]
         return None, f"building it against torch {torch.__version__} failed: {(errors or lines or ['?'])[0][:300]}"
     return module, None
+
+
+def _extension_name(torch, defines):
+    """onebit_c10d_ and a digest of the source, the torch and the defines: each onebit and torch on
+    the machine builds into a folder of its own in the shared extension cache, once. (Under one name,
+    two installations, or two checkouts of onebit, took turns rebuilding it at every job's start.)"""
+    with open(_SOURCE, "rb") as f:
+        digest = hashlib.sha256(f.read())
+    digest.update(" ".join([torch.__version__, os.path.dirname(torch.__file__)] + defines).encode())
+    return "onebit_c10d_" + digest.hexdigest()[:12]
 
 
 def native_module(required=False):

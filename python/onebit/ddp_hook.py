@@ -40,7 +40,9 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
 
     A backward pass through the hook may be captured in a CUDA graph only once its answer can no
     longer change (OnebitAdam and OnebitLamb: in the compression stage; ZeroOneAdam: past
-    var_freeze_step); before, every replay would repeat the captured step's answer.
+    var_freeze_step); before, every replay would repeat the captured step's answer. (Then the hook
+    sends nothing for the optimizer's parameters; another optimizer's it averages, an all_reduce
+    captured as any other.)
 
     Raises:
         TypeError: ``state`` is not a onebit optimizer.
@@ -59,43 +61,51 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
                            "then on, when the hook sends nothing (docs/usage.md, \"What the optimizers check\")")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
-    world = dist.get_world_size(optimizer._group)
     if optimizer._wants_averaged_gradients:
-        work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
-        return work.get_future().then(lambda f: f.value()[0].div_(world))
-    others, every = _others_gradients(optimizer, bucket)
+        return _averaged(buffer, optimizer)
+    parameters = bucket.parameters()
+    others = [i for i, p in enumerate(parameters) if id(p) not in optimizer._owned]
     if not others:
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
     # Parameters of another optimizer (a head trained by SGD beside a OnebitAdam body): averaged in
     # full precision as DDP's own hook would, or their replicas would drift apart.
-    if every:
-        work = dist.all_reduce(buffer, group=optimizer._group, async_op=True)
-        return work.get_future().then(lambda f: f.value()[0].div_(world))
-    joined = torch.cat([g.reshape(-1) for g in others])
-    work = dist.all_reduce(joined, group=optimizer._group, async_op=True)
+    _say_others_once(optimizer, parameters[others[0]])
+    if len(others) == len(parameters):  # a sparse gradient's bucket holds it alone: here, or not at all
+        return _averaged(buffer, optimizer)
+    gradients = bucket.gradients()  # views of the buffer, in the order of parameters()
+    theirs = [gradients[i] for i in others]
 
-    def scatter(future):
-        averaged = future.value()[0].div_(world)
+    def scatter(averaged):
         offset = 0
-        for g in others:
+        for g in theirs:
             g.copy_(averaged[offset:offset + g.numel()].view_as(g))
             offset += g.numel()
         return buffer
 
-    return work.get_future().then(scatter)
+    return _averaged(torch.cat([g.reshape(-1) for g in theirs]), optimizer, then=scatter)
 
 
-def _others_gradients(optimizer, bucket):
-    """The gradients in `bucket` (views of its buffer) of parameters `optimizer` does not hold, and
-    whether those are all of the bucket's; rank 0 says once that there are such parameters."""
-    parameters = bucket.parameters()
-    others = [(p, g) for p, g in zip(parameters, bucket.gradients()) if id(p) not in optimizer._owned]
-    if others and not getattr(optimizer, "_said_others", False):
-        optimizer._said_others = True
-        if optimizer._rank == 0:
-            logger.info(f"{optimizer._who}: onebit.ddp_comm_hook: the DDP model has parameters this optimizer does "
-                        f"not hold (another optimizer's; one of shape {tuple(others[0][0].shape)}): their gradients "
-                        "are averaged in full precision at every step, as DDP's own hook would")
-    return [g for _, g in others], len(others) == len(parameters)
+def _averaged(tensor, optimizer, then=None):
+    """A future of `tensor` averaged over the optimizer's group in full precision (in place), passed
+    through `then` if given."""
+    world = dist.get_world_size(optimizer._group)
+    work = dist.all_reduce(tensor, group=optimizer._group, async_op=True)
+
+    def average(future):
+        averaged = future.value()[0].div_(world)
+        return averaged if then is None else then(averaged)
+
+    return work.get_future().then(average)
+
+
+def _say_others_once(optimizer, example):
+    """Rank 0 says once that the DDP model has parameters `optimizer` does not hold."""
+    if getattr(optimizer, "_said_others", False):
+        return
+    optimizer._said_others = True
+    if optimizer._rank == 0:
+        logger.info(f"{optimizer._who}: onebit.ddp_comm_hook: the DDP model has parameters this optimizer does not "
+                    f"hold (another optimizer's; one of shape {tuple(example.shape)}): their gradients are averaged "
+                    "in full precision at every step, as DDP's own hook would")

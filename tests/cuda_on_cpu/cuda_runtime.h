@@ -8,16 +8,16 @@
 // remembers (cudaPointerGetAttributes tells it from host memory), holding 0xFF bytes until written,
 // its rounding to 256 bytes poisoned for ASan; every launch runs to completion before it returns
 // (streams are in order anyway; synchronizing has nothing to wait for). A launch's arguments are
-// evaluated once, on the launching thread; its blocks run one after another in a shuffled order,
-// so __shared__ variables are function statics (scribbled with 0xFF for each block); a block's
-// threads are fibers on the launching thread, one per CUDA thread, each running until it waits at
+// evaluated once, on the launching thread; its blocks run one after another in a shuffled order, so
+// __shared__ variables are function statics (scribbled with 0xFF for each block); a block's threads
+// are fibers on the launching thread, one per CUDA thread, each running until it waits at
 // __syncthreads (a barrier of the threads still in the kernel) or in a vote or shuffle, resumed in
-// a shuffled order: a missing __syncthreads gives a wrong answer, the same in every run. Votes and
-// shuffles meet the lanes of their mask (disjoint masks apart) and refuse, loudly, a lane of the
-// mask that has left the kernel, a mask naming lanes that do not exist, or a shuffle reading
-// outside its mask. A block whose threads all wait where none can go on stops the test naming it,
-// where a GPU would hang. CUDA's launch limits (grid and block sizes, an empty grid) fail the
-// launch as cudaErrorInvalidConfiguration, read by cudaGetLastError.
+// a shuffled order: a missing __syncthreads gives a wrong answer, the same in every run of the same
+// tests. Votes and shuffles meet the lanes of their mask (disjoint masks apart) and refuse, loudly,
+// a lane of the mask that has left the kernel, a mask naming lanes that do not exist, or a shuffle
+// reading outside its mask. A block whose threads all wait where none can go on stops the test
+// naming it, where a GPU would hang. CUDA's launch limits (grid and block sizes, an empty grid)
+// fail the launch as cudaErrorInvalidConfiguration, read by cudaGetLastError.
 //
 // What it does not model: the GPU's memory model beyond barriers, its intrinsics' own rounding
 // (__fadd_rn and friends are the host's IEEE operations, compiled without contraction; half and

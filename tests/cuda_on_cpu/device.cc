@@ -136,12 +136,12 @@ cudaError_t copy(void* to, const void* from, std::size_t bytes, cudaMemcpyKind k
 
 // ---- the running launch: a block's CUDA threads as fibers ----
 //
-// One launch at a time runs, on the launching OS thread: each CUDA thread of a block is a fiber
-// (a stack and a saved context) that runs until it must wait (at __syncthreads, in a vote or
-// shuffle whose lanes have not all come) or leaves the kernel. The scheduler resumes the fibers
-// that can go on, in a shuffled order each round, so that a thread reading what another writes
-// without a __syncthreads between them reads it before it is written in some rounds: a missing
-// barrier gives wrong answers, the same ones in every run. When no fiber can go on and some are
+// One launch at a time runs, on the launching OS thread: each CUDA thread of a block is a fiber (a
+// stack and a saved context) that runs until it must wait (at __syncthreads, in a vote or shuffle
+// whose lanes have not all come) or leaves the kernel. The scheduler resumes the fibers that can go
+// on, in a shuffled order each round, so that a thread reading what another writes without a
+// __syncthreads between them reads it before it is written in some rounds: a missing barrier gives
+// wrong answers, the same ones in every run of the same tests. When no fiber can go on and some are
 // still in the kernel, the kernel would hang on a GPU; the test stops instead, naming the block.
 
 // __shared__ variables: the lowering registers each (shared_memory below); every block finds them
@@ -164,6 +164,7 @@ struct Fiber {
   Place place;
   unsigned flat_thread = 0;  // threadIdx, flattened
   Waiting waiting = Waiting::kExited;
+  bool started = false;  // resumed once: parked in play() since
 };
 
 // A warp's votes and shuffles: the lanes of one exchange's mask each leave a value and wait until
@@ -191,10 +192,12 @@ struct Block {
   std::vector<Warp> warps;
 };
 
-// The running launch (launch_mutex held): the kernel, its block, the fiber running now.
-const std::function<void()>* running_kernel = nullptr;
-Block* running_block = nullptr;
-Fiber* running_fiber = nullptr;
+// The running launch (launch_mutex held), on the thread that launched it: the kernel, its block,
+// the fiber running now. Per thread, so that another thread (a rank as a thread) is never taken to
+// be inside this launch's kernel. A fiber never moves to another thread.
+thread_local const std::function<void()>* running_kernel = nullptr;
+thread_local Block* running_block = nullptr;
+thread_local Fiber* running_fiber = nullptr;
 
 // glibc's swapcontext; under ASan, past ASan's interception of it (which warns of false positives
 // and clears the whole target stack's shadow at every switch): each switch is told to ASan as a
@@ -220,8 +223,13 @@ class Fibers {
   Fibers() = default;
   Fibers(const Fibers&) = delete;
   Fibers& operator=(const Fibers&) = delete;
+  // At the thread's end: each fiber is resumed once more to leave for good, telling ASan so (which
+  // then frees the fiber's fake stack, kept when stack-use-after-return detection is on), then its
+  // stack is unmapped.
   ~Fibers() {
+    ending_ = true;
     for (auto& fiber : fibers_) {
+      if (fiber->started) resume(*fiber);
       ASAN_UNPOISON_MEMORY_REGION(fiber->stack, kStackBytes);
       munmap(fiber->stack, kStackBytes);
     }
@@ -237,6 +245,7 @@ class Fibers {
 
   // Runs `fiber` until it waits or leaves the kernel.
   void resume(Fiber& fiber) {
+    fiber.started = true;
     running_fiber = &fiber;
     void* fake_stack = nullptr;
     __sanitizer_start_switch_fiber(&fake_stack, fiber.stack, kStackBytes);
@@ -278,6 +287,7 @@ class Fibers {
   ucontext_t scheduler_{};
   const void* scheduler_stack_ = nullptr;  // for ASan: the OS thread's own stack
   std::size_t scheduler_stack_bytes_ = 0;
+  bool ending_ = false;  // the thread ends: a resumed fiber leaves for good
 };
 
 Fibers& this_threads_fibers() {
@@ -313,6 +323,11 @@ void Fibers::play() {
     (*running_kernel)();
     leave_kernel();
     self.wait(Waiting::kExited);
+    if (self.ending_) {  // never resumed again: ASan may free this fiber's fake stack
+      Fiber& fiber = *running_fiber;
+      __sanitizer_start_switch_fiber(nullptr, self.scheduler_stack_, self.scheduler_stack_bytes_);
+      swap_context(&fiber.context, &self.scheduler_);
+    }
   }
 }
 
@@ -383,6 +398,7 @@ std::array<unsigned long long, 32> exchange(unsigned mask, unsigned long long va
       Fiber& other = *running_block->fibers[flat_thread / 32 * 32 + l];
       if ((mask >> l & 1u) != 0 && other.waiting == Waiting::kExchange) other.waiting = Waiting::kNothing;
     }
+    this_threads_fibers().wait(Waiting::kNothing);  // the last to come goes on in a shuffled order too
   }
   while (e.completed == mine) {
     if ((warp.exited & mask) != 0) {
@@ -405,8 +421,8 @@ bool launchable(dim3 grid, dim3 block, std::size_t shared_bytes) {
 
 std::mutex launch_mutex;  // one launch at a time: __shared__ variables are statics
 
-// The order a launch runs its blocks in: shuffled, the same way in every run (a seed per launch),
-// so that a kernel whose blocks depend on each other's order or race fails here too.
+// The order a launch runs its blocks in: shuffled, the same way in every run of the same tests (a
+// seed per launch), so that a kernel whose blocks depend on each other's order or race fails here.
 std::vector<unsigned long long> block_order(unsigned long long blocks, std::mt19937_64& rng) {
   std::vector<unsigned long long> order(blocks);
   for (unsigned long long b = 0; b < blocks; ++b) order[b] = b;

@@ -130,7 +130,7 @@ TEST(CudaStandInDeathTest, AFullMaskVoteWithALaneGoneStopsNamingIt) {
 // before them. With the __syncthreads between, every read sees that thread's write; without it,
 // threads run in index order would still read every write, but the fibers are resumed in a shuffled
 // order, so some thread runs before the one it reads and finds the scribble: a missing barrier is
-// a wrong answer here, the same one in every run.
+// a wrong answer here, the same one in every run of the same tests.
 void read_the_thread_before(unsigned* out, bool synchronize) {
   __shared__ unsigned slots[64];
   onebit_cuda_on_cpu::shared_memory(&slots, sizeof(slots));

@@ -60,11 +60,14 @@ torch.distributed each:
                 a ZeroOneAdam group whose lr was 0 through a sync interval: the sync refused, naming
                 it (before: the C core's bare "learning-rate sum of 0"). A warmup checkpoint resumed
                 with a later freeze_step goes on with it (before: OnebitAdam kept the checkpoint's);
-                a compression-stage one with another freeze_step is refused. A state_dict of torch Adam, of another onebit optimizer or of another model of the
-                same size: load_state_dict refuses it by name.
+                a compression-stage one with another freeze_step is refused. A state_dict of torch
+                Adam, of another onebit optimizer or of another model of the same size:
+                load_state_dict refuses it by name; on one rank only, every rank refuses.
   two-optimizers  OnebitAdam for the body, torch SGD for the head, one DDP with the hook: the head's
                 gradients averaged in the compression stage too (before: the ranks' heads drifted
-                apart); bitwise the run without DDP that averages them by hand.
+                apart); bitwise the run without DDP that averages them by hand. Once with the head
+                in the body's bucket, once in a bucket of its own (a small bucket_cap_mb), once
+                with gradient_as_bucket_view; a sparse embedding trained by SGD stays equal too.
 
     PYTHON tests/python/training_hazards_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
@@ -586,21 +589,34 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             else:
                 raise CheckFailed(f"{name}: {what} state_dict was loaded")
             loader.close()
+        # Each rank its own file, rank 1's the wrong one: every rank refuses (before: rank 0 waited
+        # for rank 1 in the load's agreement until the timeout).
+        loader = make_optimizer(onebit, kind, model.parameters())
+        try:
+            loader.load_state_dict(saved if rank == 0 else torch.optim.Adam(model.parameters()).state_dict())
+        except ValueError as error:
+            words = "rank 1 refused its checkpoint" if rank == 0 else "not a onebit optimizer's state_dict"
+            require(words in str(error), f"{name}: one rank's wrong checkpoint: the refusal does not say '{words}': "
+                                         f"{error}")
+        else:
+            raise CheckFailed(f"{name}: rank 1's wrong checkpoint was not refused on rank {rank}")
+        loader.close()
 
 
 def two_optimizers_case(mode, rank, torch, dist, onebit, out):
     """OnebitAdam for a model's body and torch SGD for its head, one DDP with onebit.ddp_comm_hook
     registered with the OnebitAdam: the hook averages the head's gradients in full precision in the
     compression stage too (before: it sent nothing for the whole bucket, and the ranks' heads drifted
-    apart). Bitwise the run without DDP whose head gradients are averaged by hand."""
-    def run(use_ddp):
+    apart). Bitwise the run without DDP whose head gradients are averaged by hand — with the head in
+    the body's bucket, in buckets of its own, and with gradient_as_bucket_view."""
+    def run(ddp_options):
         torch.manual_seed(7)
         body, head = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh()), torch.nn.Linear(32, 2)
         model = torch.nn.Sequential(body, head)
-        wrapped = torch.nn.parallel.DistributedDataParallel(model) if use_ddp else model
+        wrapped = model if ddp_options is None else torch.nn.parallel.DistributedDataParallel(model, **ddp_options)
         optimizers = (onebit.OnebitAdam(body.parameters(), lr=1e-2, freeze_step=FREEZE),
                       torch.optim.SGD(head.parameters(), lr=0.1))
-        if use_ddp:
+        if ddp_options is not None:
             wrapped.register_comm_hook(optimizers[0], onebit.ddp_comm_hook)
         generator = torch.Generator().manual_seed(90 + rank)
         for _ in range(FREEZE + 5):
@@ -608,7 +624,7 @@ def two_optimizers_case(mode, rank, torch, dist, onebit, out):
                 optimizer.zero_grad()
             x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
             torch.nn.functional.mse_loss(wrapped(x), y).backward()
-            if not use_ddp:
+            if ddp_options is None:
                 joined = torch.cat([p.grad.reshape(-1) for p in head.parameters()])
                 dist.all_reduce(joined)
                 joined.div_(WORLD)
@@ -620,10 +636,47 @@ def two_optimizers_case(mode, rank, torch, dist, onebit, out):
                 optimizer.step()
         optimizers[0].close()
         return flat(model)
-    with_ddp, by_hand = run(True), run(False)
-    same_on_every_rank(torch, dist, with_ddp, "two optimizers, one DDP with the hook")
-    require(torch.equal(with_ddp, by_hand), "two optimizers: DDP with the hook differs from averaging the head's "
-                                            f"gradients by hand (max |diff| {(with_ddp - by_hand).abs().max().item():.3g})")
+    by_hand = run(None)
+    first_bucket = dist._DEFAULT_FIRST_BUCKET_BYTES
+    for what, options in (("one bucket", {}), ("a bucket per parameter", dict(bucket_cap_mb=1e-6)),
+                          ("gradient_as_bucket_view", dict(gradient_as_bucket_view=True))):
+        dist._DEFAULT_FIRST_BUCKET_BYTES = 1 if "bucket_cap_mb" in options else first_bucket  # torch 1.13's first bucket
+        try:
+            with_ddp = run(options)
+        finally:
+            dist._DEFAULT_FIRST_BUCKET_BYTES = first_bucket
+        same_on_every_rank(torch, dist, with_ddp, f"two optimizers, one DDP with the hook ({what})")
+        require(torch.equal(with_ddp, by_hand), f"two optimizers ({what}): DDP with the hook differs from averaging the "
+                                                f"head's gradients by hand (max |diff| "
+                                                f"{(with_ddp - by_hand).abs().max().item():.3g})")
+    sparse_other_optimizer(torch, dist, onebit, rank)
+
+
+def sparse_other_optimizer(torch, dist, onebit, rank):
+    """A sparse embedding trained by SGD beside a OnebitAdam body under one DDP with the hook: its
+    bucket (a sparse gradient is one of its own) averaged too, so the ranks' embeddings stay equal."""
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding, self.body = torch.nn.Embedding(10, 4, sparse=True), torch.nn.Linear(4, 2)
+
+        def forward(self, indices):
+            return self.body(self.embedding(indices))
+    torch.manual_seed(3)
+    model = Model()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    optimizers = (onebit.OnebitAdam(model.body.parameters(), lr=1e-2, freeze_step=FREEZE),
+                  torch.optim.SGD(model.embedding.parameters(), lr=0.1))
+    ddp.register_comm_hook(optimizers[0], onebit.ddp_comm_hook)
+    generator = torch.Generator().manual_seed(95 + rank)
+    for _ in range(FREEZE + 3):
+        for optimizer in optimizers:
+            optimizer.zero_grad()
+        ddp(torch.randint(0, 10, (8,), generator=generator)).sum().backward()
+        for optimizer in optimizers:
+            optimizer.step()
+    optimizers[0].close()
+    same_on_every_rank(torch, dist, flat(model), "a sparse embedding of another optimizer beside OnebitAdam")
 
 
 def compile_case(mode, rank, torch, dist, onebit, out):
