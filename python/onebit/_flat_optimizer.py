@@ -103,7 +103,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
             self._ranges.append((start, offset))
         self._total = offset
         self._made_with = [len(group["params"]) for group in self.param_groups]  # _refuse_changed_parameters
-        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # for ddp_comm_hook
+        self._note_held_parameters()
+        self._said_others = False  # ddp_comm_hook said that the DDP model holds parameters of others
         self._flat = self._zeros()
         self._grad = self._zeros()
         for p, (lo, hi) in zip(self._params(), self._slices):
@@ -384,7 +385,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                "construction (one flat buffer), so an added one would never train and a removed one "
                                "would shift the others' moments. Make a new optimizer of the parameters that train "
                                "now; nothing was changed")
-        self._owned = {id(p) for group in self.param_groups for p in group["params"]}  # replaced ones included
+        self._note_held_parameters()
         for g, group in enumerate(self.param_groups):
             for i, p in enumerate(group["params"]):
                 if not p.requires_grad:
@@ -395,6 +396,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
                         "compression gives each of its elements about +-scale every step. To freeze or unfreeze "
                         "parameters, make a new optimizer of those that train now (docs/usage.md, \"What the "
                         "optimizers check\"); nothing was changed")
+
+    def _note_held_parameters(self):
+        """Which parameters this optimizer holds now (replaced ones included), for ddp_comm_hook,
+        which averages the others."""
+        self._owned = {id(p) for p in self._params()}
 
     # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
     # parameter where it lies and reads each gradient where it lies (_in_place_parameters,
@@ -640,13 +646,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
         collective."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit", None)
-        refusal = self._refusal_of(saved)
-        if refusal is None:
-            if "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
-                saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
-            part = saved["parts"].get(self._rank, saved["parts"].get("every"))
-        else:
-            part = None
+        if saved is not None and "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
+            saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        part = None if saved is None else saved["parts"].get(self._rank, saved["parts"].get("every"))
+        refusal = self._refusal_of(saved, part)
         rows = self._every_rank([int(refusal is not None), int(refusal is None and part is None)])
         if refusal is not None:
             raise ValueError(f"{self._who}.load_state_dict: {refusal}; nothing was loaded")
@@ -664,8 +667,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              "rank first (onebit.integrations do)")
         return state_dict, part
 
-    def _refusal_of(self, saved):
-        """Why this optimizer cannot load the "onebit" entry `saved` of a state_dict, or None."""
+    def _refusal_of(self, saved, part):
+        """Why this optimizer cannot load the "onebit" entry `saved` of a state_dict (this rank's
+        `part` of it, None if it has none), or None."""
         if saved is None:
             return ("not a onebit optimizer's state_dict (it has no \"onebit\" entry: torch.optim.Adam's, or another "
                     "optimizer's?). A onebit optimizer resumes only from its own kind's state_dict(); to start from "
@@ -674,14 +678,13 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if kind != self._who:
             return (f"the checkpoint is {kind}'s, this optimizer is {self._who}: their states differ; make the "
                     "optimizer the run was made with")
-        crc = saved.get("parameter_shapes_crc32")
-        if crc is not None and crc != self._shapes_crc32():
+        crc, mine = saved.get("parameter_shapes_crc32"), self._shapes_crc32()
+        if crc is not None and crc != mine:
             return (f"the checkpoint's parameters have other shapes (CRC-32 of the shapes {crc}, this optimizer's "
-                    f"{self._shapes_crc32()}): saved for another model, or with the parameters in another order")
+                    f"{mine}): saved for another model, or with the parameters in another order")
         if saved["world_size"] != self._world:
             return (f"saved by a job of {saved['world_size']} ranks, loading into one of {self._world}: the error "
                     f"feedback is per rank; resume with {saved['world_size']} ranks")
-        part = saved["parts"].get(self._rank, saved["parts"].get("every")) if "parts" in saved else saved
         if part is not None and part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
         return None

@@ -102,7 +102,7 @@ def _averaged(tensor, optimizer, then=None):
 
 def _say_others_once(optimizer, example):
     """Rank 0 says once that the DDP model has parameters `optimizer` does not hold."""
-    if getattr(optimizer, "_said_others", False):
+    if optimizer._said_others:
         return
     optimizer._said_others = True
     if optimizer._rank == 0:
