@@ -11,10 +11,10 @@ PyPI"). A backend registered with torch.distributed needs no interposition:
 Every call goes to a gloo backend made on the same store (so untagged calls, and their Work, are
 gloo's own), except all_reduce of a tagged tensor (onebit.tag; float32, float16 or bfloat16; SUM or
 AVG), which runs onebit's compressed allreduce over onebit's own TCP transport (libonebit.so's C
-API), bootstrapped over the same store: rank 0 serves the bootstrap at ONEBIT_ROOT (first group),
-or on a port the kernel picks and libonebit holds open for it (onebit_root_listen) on ONEBIT_ROOT's
-host or MASTER_ADDR (127.0.0.1 when unset), and publishes it in the store with a random identity
-and secret for the group.
+API): rank 0 serves the bootstrap at ONEBIT_ROOT (first group), or on a port the kernel picks and
+libonebit holds open for it (onebit_root_listen) on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1
+when unset), and sends it to the group's other ranks over the gloo backend, with a random identity
+and secret for the group (_invitation).
 
 The backend object is the native one (csrc/c10d_backend.cc, built at first use by _native.py)
 around this module's _Compression, or where that cannot be built the Python OnebitBackend below
@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check, _library, _tag_name, _tagged_dtype
+from ._errors import OnebitError
 from ._logging import logger
 
 if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derives from it
@@ -255,32 +256,85 @@ def _address_toward(host):
         return probe.getsockname()[0]
 
 
+def _gloo_half(store, rank, size, timeout):
+    """The gloo backend an onebit group forwards to, made on the group's store under "onebit/gloo".
+
+    Once every rank has it, each rank deletes the keys gloo published its address under (one per
+    device: ProcessGroupGloo's prefix is the device's index, gloo's key the rank): torchrun keeps one
+    store across restarts (static rendezvous, and c10d's from torch 2.5 on: pytorch issue 135712),
+    and gloo reads a peer's key as soon as it exists, so the next attempt's ranks would dial this
+    attempt's dead addresses and fail, or wait out their timeout. Not under TORCH_GLOO_LAZY_INIT,
+    where gloo connects later through those keys; nor on a store that cannot delete (one written in
+    Python); nor, of course, for an attempt that died before this."""
+    gloo_store = dist.PrefixStore("onebit/gloo", store)
+    gloo = dist.ProcessGroupGloo(gloo_store, rank, size, timeout)
+    if os.environ.get("TORCH_GLOO_LAZY_INIT", "0").lower() not in ("1", "y", "yes", "t", "true"):  # torch's "on"
+        gloo.barrier(dist.BarrierOptions()).wait()  # every rank has read every rank's keys
+        device = 0
+        try:
+            while gloo_store.check([f"{device}/{rank}"]):
+                gloo_store.delete_key(f"{device}/{rank}")
+                device += 1
+        except (RuntimeError, NotImplementedError):  # a store that cannot delete: the keys stay
+            pass
+    return gloo
+
+
 _root_taken = False  # ONEBIT_ROOT's port serves this process's first onebit group only
 
 
-def _invitation(store, rank):
+def _invitation(gloo, rank):
     """Where the bootstrap root is, and the communicator's identity and secret: drawn at random by
-    rank 0 and published through this group's store (c10d gives each group its own prefix), so
-    that only this group's ranks can join (transport/tcp/bootstrap.h) — not another job, group or
-    attempt on the same host, nor a stranger that never saw the store. The same on every rank."""
+    rank 0 and broadcast over this group's gloo half, connected by now, so that only this group's
+    ranks can join (transport/tcp/bootstrap.h) — not another job, group or attempt on the same
+    host, nor a stranger outside the group. The same on every rank.
+
+    Not through the store: a store outlives the ranks that wrote to it. torchrun keeps one across
+    restarts (_gloo_half), so a rank of the next attempt could read the dead attempt's root before
+    rank 0 wrote the new one, and retry it until the group's timeout, silent. What came over the
+    group came from this attempt. A rank 0 that cannot serve a root says why to every rank."""
     global _root_taken
+    invitation = torch.zeros(_INVITATION_BYTES, dtype=torch.uint8)
+    failure = None
     if rank == 0:
-        configured = os.environ.get("ONEBIT_ROOT")
-        if configured and not _root_taken:
-            root = configured
-        else:
-            # The first group's rank 0 runs on MASTER_ADDR's host (torchrun's rule). A later group
-            # (a subgroup) takes a port the kernel picks for its own rank 0, on that host's address on the route
-            # to ONEBIT_ROOT's or MASTER_ADDR's, so that two groups never wait at one address.
-            host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
-            if _root_taken:
-                host = _address_toward(host)
-            root = _listen_for_root(f"[{host}]:0" if ":" in host else f"{host}:0")
-        store.set("onebit/root", root)
-        store.set("onebit/identity", f"torch process group {os.urandom(8).hex()}")
-        store.set("onebit/secret", os.urandom(32).hex())
+        try:
+            words = (_root_address(), f"torch process group {os.urandom(8).hex()}", os.urandom(32).hex())
+        except Exception as error:  # sent on, so that the other ranks fail now, not at the timeout
+            failure, words = error, ("", "rank 0 could not serve the bootstrap root", str(error))
+        _write_invitation(invitation, words)
     _root_taken = True
-    return tuple(store.get(key).decode() for key in ("onebit/root", "onebit/identity", "onebit/secret"))
+    gloo.broadcast([invitation], dist.BroadcastOptions()).wait()  # from rank 0 (rootRank's default)
+    if failure is not None:
+        raise failure
+    root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
+    if not root:
+        raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
+    return root, identity, secret
+
+
+def _write_invitation(invitation, words):
+    written = "\n".join(words).encode()[:_INVITATION_BYTES]  # only an error's message can be longer
+    invitation[:len(written)] = torch.frombuffer(bytearray(written), dtype=torch.uint8)
+
+
+_INVITATION_BYTES = 512  # root address (under 128: onebit_root_listen's buffer, or ONEBIT_ROOT), identity, secret
+
+
+def _root_address():
+    """Rank 0's bootstrap root: ONEBIT_ROOT for this process's first group, else a port the kernel
+    picks (_listen_for_root)."""
+    configured = os.environ.get("ONEBIT_ROOT")
+    if configured and not _root_taken:
+        if len(configured) > 256:
+            raise ValueError(f"ONEBIT_ROOT is {len(configured)} characters long: host:port expected")
+        return configured
+    # The first group's rank 0 runs on MASTER_ADDR's host (torchrun's rule). A later group (a
+    # subgroup) takes a port the kernel picks for its own rank 0, on that host's address on the
+    # route to ONEBIT_ROOT's or MASTER_ADDR's, so that two groups never wait at one address.
+    host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
+    if _root_taken:
+        host = _address_toward(host)
+    return _listen_for_root(f"[{host}]:0" if ":" in host else f"{host}:0")
 
 
 class _Compression:
@@ -292,12 +346,12 @@ class _Compression:
     merge from C++ with the GIL held for the call; the Python backend (OnebitBackend) calls them
     from its methods."""
 
-    def __init__(self, gloo, store, rank, size, timeout):
+    def __init__(self, gloo, rank, size, timeout):
         self._lib = _library()
         self._gloo = gloo  # shut down by close(), with the communicator
         self._rank = rank  # split() finds its place among the child's ranks
         self._comm = ctypes.c_void_p()
-        root, identity, secret = _invitation(store, rank)
+        root, identity, secret = _invitation(gloo, rank)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
         _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                             ctypes.byref(config)))
@@ -441,8 +495,8 @@ class OnebitBackend(torch._C._distributed_c10d.Backend):
 
     def __init__(self, store, rank, size, timeout):
         super().__init__(rank, size)
-        self._gloo_group = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
-        self._onebit = _Compression(self._gloo_group, store, rank, size, timeout)
+        self._gloo_group = _gloo_half(store, rank, size, timeout)
+        self._onebit = _Compression(self._gloo_group, rank, size, timeout)
 
     @property
     def _gloo(self):
@@ -524,8 +578,8 @@ def make_backend(store, rank, size, timeout):
             raise RuntimeError(f"onebit backend: torch {torch.__version__} cannot run a c10d Backend written in Python "
                                f"({failure}), and the native backend is not available here: build it (a C++ compiler "
                                "and ninja; docs/usage.md, \"Which torch\") or use a newer torch") from None
-    gloo = dist.ProcessGroupGloo(dist.PrefixStore("onebit/gloo", store), rank, size, timeout)
-    backend = module.OnebitBackend(gloo, _Compression(gloo, store, rank, size, timeout))
+    gloo = _gloo_half(store, rank, size, timeout)
+    backend = module.OnebitBackend(gloo, _Compression(gloo, rank, size, timeout))
     _native_backends.append(backend)  # shut down at exit if torch has not (it drops gloo without the GIL)
     return backend
 

@@ -4,7 +4,7 @@
                 world group and then on two disjoint subgroups {0,1} and {2,3} at once: each group
                 gets its own exact sum (constant inputs compress exactly) and each call is compressed.
                 Each group's communicator has its own root address, identity and secret (drawn by
-                its rank 0, published through its store or gloo context), so the subgroups neither
+                its rank 0, sent over the group's gloo half or gloo context), so the subgroups neither
                 wait at one address nor join each other.
   freed-tag     20 times: a tensor tagged and dropped without untag, then a fresh, never-tagged
                 tensor of the same size (which the allocator may place at the freed address) is
@@ -14,13 +14,25 @@
   strided-view  all_reduce of buf[::2], where buf[:8] is tagged (same address, same element count):
                 refused, naming the reason, and buf is unchanged on every rank — not compressed as if
                 it were the tagged buffer.
+  stale-store   a group made, used and destroyed on one store, then made again on it with every
+                read of a key the first group left answered with the first group's value, as if
+                each read came before the rank that writes the key anew: what a restarted attempt
+                can meet under torchrun, which keeps one store across restarts (static rendezvous,
+                and c10d's from torch 2.5 on). The new group forms within its timeout and sums
+                exactly: onebit's invitation comes over the group, and the gloo half's address keys
+                are gone once every rank has read them.
+  unservable-root  rank 0 cannot open the bootstrap root (MASTER_ADDR is no address of its host, and
+                no ONEBIT_ROOT): rank 0 raises naming the address, and every other rank raises at
+                once passing rank 0's reason on — not after the group's timeout.
 
     PYTHON tests/python/membership_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
 The preload door runs with ONEBIT_TRANSPORT=tcp, so that its communicators bootstrap over TCP, and
-takes `subgroups` and `freed-tag` only: Debian's torch 1.13 hands gloo a strided view's memory as if it were
-contiguous, with or without onebit (plain gloo sums buf[0:8] there), and gloo::allreduce — all the
-Gloo door sees — carries no strides to tell.
+takes `subgroups` and `freed-tag` only. `strided-view`: Debian's torch 1.13 hands gloo a strided
+view's memory as if it were contiguous, with or without onebit (plain gloo sums buf[0:8] there), and
+gloo::allreduce — all the Gloo door sees — carries no strides to tell. `stale-store` and
+`unservable-root` are the backend's bootstrap: the Gloo door's travels over gloo's context at the
+first tagged call, never through a store.
 """
 import os
 import socket
@@ -99,11 +111,112 @@ def strided_view(mode, rank, torch, dist, onebit, tmp):
     print(f"rank {rank}: refused: {message.splitlines()[0][:160]}", flush=True)
 
 
-CASES = {"subgroups": subgroups, "freed-tag": freed_tag, "strided-view": strided_view}
+class _Replaying:
+    """A store (torch.distributed.Store) that answers this rank's reads of any key `earlier` holds,
+    and this process has not written since, with `earlier`'s value: the worst order a restarted
+    attempt meets on a store torchrun keeps across restarts, every read before the rank that
+    writes the key anew. Everything else goes to `store`."""
+
+    def __new__(cls, torch_distributed, store, earlier):
+        written = set()
+
+        class Replaying(torch_distributed.Store):
+            def _stale(self, key):
+                return key not in written and earlier.check([key])
+
+            def set(self, key, value):
+                written.add(key)
+                store.set(key, value)
+
+            def get(self, key):
+                if self._stale(key):
+                    self.replayed.append(key)
+                    return earlier.get(key)
+                return store.get(key)
+
+            def wait(self, keys, timeout=None):
+                keys = [key for key in keys if not self._stale(key)]
+                if keys:
+                    store.wait(keys) if timeout is None else store.wait(keys, timeout)
+
+            def add(self, key, amount):
+                written.add(key)
+                return store.add(key, amount)
+
+            def compare_set(self, key, expected, desired):
+                written.add(key)
+                return store.compare_set(key, expected, desired)
+
+            def check(self, keys):
+                return all(self._stale(key) or store.check([key]) for key in keys)
+
+            def num_keys(self):
+                return store.num_keys()
+
+        replaying = Replaying()
+        replaying.replayed = []
+        return replaying
+
+
+def stale_store(mode, rank, torch, dist, onebit, tmp):
+    import datetime
+    earlier = dist.FileStore(os.path.join(tmp, "stale-store-earlier"), WORLD)
+    dist.init_process_group("onebit", store=earlier, rank=rank, world_size=WORLD)
+    first = torch.full((1024,), float(rank + 1))
+    onebit.tag(first, "first")
+    dist.all_reduce(first)
+    require(torch.equal(first, torch.full_like(first, 10.0)), f"first group's sum {first[:3].tolist()}, want 10")
+    first_name = dist.group.WORLD.group_name  # the keys' prefix: the second group must meet the same keys
+    dist.destroy_process_group()  # its root and sockets closed: a rank that goes there now waits in vain
+    fresh = dist.FileStore(os.path.join(tmp, "stale-store-fresh"), WORLD)
+    store = _Replaying(dist, fresh, earlier)
+    dist.init_process_group("onebit", store=store, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
+    require(dist.group.WORLD.group_name == first_name,
+            f"torch named the groups {first_name!r} and {dist.group.WORLD.group_name!r}: their keys no longer "
+            "meet, and this case tests nothing")
+    again = torch.full((1024,), float(rank + 1))
+    onebit.tag(again, "again")
+    before = onebit.stats()["compressed_calls"]
+    dist.all_reduce(again)
+    require(torch.equal(again, torch.full_like(again, 10.0)), f"second group's sum {again[:3].tolist()}, want 10")
+    compressed = onebit.stats()["compressed_calls"] - before
+    require(compressed == 1, f"{compressed} compressed calls in the second group, want 1")
+    print(f"rank {rank}: a group made again on the earlier group's store sums 10, compressed; "
+          f"{len(store.replayed)} of the earlier group's values read", flush=True)
+
+
+stale_store.makes_its_groups = True
+
+
+def unservable_root(mode, rank, torch, dist, onebit, tmp):
+    import datetime
+    try:
+        dist.init_process_group("onebit", init_method=f"file://{os.path.join(tmp, 'unservable-root')}", rank=rank,
+                                world_size=WORLD, timeout=datetime.timedelta(seconds=120))
+        message = None
+    except Exception as error:  # noqa: BLE001 — which one each rank raises is what is checked
+        message = f"{type(error).__name__}: {error}"
+    require(message is not None, "the group was made with its bootstrap root on another host's address")
+    want = "192.0.2.1" if rank == 0 else "rank 0 could not serve the bootstrap root"
+    require(want in message, f"the error does not say '{want}': {message}")
+    if rank:
+        require("192.0.2.1" in message, f"rank 0's reason is not passed on: {message}")
+    print(f"rank {rank}: {message.splitlines()[0][:200]}", flush=True)
+
+
+unservable_root.makes_its_groups = True
+
+
+CASES = {"subgroups": subgroups, "freed-tag": freed_tag, "strided-view": strided_view, "stale-store": stale_store,
+         "unservable-root": unservable_root}
 _ROOTS = {}
 
 
 def rank_env(mode, rank, env):
+    if mode == "unservable-root":  # rank 0 listens on MASTER_ADDR's host, here an address of no host (RFC 5737;
+        # a host with net.ipv4.ip_nonlocal_bind=1 would bind it, and the ranks then fail at the timeout)
+        env = {key: value for key, value in env.items() if key != "ONEBIT_ROOT"}
+        return dict(env, MASTER_ADDR="192.0.2.1", ONEBIT_TRANSPORT="tcp", OMP_NUM_THREADS="1")
     if mode not in _ROOTS:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))

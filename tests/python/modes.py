@@ -41,8 +41,16 @@ def join(door, rank, store, world):
 
 
 def run_case(case, mode, door, rank, store, tmp, world):
-    """In a rank: join, run `case(mode, rank, torch, dist, onebit, tmp)`, leave; exit 4 naming a failed check."""
-    torch, dist, onebit = join(door, rank, store, world)
+    """In a rank: join, run `case(mode, rank, torch, dist, onebit, tmp)`, leave; exit 4 naming a failed check.
+    A case marked `makes_its_groups` is run before any group is made, and makes its own."""
+    if getattr(case, "makes_its_groups", False):
+        import torch
+        import torch.distributed as dist
+        import onebit
+        if door == "onebit":
+            onebit.register_backend()
+    else:
+        torch, dist, onebit = join(door, rank, store, world)
     torch.manual_seed(0)
     try:
         case(mode, rank, torch, dist, onebit, tmp)
@@ -51,7 +59,8 @@ def run_case(case, mode, door, rank, store, tmp, world):
         sys.exit(4)
     except Skipped as why:
         print(f"SKIP: {why}", flush=True)
-    dist.destroy_process_group()
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def fit(torch, model, optimizer, x, y, steps):

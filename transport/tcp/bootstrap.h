@@ -3,10 +3,10 @@
 // rank's listener.
 //
 // Who gets in (docs/reliability.md, "Who is in a communicator"). Every communicator has an
-// identity — text its ranks share and no other communicator has: a random id published through
-// the job's store (torch backend) or gloo context (Gloo door), or the launcher's job identity
+// identity — text its ranks share and no other communicator has: a random id broadcast over the
+// group's gloo half (torch backend) or gloo context (Gloo door), or the launcher's job identity
 // (C API; common/launcher.h) — and a bootstrap key derived from the identity and whatever secrets
-// the ranks hold (ONEBIT_AUTH_KEY; a random secret from the store or context). The exchange:
+// the ranks hold (ONEBIT_AUTH_KEY; a random secret sent with the identity). The exchange:
 //
 //   root -> rank  challenge: a fresh nonce, the root's identity and key flags
 //   rank -> root  hello: rank, size, listener, a nonce, its identity, HMAC(key, challenge + hello)
