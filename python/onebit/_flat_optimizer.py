@@ -628,6 +628,25 @@ class _FlatOptimizer(torch.optim.Optimizer):
                                parameter_shapes_crc32=self._shapes_crc32())
         return state
 
+    def adam_state_dict(self) -> Dict[str, Any]:
+        """This rank's moments as torch.optim.Adam's state_dict(): the param_groups, and for each
+        parameter its step, exp_avg and exp_avg_sq (copies of m and v), for a run that goes on with
+        torch's Adam or AdamW (the same names) from them — without the error feedback, which only
+        the compression stage has. A onebit state_dict() keeps m and v under "onebit" alone: torch's
+        Adam loads it as a fresh optimizer's. Not in state_dict() itself: copies would hold m and v
+        twice in every checkpoint, and views of the flat buffers would each pickle the whole buffer."""
+        self._refuse_changed_parameters("adam_state_dict()")
+        state = torch.optim.Optimizer.state_dict(self)
+        steps = float(self._steps_taken)
+        state["state"] = {index: dict(step=torch.tensor(steps), exp_avg=self._m[lo:hi].clone().view(p.shape),
+                                      exp_avg_sq=self._v[lo:hi].clone().view(p.shape))
+                          for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices))}
+        return state
+
+    @property
+    def _steps_taken(self):
+        raise NotImplementedError
+
     def _warn_rank_state_only(self):
         if self._warned_rank_state:
             return
@@ -646,6 +665,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         collective."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit", None)
+        state_dict["state"] = {}  # torch's per-parameter state, if any (adam_state_dict()'s): the part is onebit's
         if saved is not None and "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
         part = None if saved is None else saved["parts"].get(self._rank, saved["parts"].get("every"))

@@ -205,6 +205,10 @@ class OnebitAdam(_FlatOptimizer):
         return _capi.AdamConfig(lr, group["betas"][0], group["betas"][1], eps, weight_decay, self._freeze_step)
 
     @property
+    def _steps_taken(self):
+        return self._step
+
+    @property
     def _wants_averaged_gradients(self):
         return not self.compressing
 

@@ -143,6 +143,10 @@ class OnebitLamb(_FlatOptimizer):
         return self._freeze_step
 
     @property
+    def _steps_taken(self):
+        return self._step
+
+    @property
     def _wants_averaged_gradients(self):
         return not self.compressing
 

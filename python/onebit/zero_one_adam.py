@@ -136,6 +136,10 @@ class ZeroOneAdam(_FlatOptimizer):
         return kind.value
 
     @property
+    def _steps_taken(self):
+        return self._schedule.step
+
+    @property
     def _wants_averaged_gradients(self):
         return self.next_step_kind() == VARIANCE_STEP
 

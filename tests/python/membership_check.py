@@ -14,11 +14,11 @@
   strided-view  all_reduce of buf[::2], where buf[:8] is tagged (same address, same element count):
                 refused, naming the reason, and buf is unchanged on every rank — not compressed as if
                 it were the tagged buffer.
-  stale-store   a group made, used and destroyed on one store, then made again on it with every
-                read of a key the first group left answered with the first group's value, as if
+  stale-store   the world and a subgroup made, used and destroyed on one store, then made again on
+                it with every read of a key the first ones left answered with their value, as if
                 each read came before the rank that writes the key anew: what a restarted attempt
                 can meet under torchrun, which keeps one store across restarts (static rendezvous,
-                and c10d's from torch 2.5 on). The new group forms within its timeout and sums
+                and c10d's from torch 2.5 on). The new groups form within their timeout and sum
                 exactly: onebit's invitation comes over the group, and the gloo half's address keys
                 are gone once every rank has read them.
   unservable-root  rank 0 cannot open the bootstrap root (MASTER_ADDR is no address of its host, and
@@ -159,30 +159,41 @@ class _Replaying:
 
 
 def stale_store(mode, rank, torch, dist, onebit, tmp):
-    import datetime
     earlier = dist.FileStore(os.path.join(tmp, "stale-store-earlier"), WORLD)
-    dist.init_process_group("onebit", store=earlier, rank=rank, world_size=WORLD)
-    first = torch.full((1024,), float(rank + 1))
-    onebit.tag(first, "first")
-    dist.all_reduce(first)
-    require(torch.equal(first, torch.full_like(first, 10.0)), f"first group's sum {first[:3].tolist()}, want 10")
-    first_name = dist.group.WORLD.group_name  # the keys' prefix: the second group must meet the same keys
-    dist.destroy_process_group()  # its root and sockets closed: a rank that goes there now waits in vain
+    names = _sum_in_world_and_subgroup(rank, torch, dist, onebit, earlier, "first")
     fresh = dist.FileStore(os.path.join(tmp, "stale-store-fresh"), WORLD)
     store = _Replaying(dist, fresh, earlier)
+    again = _sum_in_world_and_subgroup(rank, torch, dist, onebit, store, "again")
+    require(again == names, f"torch named the groups {names} the first time, {again} the second: their keys no "
+            "longer meet, and this case tests nothing")
+    print(f"rank {rank}: the world and a subgroup made again on the earlier groups' store sum exactly, compressed; "
+          f"{len(store.replayed)} of the earlier groups' values read", flush=True)
+
+
+def _sum_in_world_and_subgroup(rank, torch, dist, onebit, store, name):
+    """The world group made on `store` and a subgroup of ranks 1-3 (its rank 0 is not the world's),
+    a tagged all_reduce on each (exact sums, each compressed), then both destroyed, their roots and
+    sockets closed: a rank that goes there later waits in vain. The groups' names (their keys'
+    prefixes)."""
+    import datetime
     dist.init_process_group("onebit", store=store, rank=rank, world_size=WORLD, timeout=datetime.timedelta(seconds=30))
-    require(dist.group.WORLD.group_name == first_name,
-            f"torch named the groups {first_name!r} and {dist.group.WORLD.group_name!r}: their keys no longer "
-            "meet, and this case tests nothing")
-    again = torch.full((1024,), float(rank + 1))
-    onebit.tag(again, "again")
-    before = onebit.stats()["compressed_calls"]
-    dist.all_reduce(again)
-    require(torch.equal(again, torch.full_like(again, 10.0)), f"second group's sum {again[:3].tolist()}, want 10")
-    compressed = onebit.stats()["compressed_calls"] - before
-    require(compressed == 1, f"{compressed} compressed calls in the second group, want 1")
-    print(f"rank {rank}: a group made again on the earlier group's store sums 10, compressed; "
-          f"{len(store.replayed)} of the earlier group's values read", flush=True)
+    subgroup = dist.new_group([1, 2, 3])  # every rank makes it
+    calls = onebit.stats()["compressed_calls"]
+    everyone = torch.full((1024,), float(rank + 1))
+    onebit.tag(everyone, f"{name}-world")
+    dist.all_reduce(everyone)
+    require(torch.equal(everyone, torch.full_like(everyone, 10.0)), f"{name}: world sum {everyone[:3].tolist()}, want 10")
+    names = [dist.group.WORLD.group_name]
+    if rank:
+        some = torch.full((1024,), float(rank + 1))
+        onebit.tag(some, f"{name}-subgroup")
+        dist.all_reduce(some, group=subgroup)
+        require(torch.equal(some, torch.full_like(some, 9.0)), f"{name}: subgroup sum {some[:3].tolist()}, want 9")
+        names.append(subgroup.group_name)
+    calls = onebit.stats()["compressed_calls"] - calls
+    require(calls == len(names), f"{name}: {calls} compressed calls, want {len(names)}")
+    dist.destroy_process_group()
+    return names
 
 
 stale_store.makes_its_groups = True

@@ -68,6 +68,9 @@ torch.distributed each:
                 apart); bitwise the run without DDP that averages them by hand. Once with the head
                 in the body's bucket, once in a bucket of its own (a small bucket_cap_mb), once
                 with gradient_as_bucket_view; a sparse embedding trained by SGD stays equal too.
+  adam-names    Each optimizer's adam_state_dict() mid compression stage loaded by torch.optim.Adam:
+                exp_avg, exp_avg_sq and step are this rank's m, v and step, and the next step is
+                Adam's from them; with a parameter removed from param_groups it is refused.
 
     PYTHON tests/python/training_hazards_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
@@ -84,7 +87,7 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
          "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture",
-         "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers")
+         "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers", "adam-names")
 
 
 def flat(model):
@@ -512,6 +515,17 @@ def resumed_freeze_step_check(torch, onebit, kind, name, x, y):
         loader.close()
 
 
+def small_model_past_freeze(torch, onebit, kind, seed, generator, steps):
+    """A 16-32-2 MLP (weights from `seed`) and `kind`'s optimizer, trained `steps` steps on one
+    batch drawn from `generator`: (model, optimizer, x, y)."""
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+    optimizer = make_optimizer(onebit, kind, model.parameters())
+    x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
+    fit(torch, model, optimizer, x, y, steps)
+    return model, optimizer, x, y
+
+
 def changed_params_case(mode, rank, torch, dist, onebit, out):
     """The parameters an optimizer was made with, changed under it in the compression stage: one
     frozen (requires_grad False: before, it kept moving at the rate of the parameters that train),
@@ -523,11 +537,7 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
     generator = torch.Generator().manual_seed(70 + rank)
     extra = torch.nn.Parameter(torch.zeros(3))
     for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
-        torch.manual_seed(6)
-        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
-        optimizer = make_optimizer(onebit, kind, model.parameters())
-        x, y = torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator)
-        fit(torch, model, optimizer, x, y, FREEZE + 2)
+        model, optimizer, x, y = small_model_past_freeze(torch, onebit, kind, 6, generator, FREEZE + 2)
         params = optimizer.param_groups[0]["params"]
         groups = optimizer.param_groups
         first = params[0]
@@ -865,10 +875,64 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
         raise CheckFailed("deepspeed_schedule with freeze_step='auto' was accepted")
 
 
+def adam_names_case(mode, rank, torch, dist, onebit, out):
+    """A run finished with torch.optim.Adam from a onebit optimizer mid compression stage:
+    adam_state_dict() gives each parameter's exp_avg, exp_avg_sq and step as this rank's m, v and
+    steps taken, and torch's Adam loading it takes the step Adam takes from those moments (a onebit
+    state_dict() loaded by torch's Adam starts fresh: its m and v are under "onebit" alone). With a
+    parameter removed from param_groups it is refused like step(), naming the change."""
+    generator = torch.Generator().manual_seed(90 + rank)
+    for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb"), ("zero_one", "ZeroOneAdam")):
+        model, optimizer, x, y = small_model_past_freeze(torch, onebit, kind, 8, generator, FREEZE + 3)
+        saved = optimizer.state_dict()
+        part = saved["onebit"]["parts"].get(rank, saved["onebit"]["parts"].get("every"))
+        steps = part["schedule"]["step"] if kind == "zero_one" else part["step"]
+        first = optimizer.param_groups[0]["params"].pop(0)
+        try:
+            optimizer.adam_state_dict()
+        except RuntimeError as error:
+            words = "adam_state_dict(): param_groups changed since the optimizer was made"
+            require(words in str(error), f"{name}: the refusal does not say '{words}': {error}")
+        else:
+            raise CheckFailed(f"{name}: adam_state_dict() with a parameter removed was not refused")
+        optimizer.param_groups[0]["params"].insert(0, first)
+        exported = optimizer.adam_state_dict()
+        optimizer.close()
+        adam = torch.optim.Adam(model.parameters(), lr=1e-3)
+        adam.load_state_dict(exported)
+        at = 0
+        for index, p in enumerate(model.parameters()):
+            state, n = adam.state[p], p.numel()
+            require(torch.equal(state["exp_avg"], part["m"][at:at + n].view(p.shape)) and
+                    torch.equal(state["exp_avg_sq"], part["v"][at:at + n].view(p.shape)),
+                    f"{name} -> torch Adam: parameter {index}'s exp_avg or exp_avg_sq is not this rank's m or v")
+            require(float(state["step"]) == steps, f"{name} -> torch Adam: parameter {index}'s step is "
+                                                    f"{float(state['step'])}, want {steps}")
+            at += n
+        before = [p.detach().clone() for p in model.parameters()]
+        adam.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        group = adam.param_groups[0]  # the exported hyper-parameters, as torch's load takes them
+        (beta1, beta2), lr, eps, t = group["betas"], group["lr"], group["eps"], steps + 1
+        want = []
+        for p, old in zip(model.parameters(), before):  # torch Adam's step from those moments, by hand
+            state, g = adam.state[p], p.grad + group["weight_decay"] * old
+            m = state["exp_avg"] * beta1 + g * (1 - beta1)
+            v = state["exp_avg_sq"] * beta2 + g * g * (1 - beta2)
+            want.append(old - lr * (m / (1 - beta1 ** t)) / ((v / (1 - beta2 ** t)).sqrt() + eps))
+        adam.step()
+        for index, (p, w) in enumerate(zip(model.parameters(), want)):
+            require(torch.allclose(p.detach(), w, rtol=1e-5, atol=1e-7),
+                    f"{name} -> torch Adam: parameter {index} after one step is off the step from the loaded "
+                    f"moments by {(p.detach() - w).abs().max().item():.3g}")
+    print(f"rank {rank}: torch Adam goes on from each onebit optimizer's adam_state_dict()", flush=True)
+
+
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
          "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
-         "deepspeed": deepspeed_case, "changed-params": changed_params_case, "two-optimizers": two_optimizers_case}
+         "deepspeed": deepspeed_case, "changed-params": changed_params_case, "two-optimizers": two_optimizers_case,
+         "adam-names": adam_names_case}
 
 
 def rank_env(mode, rank, env):
