@@ -240,7 +240,7 @@ class _CompressedCallQueue:
 def _listen_for_root(where):
     """Rank 0's bootstrap listener on `where` ("host:0": a port the kernel picks), held open by
     libonebit for the communicator made next (onebit_root_listen): the address returned is
-    published and served as it is, so no other process can take the port in between."""
+    sent to the group's ranks and served as it is, so no other process can take the port in between."""
     lib = _library()
     root = ctypes.create_string_buffer(128)
     _check(lib, lib.onebit_root_listen(where.encode(), root, ctypes.sizeof(root)))
@@ -261,7 +261,7 @@ def _gloo_half(store, rank, size, timeout):
 
     Once every rank has it, each rank deletes the keys gloo published its address under (one per
     device: ProcessGroupGloo's prefix is the device's index, gloo's key the rank): torchrun keeps one
-    store across restarts (static rendezvous, and c10d's from torch 2.5 on: pytorch issue 135712),
+    store across restarts (static rendezvous, and c10d's since mid-2024: pytorch issue 135712),
     and gloo reads a peer's key as soon as it exists, so the next attempt's ranks would dial this
     attempt's dead addresses and fail, or wait out their timeout. Not under TORCH_GLOO_LAZY_INIT,
     where gloo connects later through those keys; nor on a store that cannot delete (one written in

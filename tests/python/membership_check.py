@@ -18,7 +18,7 @@
                 it with every read of a key the first ones left answered with their value, as if
                 each read came before the rank that writes the key anew: what a restarted attempt
                 can meet under torchrun, which keeps one store across restarts (static rendezvous,
-                and c10d's from torch 2.5 on). The new groups form within their timeout and sum
+                and c10d's since mid-2024). The new groups form within their timeout and sum
                 exactly: onebit's invitation comes over the group, and the gloo half's address keys
                 are gone once every rank has read them.
   unservable-root  rank 0 cannot open the bootstrap root (MASTER_ADDR is no address of its host, and
