@@ -111,58 +111,57 @@ def strided_view(mode, rank, torch, dist, onebit, tmp):
     print(f"rank {rank}: refused: {message.splitlines()[0][:160]}", flush=True)
 
 
-class _Replaying:
+def _replaying_store(torch_distributed, store, earlier):
     """A store (torch.distributed.Store) that answers this rank's reads of any key `earlier` holds,
     and this process has not written since, with `earlier`'s value: the worst order a restarted
     attempt meets on a store torchrun keeps across restarts, every read before the rank that
-    writes the key anew. Everything else goes to `store`."""
+    writes the key anew. Everything else goes to `store`; `replayed` lists the keys answered so."""
 
-    def __new__(cls, torch_distributed, store, earlier):
-        written = set()
+    class Replaying(torch_distributed.Store):
+        def __init__(self):
+            super().__init__()
+            self.written, self.replayed = set(), []
 
-        class Replaying(torch_distributed.Store):
-            def _stale(self, key):
-                return key not in written and earlier.check([key])
+        def _stale(self, key):
+            return key not in self.written and earlier.check([key])
 
-            def set(self, key, value):
-                written.add(key)
-                store.set(key, value)
+        def set(self, key, value):
+            self.written.add(key)
+            store.set(key, value)
 
-            def get(self, key):
-                if self._stale(key):
-                    self.replayed.append(key)
-                    return earlier.get(key)
-                return store.get(key)
+        def get(self, key):
+            if self._stale(key):
+                self.replayed.append(key)
+                return earlier.get(key)
+            return store.get(key)
 
-            def wait(self, keys, timeout=None):
-                keys = [key for key in keys if not self._stale(key)]
-                if keys:
-                    store.wait(keys) if timeout is None else store.wait(keys, timeout)
+        def wait(self, keys, timeout=None):
+            keys = [key for key in keys if not self._stale(key)]
+            if keys:
+                store.wait(keys) if timeout is None else store.wait(keys, timeout)
 
-            def add(self, key, amount):
-                written.add(key)
-                return store.add(key, amount)
+        def add(self, key, amount):
+            self.written.add(key)
+            return store.add(key, amount)
 
-            def compare_set(self, key, expected, desired):
-                written.add(key)
-                return store.compare_set(key, expected, desired)
+        def compare_set(self, key, expected, desired):
+            self.written.add(key)
+            return store.compare_set(key, expected, desired)
 
-            def check(self, keys):
-                return all(self._stale(key) or store.check([key]) for key in keys)
+        def check(self, keys):
+            return all(self._stale(key) or store.check([key]) for key in keys)
 
-            def num_keys(self):
-                return store.num_keys()
+        def num_keys(self):
+            return store.num_keys()
 
-        replaying = Replaying()
-        replaying.replayed = []
-        return replaying
+    return Replaying()
 
 
 def stale_store(mode, rank, torch, dist, onebit, tmp):
     earlier = dist.FileStore(os.path.join(tmp, "stale-store-earlier"), WORLD)
     names = _sum_in_world_and_subgroup(rank, torch, dist, onebit, earlier, "first")
     fresh = dist.FileStore(os.path.join(tmp, "stale-store-fresh"), WORLD)
-    store = _Replaying(dist, fresh, earlier)
+    store = _replaying_store(dist, fresh, earlier)
     again = _sum_in_world_and_subgroup(rank, torch, dist, onebit, store, "again")
     require(again == names, f"torch named the groups {names} the first time, {again} the second: their keys no "
             "longer meet, and this case tests nothing")

@@ -28,13 +28,19 @@ def require(condition, what):
         raise CheckFailed(what)
 
 
-def join(door, rank, store, world):
-    """In a rank: the process group through `door`; returns (torch, dist, onebit)."""
+def modules(door):
+    """In a rank: (torch, dist, onebit), the onebit backend registered for its door."""
     import torch
     import torch.distributed as dist
     import onebit
     if door == "onebit":
         onebit.register_backend()
+    return torch, dist, onebit
+
+
+def join(door, rank, store, world):
+    """In a rank: the process group through `door`; returns (torch, dist, onebit)."""
+    torch, dist, onebit = modules(door)
     dist.init_process_group("onebit" if door == "onebit" else "gloo", init_method=f"file://{store}", rank=rank,
                             world_size=world)
     return torch, dist, onebit
@@ -44,11 +50,7 @@ def run_case(case, mode, door, rank, store, tmp, world):
     """In a rank: join, run `case(mode, rank, torch, dist, onebit, tmp)`, leave; exit 4 naming a failed check.
     A case marked `makes_its_groups` is run before any group is made, and makes its own."""
     if getattr(case, "makes_its_groups", False):
-        import torch
-        import torch.distributed as dist
-        import onebit
-        if door == "onebit":
-            onebit.register_backend()
+        torch, dist, onebit = modules(door)
     else:
         torch, dist, onebit = join(door, rank, store, world)
     torch.manual_seed(0)
