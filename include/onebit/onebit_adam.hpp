@@ -28,9 +28,10 @@
 // have no max; in warmup every rank's v is the same, bit for bit, so every rank's change is too).
 // freeze_step() is -1 until it fires.
 //
-// Checkpoints: save() → Checkpoint (step, m, v and this rank's error-feedback state); load() it
-// into a OnebitAdam on the same rank of a job of the same size, with the same groups, before the
-// next step; training continues bit for bit.
+// Checkpoints: save() → Checkpoint (step, m, v, freeze_step and this rank's error-feedback state);
+// load() it into a OnebitAdam on the same rank of a job of the same size, with the same groups and
+// freeze_step (a fixed one may move only from a checkpoint in warmup under both: resume_rules.hpp),
+// before the next step; training continues bit for bit.
 #ifndef ONEBIT_ONEBIT_ADAM_HPP_
 #define ONEBIT_ONEBIT_ADAM_HPP_
 
@@ -49,6 +50,7 @@
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
+#include "onebit/resume_rules.hpp"
 
 namespace onebit {
 
@@ -66,7 +68,7 @@ class OnebitAdam {
     std::int64_t step = 0;
     std::vector<float> m, v;
     std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
-    std::int64_t freeze_step = 0;                   // as decided (automatic freeze: -1 while undecided)
+    std::int64_t freeze_step = kNotRecorded;        // as decided (automatic freeze: -1 while undecided)
     std::vector<float> v_then;                      // automatic freeze: v at its last measurement
   };
 
@@ -183,10 +185,14 @@ class OnebitAdam {
                       "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
     }
     // Every rank resumes at the same step and freeze, or they part at the freeze (load is collective).
-    agree_across_ranks(
-        comm_, "onebit::OnebitAdam::load",
-        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", automatic_ ? c.freeze_step : 0}},
-        " (every rank loads the checkpoint of the same step)");
+    agree_across_ranks(comm_, "onebit::OnebitAdam::load",
+                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}},
+                       " (every rank loads the checkpoint of the same step)");
+    // A fixed freeze step goes on only where the checkpoint's stage allows; "auto" takes the checkpoint's decision.
+    if (!automatic_) {
+      check_resumed_schedule("onebit::OnebitAdam::load", c.step,
+                             {"freeze_step", c.freeze_step, groups_[0].config.freeze_step}, /*freeze_inclusive=*/false);
+    }
     load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address

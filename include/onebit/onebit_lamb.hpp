@@ -18,9 +18,10 @@
 // takes that rule, not the step bound); at its first step rank 0 writes one line to stderr naming
 // them. Errors: onebit::CallError, a failed compressed step naming the step and the likely causes
 // (optimizer_report.hpp); a failed step leaves the parameters, the state and the step count as
-// they were. Checkpoints: save() → Checkpoint (step, m, v, v_fresh, the layers' scalars, this
-// rank's error-feedback state); load() on the same rank of a job of the same size, before the next
-// step; training continues bit for bit.
+// they were. Checkpoints: save() → Checkpoint (step, freeze_step, m, v, v_fresh, the layers'
+// scalars, this rank's error-feedback state); load() on the same rank of a job of the same size, with
+// the same freeze_step unless the checkpoint is in warmup under both (resume_rules.hpp), before the
+// next step; training continues bit for bit.
 #ifndef ONEBIT_ONEBIT_LAMB_HPP_
 #define ONEBIT_ONEBIT_LAMB_HPP_
 
@@ -36,6 +37,7 @@
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
+#include "onebit/resume_rules.hpp"
 
 namespace onebit {
 
@@ -49,6 +51,7 @@ class OnebitLamb {
 
   struct Checkpoint {
     std::int64_t step = 0;
+    std::int64_t freeze_step = kNotRecorded;  // the one it was saved under (resume_rules.hpp)
     std::vector<float> m, v, v_fresh;
     std::vector<onebit_lamb_layer_t> layers;
     std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
@@ -145,6 +148,7 @@ class OnebitLamb {
   Checkpoint save() const {
     Checkpoint c;
     c.step = step_;
+    c.freeze_step = groups_[0].config.freeze_step;
     c.m = m_;
     c.v = v_;
     c.v_fresh = v_fresh_;
@@ -163,8 +167,11 @@ class OnebitLamb {
                                                    std::to_string(total_) + " and " + std::to_string(groups_.size()));
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
-    agree_across_ranks(comm_, "onebit::OnebitLamb::load", {{"the checkpoint's step", c.step}},
+    agree_across_ranks(comm_, "onebit::OnebitLamb::load",
+                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}},
                        " (every rank loads the checkpoint of the same step)");
+    check_resumed_schedule("onebit::OnebitLamb::load", c.step,
+                           {"freeze_step", c.freeze_step, groups_[0].config.freeze_step}, /*freeze_inclusive=*/false);
     load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address

@@ -23,8 +23,9 @@
 // were (a failed sync step is undone from a snapshot taken before it).
 //
 // Checkpoints: save() → Checkpoint (schedule, m, v, u, the parameters at the last sync, each group's lr sum, this
-// rank's error-feedback state); load() into a ZeroOneAdam on the same rank of a job of the same size, with the same
-// groups, before the next step; training continues bit for bit.
+// rank's error-feedback state, the schedule's settings); load() into a ZeroOneAdam on the same rank of a job of the
+// same size, with the same groups and schedule settings (var_freeze_step may move only from a checkpoint in the
+// variance stage under both: resume_rules.hpp), before the next step; training continues bit for bit.
 #ifndef ONEBIT_ZERO_ONE_ADAM_HPP_
 #define ONEBIT_ZERO_ONE_ADAM_HPP_
 
@@ -40,6 +41,7 @@
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
+#include "onebit/resume_rules.hpp"
 
 namespace onebit {
 
@@ -53,6 +55,9 @@ class ZeroOneAdam {
 
   struct Checkpoint {
     onebit_zero_one_adam_schedule_t schedule{};
+    // The schedule's settings it was saved under (resume_rules.hpp; kNotRecorded: not recorded).
+    std::int64_t var_freeze_step = kNotRecorded, var_update_scaler = kNotRecorded, local_step_scaler = kNotRecorded,
+                 local_step_clipper = kNotRecorded;
     std::vector<float> m, v, u, params_at_sync, lrs;  // lrs: one per group
     std::vector<float> worker_error, server_error;    // this rank's; empty before any compressed call
   };
@@ -148,6 +153,11 @@ class ZeroOneAdam {
   Checkpoint save() const {
     Checkpoint c;
     c.schedule = schedule_;
+    const onebit_zero_one_adam_config_t& knobs = groups_[0].config;
+    c.var_freeze_step = knobs.var_freeze_step;
+    c.var_update_scaler = knobs.var_update_scaler;
+    c.local_step_scaler = knobs.local_step_scaler;
+    c.local_step_clipper = knobs.local_step_clipper;
     c.m = m_;
     c.v = v_;
     c.u = buffer_;
@@ -174,8 +184,18 @@ class ZeroOneAdam {
                         {"the checkpoint's variance interval", c.schedule.var_interval},
                         {"the checkpoint's variance counter", c.schedule.var_counter},
                         {"the checkpoint's local-step interval", c.schedule.local_step_interval},
-                        {"the checkpoint's local-step counter", c.schedule.local_step_counter}},
+                        {"the checkpoint's local-step counter", c.schedule.local_step_counter},
+                        {"the checkpoint's var_freeze_step", c.var_freeze_step},
+                        {"the checkpoint's var_update_scaler", c.var_update_scaler},
+                        {"the checkpoint's local_step_scaler", c.local_step_scaler},
+                        {"the checkpoint's local_step_clipper", c.local_step_clipper}},
                        " (every rank loads the checkpoint of the same step)");
+    const onebit_zero_one_adam_config_t& knobs = groups_[0].config;
+    check_resumed_schedule("onebit::ZeroOneAdam::load", c.schedule.step,
+                           {"var_freeze_step", c.var_freeze_step, knobs.var_freeze_step}, /*freeze_inclusive=*/true,
+                           {{"var_update_scaler", c.var_update_scaler, knobs.var_update_scaler},
+                            {"local_step_scaler", c.local_step_scaler, knobs.local_step_scaler},
+                            {"local_step_clipper", c.local_step_clipper, knobs.local_step_clipper}});
     load_tag_state(name_, c.worker_error, c.server_error);
     schedule_ = c.schedule;
     std::copy(c.m.begin(), c.m.end(), m_.begin());

@@ -707,20 +707,28 @@ class _FlatOptimizer(torch.optim.Optimizer):
                     f"feedback is per rank; resume with {saved['world_size']} ranks")
         if part is not None and part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
-        return None
+        return None if part is None else self._schedule_refusal(part)
 
-    def _resumed_freeze_step(self, step, saved):
-        """The fixed freeze step a resumed run goes on with: this optimizer's where the checkpoint
-        (saved after `step` steps, with freeze step `saved`; None: not recorded) is in warmup under
-        both — as when a run that diverged after its freeze resumes from a warmup checkpoint with a
-        later freeze_step, which the NaN error advises. A checkpoint at or past either freeze step
-        has a stage that a new freeze step would contradict: refused, naming both."""
+    def _schedule_refusal(self, part):
+        """Why this optimizer cannot go on with the schedule of the checkpoint part `part` — a
+        setting that decides when collectives happen, or which rule runs, that differs where the
+        checkpoint's stage would contradict it — or None. Part of the agreed refusal of
+        _split_state_dict, so every rank learns it."""
+        raise NotImplementedError
+
+    def _freeze_step_refusal(self, step, saved):
+        """Why a fixed freeze step cannot change on resume, or None: a checkpoint saved after `step`
+        steps with freeze step `saved` (None: not recorded) goes on with this optimizer's where both
+        are one, or where it is in warmup under both — as when a run that diverged after its freeze
+        resumes from a warmup checkpoint with a later freeze_step, which the NaN error advises. A
+        checkpoint at or past either freeze step has a stage that a new freeze step would
+        contradict: refused, naming both."""
         if saved is None or saved == self._freeze_step or (step < saved and step < self._freeze_step):
-            return self._freeze_step
-        raise ValueError(f"{self._who}.load_state_dict: the checkpoint (after step {step}) was saved with freeze_step="
-                         f"{saved}, this optimizer has {self._freeze_step} (ONEBIT_FREEZE_STEP set?): a freeze step can "
-                         f"change on resume only from a checkpoint in warmup under both. Make the optimizer with "
-                         f"freeze_step={saved}, or resume from a checkpoint before step {min(saved, self._freeze_step)}")
+            return None
+        return (f"the checkpoint (after step {step}) was saved with freeze_step={saved}, this optimizer has "
+                f"{self._freeze_step} (ONEBIT_FREEZE_STEP set?): a freeze step can change on resume only from a "
+                f"checkpoint in warmup under both. Make the optimizer with freeze_step={saved}, or resume from a "
+                f"checkpoint before step {min(saved, self._freeze_step)}")
 
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""

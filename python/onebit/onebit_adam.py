@@ -321,7 +321,22 @@ class OnebitAdam(_FlatOptimizer):
                                      freeze_step=self._freeze_step,
                                      v_then=None if self._v_then is None else self._v_then.clone(),
                                      variance_changes=list(self.variance_changes),
-                                     bias_correction=self._bias_correction)
+                                     bias_correction=self._bias_correction,
+                                     deepspeed_schedule=self._deepspeed_schedule)
+
+    def _schedule_refusal(self, part):
+        if (part.get("v_then") is None) != (self._v_then is None):
+            return "the checkpoint and this optimizer disagree on freeze_step='auto'"
+        if part.get("bias_correction", False) != self._bias_correction:
+            return (f"the checkpoint was saved with bias_correction={part.get('bias_correction', False)}, this "
+                    f"optimizer has {self._bias_correction}: the steps would change size on resume; make the "
+                    "optimizer as the run was made")
+        recorded = part.get("deepspeed_schedule")  # None: a checkpoint from before it was recorded
+        if recorded is not None and recorded != self._deepspeed_schedule:
+            return (f"the checkpoint was saved with deepspeed_schedule={recorded}, this optimizer has "
+                    f"{self._deepspeed_schedule}: the steps would count from another origin on resume (the freeze one "
+                    "step off, the bias correction changed); make the optimizer as the run was made")
+        return None if self._v_then is not None else self._freeze_step_refusal(part["step"], part.get("freeze_step"))
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads).
@@ -329,17 +344,9 @@ class OnebitAdam(_FlatOptimizer):
         the one all share before the first compressed step); its schedule and bias_correction must
         match this optimizer's, checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
-        if (saved.get("v_then") is None) != (self._v_then is None):
-            raise ValueError("OnebitAdam.load_state_dict: the checkpoint and this optimizer disagree on "
-                             "freeze_step='auto'")
-        if saved.get("bias_correction", False) != self._bias_correction:
-            raise ValueError(f"OnebitAdam.load_state_dict: the checkpoint was saved with bias_correction="
-                             f"{saved.get('bias_correction', False)}, this optimizer has {self._bias_correction}: "
-                             "the steps would change size on resume; make the optimizer as the run was made")
-        if self._v_then is not None:  # "auto": the checkpoint's decision (or its undecided state) goes on
-            freeze_step = saved.get("freeze_step", self._freeze_step)
-        else:
-            freeze_step = self._resumed_freeze_step(saved["step"], saved.get("freeze_step"))
+        # "auto": the checkpoint's decision (or its undecided state) goes on; a fixed one is this
+        # optimizer's (_schedule_refusal has refused one the checkpoint's stage contradicts).
+        freeze_step = saved.get("freeze_step", self._freeze_step) if self._v_then is not None else self._freeze_step
         self._agree_on_schedule(step=saved["step"], freeze_step=freeze_step)
         super().load_state_dict(state_dict)
         self._step = saved["step"]

@@ -220,18 +220,18 @@ class OnebitLamb(_FlatOptimizer):
                                 layers=[{name: getattr(l, name) for name, _ in _capi.LambLayer._fields_}
                                         for l in self._layers])
 
+    def _schedule_refusal(self, part):
+        if len(part["layers"]) != len(self._layers):
+            return f"the checkpoint has {len(part['layers'])} layers, this optimizer {len(self._layers)}"
+        return self._freeze_step_refusal(part["step"], part.get("freeze_step"))
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
         checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
-        if len(saved["layers"]) != len(self._layers):
-            raise ValueError(f"OnebitLamb.load_state_dict: the checkpoint has {len(saved['layers'])} layers, "
-                             f"this optimizer {len(self._layers)}")
-        freeze_step = self._resumed_freeze_step(saved["step"], saved.get("freeze_step"))
-        self._agree_on_schedule(step=saved["step"], freeze_step=freeze_step)  # before anything changes
+        self._agree_on_schedule(step=saved["step"])  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])
-        self._freeze_step = freeze_step
         self._step = saved["step"]
         self._m.copy_(saved["m"])  # in place: the tag holds its address
         self._v.copy_(saved["v"])

@@ -248,9 +248,35 @@ class ZeroOneAdam(_FlatOptimizer):
         """As for every onebit optimizer, and the replicas equal (every lr sum 0: no local step since a sync)."""
         return super()._same_on_every_rank(part) and not any(part["lrs"])
 
+    _SCHEDULE_KNOBS = ("var_freeze_step", "var_update_scaler", "local_step_scaler", "local_step_clipper")
+
     def _onebit_state(self):
         return self._rank_state(False, schedule=self.schedule, u=self._u.clone(),
-                                     params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs])
+                                params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs],
+                                schedule_config=dict(zip(self._SCHEDULE_KNOBS, self._schedule_config)))
+
+    def _schedule_refusal(self, part):
+        """A checkpoint's schedule goes on only under the knobs that made it: the scalers and the
+        clipper are compared with counters (a smaller one than a counter has passed would stop its
+        interval from ever growing again), and the stage change at var_freeze_step does work (u
+        zeroed, the parameters kept for the first sync) that a moved var_freeze_step would skip or
+        repeat — so var_freeze_step may change only from a checkpoint in the variance stage under
+        both, as OnebitAdam's freeze_step from one in warmup."""
+        if len(part["lrs"]) != len(self._lrs):
+            return f"the checkpoint has {len(part['lrs'])} parameter groups, this optimizer {len(self._lrs)}"
+        saved = part.get("schedule_config")  # None: a checkpoint from before it was recorded
+        if saved is None:
+            return None
+        mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))
+        step = part["schedule"]["step"]
+        differ = [k for k in self._SCHEDULE_KNOBS if saved[k] != mine[k]
+                  and not (k == "var_freeze_step" and step <= min(saved[k], mine[k]))]
+        if not differ:
+            return None
+        said = ", ".join(f"{k}={saved[k]} (this optimizer: {mine[k]})" for k in differ)
+        return (f"the checkpoint (after step {step}) was saved with {said}: the schedule's counters and stage were "
+                "made under the checkpoint's values (var_freeze_step can change on resume only from a checkpoint in "
+                "the variance stage under both). Make the optimizer with the checkpoint's values")
 
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
@@ -260,9 +286,6 @@ class ZeroOneAdam(_FlatOptimizer):
         kind = ctypes.c_int()
         _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),
                                                              ctypes.byref(schedule), ctypes.byref(kind)))
-        if len(saved["lrs"]) != len(self._lrs):
-            raise ValueError(f"ZeroOneAdam.load_state_dict: the checkpoint has {len(saved['lrs'])} parameter groups, "
-                             f"this optimizer {len(self._lrs)}")
         self._agree_on_schedule(step=schedule.step)  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])

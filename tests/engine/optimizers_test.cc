@@ -1,7 +1,8 @@
 // The 0/1 Adam and 1-bit LAMB shims (include/onebit/zero_one_adam.hpp, onebit_lamb.hpp) with ranks
 // as real processes, against replays of their rules written out again here from onebit.h and
 // docs/design.md — not calling the C core — with exact sums for the full-precision averages and the
-// fp32 oracle for the compressed ones; checkpoints mid-compression; a failed sync step.
+// fp32 oracle for the compressed ones; checkpoints mid-compression, and under another schedule; a
+// failed sync step.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -547,10 +548,11 @@ TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
   EXPECT_EQ(m[0], 1.0f);
 }
 
-// Two ranks whose optimizers are given different schedules: `make(rank, comm)` constructs one.
-// Construction fails on both ranks with ONEBIT_MISMATCH naming the field and both values, instead of
-// the ranks parting at the first step that depends on it and waiting until the timeout.
-void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& make, const std::string& says) {
+// Two ranks run `make(rank, comm)`; each must end with `code` (ONEBIT_SUCCESS: returning; else a
+// CallError of that code whose message holds `says`). A check inside `make` that fails throws
+// CallError(ONEBIT_INTERNAL_ERROR) saying what it saw.
+void expect_on_both_ranks(const std::function<void(int, onebit_comm_t)>& make, onebit_result_t code,
+                          const std::string& says) {
   RankRecords records(2);
   const int port = free_port();
   auto outcomes = run_ranks(
@@ -558,6 +560,7 @@ void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& ma
       [&](int rank) {
         onebit_comm_t comm = join_loopback(rank, 2, port);
         records[rank].code = ONEBIT_SUCCESS;
+        records[rank].message[0] = '\0';
         try {
           make(rank, comm);
         } catch (const CallError& error) {
@@ -570,9 +573,16 @@ void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& ma
       std::chrono::seconds(60));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
-    EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << records[r].message;
+    EXPECT_EQ(records[r].code, code) << "rank " << r << ": " << records[r].message;
     EXPECT_NE(std::string(records[r].message).find(says), std::string::npos) << records[r].message;
   }
+}
+
+// Two ranks whose optimizers are given different schedules: `make(rank, comm)` constructs one.
+// Construction fails on both ranks with ONEBIT_MISMATCH naming the field and both values, instead of
+// the ranks parting at the first step that depends on it and waiting until the timeout.
+void expect_disagreement_named(const std::function<void(int, onebit_comm_t)>& make, const std::string& says) {
+  expect_on_both_ranks(make, ONEBIT_MISMATCH, says);
 }
 
 TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
@@ -612,6 +622,108 @@ TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
         lamb.load(saved);
       },
       "onebit::OnebitLamb::load: the ranks disagree on the checkpoint's step: rank 0 has 12, rank 1 has 9");
+}
+
+// A checkpoint's schedule goes on under the settings it was saved with (resume_rules.hpp): a freeze
+// step may move only from a checkpoint before the freeze under both; 0/1 Adam's scalers and clipper
+// not at all. Refused on every rank by name, nothing loaded (before: OnebitLamb and ZeroOneAdam did
+// not record their schedule nor OnebitAdam compare its fixed freeze step, and a moved freeze step
+// skipped or repeated the stage change — 0/1 Adam's local stage synced from parameters never kept,
+// all zeros). Checkpoints are save()'s with the step set: the rule reads nothing else, and a refusal
+// must come before anything is loaded.
+void throw_unless(bool held, const std::string& what) {
+  if (!held) throw CallError(ONEBIT_INTERNAL_ERROR, "check failed: " + what);
+}
+
+TEST(ResumeRules, AFreezeStepMovesOnlyFromBeforeTheFreezeUnderBoth) {
+  std::vector<float> p(kTotal, 0.0f);
+  auto adam_resumed = [&](std::int64_t saved_step, std::int64_t saved_freeze, std::int64_t freeze) {
+    return [=, &p](int, onebit_comm_t comm) {
+      OnebitAdam::Checkpoint saved;
+      {
+        OnebitAdam before(comm, {{p.data(), kTotal, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, saved_freeze}}});
+        saved = before.save();
+      }
+      saved.step = saved_step;
+      OnebitAdam adam(comm, {{p.data(), kTotal, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, freeze}}});
+      try {
+        adam.load(saved);
+      } catch (const CallError&) {
+        throw_unless(adam.steps() == 0, "the refused load changed the step");
+        throw;
+      }
+      throw_unless(adam.steps() == saved_step && adam.freeze_step() == freeze, "resumed with another freeze_step");
+    };
+  };
+  expect_on_both_ranks(adam_resumed(2, 3, 6), ONEBIT_SUCCESS, "");  // in warmup under both: goes on with 6
+  expect_on_both_ranks(adam_resumed(3, 3, 6), ONEBIT_INVALID_ARGUMENT,
+                       "onebit::OnebitAdam::load: the checkpoint (after step 3) was saved with freeze_step=3 "
+                       "(this optimizer: 6)");
+  expect_on_both_ranks(adam_resumed(4, 6, 3), ONEBIT_INVALID_ARGUMENT, "freeze_step=6 (this optimizer: 3)");
+  expect_on_both_ranks(
+      [&](int, onebit_comm_t comm) {  // a checkpoint filled by hand, its freeze_step not recorded: this one's
+        OnebitAdam adam(comm, {{p.data(), kTotal, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3}}});
+        OnebitAdam::Checkpoint saved;
+        saved.step = 5;
+        saved.m.assign(kTotal, 0.0f);
+        saved.v.assign(kTotal, 0.0f);
+        adam.load(saved);
+        throw_unless(adam.freeze_step() == 3, "a checkpoint without freeze_step changed it");
+      },
+      ONEBIT_SUCCESS, "");
+
+  auto lamb_resumed = [&](std::int64_t saved_step, std::int64_t freeze) {
+    return [=, &p](int, onebit_comm_t comm) {
+      OnebitLamb::Checkpoint saved;
+      {
+        OnebitLamb before(comm, {{p.data(), kTotal, lamb_config(0)}});  // freeze_step 4
+        saved = before.save();
+      }
+      saved.step = saved_step;
+      onebit_lamb_config_t c = lamb_config(0);
+      c.freeze_step = freeze;
+      OnebitLamb lamb(comm, {{p.data(), kTotal, c}});
+      lamb.load(saved);
+      throw_unless(lamb.steps() == saved_step && !lamb.compressing(), "resumed into the wrong stage");
+    };
+  };
+  expect_on_both_ranks(lamb_resumed(3, 8), ONEBIT_SUCCESS, "");
+  expect_on_both_ranks(lamb_resumed(5, 8), ONEBIT_INVALID_ARGUMENT,
+                       "onebit::OnebitLamb::load: the checkpoint (after step 5) was saved with freeze_step=4 "
+                       "(this optimizer: 8)");
+
+  // 0/1 Adam's variance stage includes var_freeze_step itself (6 here): a checkpoint after 6 steps
+  // may move it, one after 7 (the stage changed) may not.
+  auto zero_one_resumed = [&](std::int64_t saved_step, const onebit_zero_one_adam_config_t& c) {
+    return [=, &p](int, onebit_comm_t comm) {
+      ZeroOneAdam::Checkpoint saved;
+      {
+        ZeroOneAdam before(comm, {{p.data(), kTotal, zero_one_config(0)}});
+        saved = before.save();
+      }
+      saved.schedule.step = saved_step;
+      ZeroOneAdam adam(comm, {{p.data(), kTotal, c}});
+      try {
+        adam.load(saved);
+      } catch (const CallError&) {
+        throw_unless(adam.steps() == 0, "the refused load changed the schedule");
+        throw;
+      }
+      throw_unless(adam.steps() == saved_step, "the schedule was not loaded");
+    };
+  };
+  onebit_zero_one_adam_config_t later = zero_one_config(0);
+  later.var_freeze_step = 9;
+  expect_on_both_ranks(zero_one_resumed(6, later), ONEBIT_SUCCESS, "");
+  expect_on_both_ranks(zero_one_resumed(7, later), ONEBIT_INVALID_ARGUMENT,
+                       "onebit::ZeroOneAdam::load: the checkpoint (after step 7) was saved with var_freeze_step=6 "
+                       "(this optimizer: 9)");
+  onebit_zero_one_adam_config_t clipped = zero_one_config(0);
+  clipped.local_step_clipper = 8;
+  clipped.var_update_scaler = 3;
+  expect_on_both_ranks(zero_one_resumed(2, clipped), ONEBIT_INVALID_ARGUMENT,
+                       "was saved with var_update_scaler=2 (this optimizer: 3), local_step_clipper=4 (this "
+                       "optimizer: 8)");
 }
 
 }  // namespace

@@ -103,12 +103,12 @@ def same_on_every_rank(torch, dist, tensor, what):
                                          f"{(theirs - tensor).abs().max().item():.3g})")
 
 
-def make_optimizer(onebit, kind, params, freeze=FREEZE):
+def make_optimizer(onebit, kind, params, freeze=FREEZE, **options):
     if kind == "adam":
-        return onebit.OnebitAdam(params, lr=1e-4, freeze_step=freeze)
+        return onebit.OnebitAdam(params, lr=1e-4, freeze_step=freeze, **options)
     if kind == "lamb":
-        return onebit.OnebitLamb(params, lr=1e-3, freeze_step=freeze)
-    return onebit.ZeroOneAdam(params, lr=1e-4, var_freeze_step=freeze, local_step_clipper=4)
+        return onebit.OnebitLamb(params, lr=1e-3, freeze_step=freeze, **options)
+    return onebit.ZeroOneAdam(params, lr=1e-4, var_freeze_step=freeze, **dict(dict(local_step_clipper=4), **options))
 
 
 def mlp_case(mode, rank, torch, dist, onebit, out):
@@ -490,28 +490,46 @@ def capture_case(mode, rank, torch, dist, onebit, out):
                            f"{name}: after a captured backward pass through the DDP hook")
 
 
-def resumed_freeze_step_check(torch, onebit, kind, name, x, y):
-    """A checkpoint saved in warmup, resumed with a later freeze_step (as the NaN error advises):
-    the run goes on with the new one (before: OnebitAdam silently kept the checkpoint's). One saved
-    in the compression stage, resumed with another freeze_step: refused, naming both."""
-    for steps, words in ((FREEZE - 1, None), (FREEZE + 2, f"was saved with freeze_step={FREEZE}, this optimizer has "
-                                                          f"{FREEZE + 3}")):
+def resumed_schedule_check(torch, onebit, kind, name, x, y):
+    """A checkpoint saved in warmup (ZeroOneAdam: the variance stage), resumed with a later freeze
+    step (as the NaN error advises): the run goes on with the new one (before: OnebitAdam silently
+    kept the checkpoint's). One saved past its freeze, resumed with another freeze step: refused,
+    naming both (before: ZeroOneAdam resumed a local-stage checkpoint into compressed-gradient steps
+    or, with an earlier var_freeze_step, synced from parameters never kept). A knob the schedule's
+    counters were made under, changed: refused (OnebitAdam's deepspeed_schedule, ZeroOneAdam's
+    scalers and clipper)."""
+    import copy
+    freeze_name = "var_freeze_step" if kind == "zero_one" else "freeze_step"
+    moved_freeze = (f"was saved with var_freeze_step={FREEZE} (this optimizer: {FREEZE + 3})" if kind == "zero_one"
+                    else f"was saved with freeze_step={FREEZE}, this optimizer has {FREEZE + 3}")
+    cases = [(FREEZE - 1, {}, dict(freeze=FREEZE + 3), None), (FREEZE + 2, {}, dict(freeze=FREEZE + 3), moved_freeze)]
+    if kind == "adam":
+        cases.append((FREEZE - 1, dict(deepspeed_schedule=True), {},
+                      "was saved with deepspeed_schedule=True, this optimizer has False"))
+    if kind == "zero_one":
+        cases.append((FREEZE - 1, {}, dict(local_step_clipper=8), "local_step_clipper=4 (this optimizer: 8)"))
+    for steps, saved_with, loaded_with, words in cases:
         torch.manual_seed(6)
         model = torch.nn.Linear(16, 2)
-        optimizer = make_optimizer(onebit, kind, model.parameters())
+        optimizer = make_optimizer(onebit, kind, model.parameters(), **saved_with)
         fit(torch, model, optimizer, x, y, steps)
         saved = optimizer.state_dict()
         optimizer.close()
-        loader = make_optimizer(onebit, kind, model.parameters(), freeze=FREEZE + 3)
+        loader = make_optimizer(onebit, kind, model.parameters(), **loaded_with)
+        before = copy.deepcopy(loader.state_dict())
         try:
             loader.load_state_dict(saved)
         except ValueError as error:
-            require(words is not None and words in str(error), f"{name}: resuming with another freeze_step after "
-                                                               f"{steps} steps: {error}")
+            require(words is not None and words in str(error) and "nothing was loaded" in str(error),
+                    f"{name}: resuming after {steps} steps saved with {saved_with}, loaded with {loaded_with}: "
+                    f"the refusal does not say '{words}': {error}")
+            same_state(torch, loader.state_dict(), before, f"{name}: after the refused load")
         else:
-            require(words is None, f"{name}: a checkpoint in the compression stage was resumed with another freeze_step")
-            require(loader.freeze_step == FREEZE + 3, f"{name}: resumed from warmup with freeze_step {FREEZE + 3}, "
-                                                      f"goes on with {loader.freeze_step}")
+            require(words is None, f"{name}: a checkpoint after {steps} steps saved with {saved_with} was resumed "
+                                   f"with {loaded_with}")
+            went_on_with = loader._schedule_config[0] if kind == "zero_one" else loader.freeze_step
+            require(went_on_with == FREEZE + 3, f"{name}: resumed from before the freeze with {freeze_name} "
+                                                f"{FREEZE + 3}, goes on with {went_on_with}")
         loader.close()
 
 
@@ -580,8 +598,7 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             else:
                 raise CheckFailed("ZeroOneAdam: a sync of a group whose lr was 0 since the last sync was not refused")
         optimizer.close()
-        if kind != "zero_one":
-            resumed_freeze_step_check(torch, onebit, kind, name, x, y)
+        resumed_schedule_check(torch, onebit, kind, name, x, y)
         foreign = (("torch.optim.Adam's", torch.optim.Adam(model.parameters()).state_dict(), model.parameters(),
                     "not a onebit optimizer's state_dict (it has no \"onebit\" entry"),
                    ("another kind's", saved, model.parameters(), None),

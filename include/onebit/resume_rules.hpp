@@ -1,0 +1,62 @@
+// onebit::check_resumed_schedule — what the C++ optimizer shims' load() refuses of a checkpoint's
+// schedule (the rule python/onebit's optimizers apply too, docs/usage.md "Restarting a job"). A
+// checkpoint's stage and counters were made under the schedule's settings it was saved with: a
+// freeze step may change on resume only where the checkpoint is before the freeze under both (as
+// when a run that diverged after its freeze resumes from a warmup checkpoint with a later freeze
+// step, which the NaN error advises); any other setting that counters are compared with must be
+// the same. Otherwise the resumed run would skip or repeat the work done at the freeze, or an
+// interval would stop growing, without a word.
+#ifndef ONEBIT_RESUME_RULES_HPP_
+#define ONEBIT_RESUME_RULES_HPP_
+
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <limits>
+#include <string>
+
+#include "onebit/call_error.hpp"
+#include "onebit/onebit.h"
+
+namespace onebit {
+
+// A checkpoint's schedule field that holds this: not recorded (a Checkpoint filled by hand, or
+// read from a file written before the field existed) — taken as this optimizer's value.
+inline constexpr std::int64_t kNotRecorded = std::numeric_limits<std::int64_t>::min();
+
+struct ResumedSetting {
+  const char* name;
+  std::int64_t saved;  // the checkpoint's (kNotRecorded: not recorded)
+  std::int64_t mine;   // this optimizer's
+};
+
+// Throws CallError(ONEBIT_INVALID_ARGUMENT) naming every setting that cannot go on: `freeze` (the
+// freeze step; its name, saved and mine) may differ where the checkpoint, saved after `step` steps,
+// is before the freeze under both — step < freeze step, or step <= it where `freeze_inclusive`
+// (0/1 Adam's var_freeze_step is the last step of its variance stage) —; each of `settings` must
+// be the same. Call it after the ranks agreed on the checkpoint's values: every rank then refuses
+// alike.
+inline void check_resumed_schedule(const std::string& who, std::int64_t step, ResumedSetting freeze,
+                                   bool freeze_inclusive, std::initializer_list<ResumedSetting> settings = {}) {
+  std::string refused;
+  auto refuse = [&](const ResumedSetting& s) {
+    refused += (refused.empty() ? "" : ", ") + std::string(s.name) + "=" + std::to_string(s.saved) +
+               " (this optimizer: " + std::to_string(s.mine) + ")";
+  };
+  const std::int64_t first_frozen = std::min(freeze.saved, freeze.mine);
+  const bool before_both = freeze_inclusive ? step <= first_frozen : step < first_frozen;
+  if (freeze.saved != kNotRecorded && freeze.saved != freeze.mine && !before_both) refuse(freeze);
+  for (const ResumedSetting& s : settings) {
+    if (s.saved != kNotRecorded && s.saved != s.mine) refuse(s);
+  }
+  if (refused.empty()) return;
+  throw CallError(ONEBIT_INVALID_ARGUMENT,
+                  who + ": the checkpoint (after step " + std::to_string(step) + ") was saved with " + refused +
+                      ": its stage and counters were made under those values (" + freeze.name +
+                      " can change on resume only from a checkpoint before the freeze under both). Make the "
+                      "optimizer with the checkpoint's values; nothing was loaded");
+}
+
+}  // namespace onebit
+
+#endif  // ONEBIT_RESUME_RULES_HPP_
