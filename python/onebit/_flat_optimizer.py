@@ -638,14 +638,22 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self._refuse_changed_parameters("adam_state_dict()")
         state = torch.optim.Optimizer.state_dict(self)
         steps = float(self._steps_taken)
+        v = self._current_variance
         state["state"] = {index: dict(step=torch.tensor(steps), exp_avg=self._m[lo:hi].clone().view(p.shape),
-                                      exp_avg_sq=self._v[lo:hi].clone().view(p.shape))
+                                      exp_avg_sq=v[lo:hi].clone().view(p.shape))
                           for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices))}
         return state
 
     @property
     def _steps_taken(self):
+        """The updates made so far: torch Adam's `step`."""
         raise NotImplementedError
+
+    @property
+    def _current_variance(self):
+        """The running average of squared gradients as of now, for adam_state_dict(): v (frozen in
+        the compression stage, as the steps use it)."""
+        return self._v
 
     def _warn_rank_state_only(self):
         if self._warned_rank_state:

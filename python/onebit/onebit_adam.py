@@ -206,7 +206,8 @@ class OnebitAdam(_FlatOptimizer):
 
     @property
     def _steps_taken(self):
-        return self._step
+        # The updates made: under deepspeed_schedule the first call made none.
+        return max(self._step - self._deepspeed_schedule, 0)
 
     @property
     def _wants_averaged_gradients(self):

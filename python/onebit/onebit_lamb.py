@@ -147,6 +147,12 @@ class OnebitLamb(_FlatOptimizer):
         return self._step
 
     @property
+    def _current_variance(self):
+        # After the warmup v is frozen and v_fresh (v at the freeze, then updated from the gradient
+        # the averaged momentum implies) goes on tracking the gradients: the one torch Adam wants.
+        return self._v_fresh if self._step >= self._freeze_step else self._v
+
+    @property
     def _wants_averaged_gradients(self):
         return not self.compressing
 

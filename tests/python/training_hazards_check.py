@@ -859,7 +859,9 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
 
 def deepspeed_case(mode, rank, torch, dist, onebit, out):
     """deepspeed_schedule=True with freeze_step F is the default schedule with F - 1 on the same
-    gradients less the first (DeepSpeed's first call moves nothing and drops its gradient)."""
+    gradients less the first (DeepSpeed's first call moves nothing and drops its gradient) — and so
+    is its adam_state_dict(): the steps it counts are the updates made, not the calls (before: one
+    high, torch Adam's bias correction then one step off)."""
     def run(deepspeed, freeze, skip_first):
         torch.manual_seed(6)
         model = torch.nn.Linear(16, 4)
@@ -873,17 +875,22 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
             torch.nn.functional.mse_loss(model(x), y).backward()
             stages.append(optimizer.compressing)
             optimizer.step()
+        exported = optimizer.adam_state_dict()["state"]
         optimizer.close()
-        return flat(model), stages
+        return flat(model), stages, exported
     # DeepSpeed's F makes F - 1 full-precision updates, and at least one: its F <= 2 all compress
     # from the third call.
     for deepspeed_freeze, ours_freeze in ((4, 3), (1, 1)):
-        ours, _ = run(False, ours_freeze, True)
-        theirs, theirs_stages = run(True, deepspeed_freeze, False)
+        ours, _, ours_exported = run(False, ours_freeze, True)
+        theirs, theirs_stages, theirs_exported = run(True, deepspeed_freeze, False)
         warmup = ours_freeze + 1
         require(theirs_stages == [False] * warmup + [True] * (10 - warmup), f"deepspeed_schedule stages: {theirs_stages}")
         require(torch.equal(ours, theirs), f"deepspeed_schedule=True, freeze_step {deepspeed_freeze} differs from "
                                            f"freeze_step {ours_freeze} without the first call")
+        for index, (a, b) in enumerate(zip(ours_exported.values(), theirs_exported.values())):
+            require(all(torch.equal(a[k], b[k]) for k in ("step", "exp_avg", "exp_avg_sq")),
+                    f"deepspeed_schedule=True: adam_state_dict() of parameter {index} (step {float(b['step'])}) is "
+                    f"not that of the run without the first call (step {float(a['step'])})")
     try:
         onebit.OnebitAdam(torch.nn.Linear(2, 2).parameters(), freeze_step="auto", deepspeed_schedule=True)
     except ValueError as error:
@@ -894,8 +901,8 @@ def deepspeed_case(mode, rank, torch, dist, onebit, out):
 
 def adam_names_case(mode, rank, torch, dist, onebit, out):
     """A run finished with torch.optim.Adam from a onebit optimizer mid compression stage:
-    adam_state_dict() gives each parameter's exp_avg, exp_avg_sq and step as this rank's m, v and
-    steps taken, and torch's Adam loading it takes the step Adam takes from those moments (a onebit
+    adam_state_dict() gives each parameter's exp_avg, exp_avg_sq and step as this rank's m, v (OnebitLamb
+    past its freeze: v_fresh, the variance that still tracks the gradients) and steps taken, and torch's Adam loading it takes the step Adam takes from those moments (a onebit
     state_dict() loaded by torch's Adam starts fresh: its m and v are under "onebit" alone). With a
     parameter removed from param_groups it is refused like step(), naming the change."""
     generator = torch.Generator().manual_seed(90 + rank)
@@ -904,6 +911,7 @@ def adam_names_case(mode, rank, torch, dist, onebit, out):
         saved = optimizer.state_dict()
         part = saved["onebit"]["parts"].get(rank, saved["onebit"]["parts"].get("every"))
         steps = part["schedule"]["step"] if kind == "zero_one" else part["step"]
+        variance = part["v_fresh"] if kind == "lamb" else part["v"]
         first = optimizer.param_groups[0]["params"].pop(0)
         try:
             optimizer.adam_state_dict()
@@ -921,8 +929,9 @@ def adam_names_case(mode, rank, torch, dist, onebit, out):
         for index, p in enumerate(model.parameters()):
             state, n = adam.state[p], p.numel()
             require(torch.equal(state["exp_avg"], part["m"][at:at + n].view(p.shape)) and
-                    torch.equal(state["exp_avg_sq"], part["v"][at:at + n].view(p.shape)),
-                    f"{name} -> torch Adam: parameter {index}'s exp_avg or exp_avg_sq is not this rank's m or v")
+                    torch.equal(state["exp_avg_sq"], variance[at:at + n].view(p.shape)),
+                    f"{name} -> torch Adam: parameter {index}'s exp_avg or exp_avg_sq is not this rank's m or "
+                    f"{'v_fresh' if kind == 'lamb' else 'v'}")
             require(float(state["step"]) == steps, f"{name} -> torch Adam: parameter {index}'s step is "
                                                     f"{float(state['step'])}, want {steps}")
             at += n
