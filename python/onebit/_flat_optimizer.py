@@ -399,7 +399,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _note_held_parameters(self):
         """Which parameters this optimizer holds now (replaced ones included), for ddp_comm_hook,
-        which averages the others."""
+        which averages the others (and calls this again before it takes one for another's)."""
         self._owned = {id(p) for p in self._params()}
 
     # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each

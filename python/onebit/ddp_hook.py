@@ -64,7 +64,7 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
     if optimizer._wants_averaged_gradients:
         return _averaged(buffer, optimizer)
     parameters = bucket.parameters()
-    others = [i for i, p in enumerate(parameters) if id(p) not in optimizer._owned]
+    others = _not_held(optimizer, parameters)
     if not others:
         future = torch.futures.Future()
         future.set_result(buffer)
@@ -85,6 +85,18 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
         return buffer
 
     return _averaged(torch.cat([g.reshape(-1) for g in theirs]), optimizer, then=scatter)
+
+
+def _not_held(optimizer, parameters):
+    """The indices of the bucket's `parameters` that `optimizer` does not hold. Its set of held
+    parameters is taken at each step; one put into param_groups since (a framework that moved the
+    model and the optimizer's parameters with it, between two steps) is looked up afresh before it
+    is taken for another optimizer's and averaged."""
+    others = [i for i, p in enumerate(parameters) if id(p) not in optimizer._owned]
+    if others:
+        optimizer._note_held_parameters()
+        others = [i for i in others if id(parameters[i]) not in optimizer._owned]
+    return others
 
 
 def _averaged(tensor, optimizer, then=None):

@@ -677,6 +677,41 @@ def two_optimizers_case(mode, rank, torch, dist, onebit, out):
                                                 f"head's gradients by hand (max |diff| "
                                                 f"{(with_ddp - by_hand).abs().max().item():.3g})")
     sparse_other_optimizer(torch, dist, onebit, rank)
+    parameters_replaced_between_steps(torch, dist, onebit, rank)
+
+
+def parameters_replaced_between_steps(torch, dist, onebit, rank):
+    """A model whose parameters are replaced between two steps of the compression stage — a copy
+    put into param_groups and wrapped in DDP with the hook, as a framework that moves a model does —
+    goes on bit for bit as the same model without DDP (the hook gives the local gradients, as the
+    optimizer's own step takes them). Before, the hook held the set of parameters taken at the last
+    step, called the copies another optimizer's and averaged their gradients in full precision for
+    one backward pass."""
+    import copy
+
+    def run(replace):
+        torch.manual_seed(7)
+        model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2))
+        optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-2, freeze_step=FREEZE)
+        generator = torch.Generator().manual_seed(95 + rank)
+        batches = [(torch.randn(8, 16, generator=generator), torch.randn(8, 2, generator=generator))
+                   for _ in range(FREEZE + 5)]
+        wrapped = model
+        for step, (x, y) in enumerate(batches):
+            if replace and step == FREEZE + 2:
+                model = copy.deepcopy(model)
+                optimizer.param_groups[0]["params"] = list(model.parameters())
+                wrapped = torch.nn.parallel.DistributedDataParallel(model)
+                wrapped.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+            optimizer.zero_grad()
+            torch.nn.functional.mse_loss(wrapped(x), y).backward()
+            optimizer.step()
+        optimizer.close()
+        return flat(model)
+    kept, replaced = run(False), run(True)
+    require(torch.equal(kept, replaced), f"parameters replaced between steps, then DDP with the hook: differs from the "
+                                         f"model kept (max |diff| {(kept - replaced).abs().max().item():.3g})")
+    same_on_every_rank(torch, dist, replaced, "parameters replaced between steps")
 
 
 def sparse_other_optimizer(torch, dist, onebit, rank):
