@@ -174,20 +174,9 @@ class OnebitAdam {
   }
 
   void load(const Checkpoint& c) {
-    if (c.m.size() != total_ || c.v.size() != total_) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitAdam::load: checkpoint holds " +
-                                                   std::to_string(c.m.size()) + " + " + std::to_string(c.v.size()) +
-                                                   " floats of m and v; this optimizer has " + std::to_string(total_));
-    }
-    if (automatic_ && c.v_then.size() != total_) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT,
-                      "onebit::OnebitAdam::load: this optimizer freezes automatically and the "
-                      "checkpoint holds no variance snapshot (saved by one with a fixed freeze_step?)");
-    }
     // Every rank resumes at the same step and freeze, or they part at the freeze (load is collective).
-    agree_across_ranks(comm_, "onebit::OnebitAdam::load",
-                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}},
-                       " (every rank loads the checkpoint of the same step)");
+    agree_on_checkpoint(comm_, "onebit::OnebitAdam::load", unfit(c),
+                        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}});
     // A fixed freeze step goes on only where the checkpoint's stage allows; "auto" takes the checkpoint's decision.
     if (!automatic_) {
       check_resumed_schedule("onebit::OnebitAdam::load", c.step,
@@ -207,6 +196,29 @@ class OnebitAdam {
   static constexpr std::int64_t kUndecided = INT64_MAX;  // every step is warmup until the rule fires
 
   static void check(onebit_result_t result) { check_call(result); }
+
+  // Why checkpoint `c` cannot be loaded into this optimizer whatever its step, or "".
+  std::string unfit(const Checkpoint& c) const {
+    if (c.m.size() != total_ || c.v.size() != total_) {
+      return "the checkpoint holds " + std::to_string(c.m.size()) + " + " + std::to_string(c.v.size()) +
+             " floats of m and v; this optimizer has " + std::to_string(total_);
+    }
+    if (automatic_ && c.v_then.size() != total_) {
+      return "this optimizer freezes automatically and the checkpoint holds no variance snapshot (saved by one with "
+             "a fixed freeze_step?)";
+    }
+    if (automatic_ && c.freeze_step == kNotRecorded) {
+      return "this optimizer freezes automatically and the checkpoint does not record its freeze_step (-1 while "
+             "undecided, else the step decided)";
+    }
+    if (!automatic_ && !c.v_then.empty()) {
+      return "the checkpoint was saved with an automatic freeze (it holds a variance snapshot), this optimizer has "
+             "a fixed freeze_step " +
+             std::to_string(groups_[0].config.freeze_step) +
+             ": make it with the automatic freeze the run was made with";
+    }
+    return "";
+  }
 
   std::vector<FrozenVariance> frozen_variance() const { return layout_.frozen_variance(v_.data(), groups_); }
 

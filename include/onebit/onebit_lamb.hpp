@@ -159,17 +159,16 @@ class OnebitLamb {
   }
 
   void load(const Checkpoint& c) {
+    std::string unfit;
     if (c.m.size() != total_ || c.v.size() != total_ || c.v_fresh.size() != total_ ||
         c.layers.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::OnebitLamb::load: checkpoint holds " +
-                                                   std::to_string(c.m.size()) + " floats of m and " +
-                                                   std::to_string(c.layers.size()) + " layers; this optimizer has " +
-                                                   std::to_string(total_) + " and " + std::to_string(groups_.size()));
+      unfit = "the checkpoint holds " + std::to_string(c.m.size()) + " floats of m and " +
+              std::to_string(c.layers.size()) + " layers; this optimizer has " + std::to_string(total_) + " and " +
+              std::to_string(groups_.size());
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
-    agree_across_ranks(comm_, "onebit::OnebitLamb::load",
-                       {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}},
-                       " (every rank loads the checkpoint of the same step)");
+    agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit,
+                        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}});
     check_resumed_schedule("onebit::OnebitLamb::load", c.step,
                            {"freeze_step", c.freeze_step, groups_[0].config.freeze_step}, /*freeze_inclusive=*/false);
     load_tag_state(name_, c.worker_error, c.server_error);

@@ -10,7 +10,6 @@
 #define ONEBIT_RANK_AGREEMENT_HPP_
 
 #include <cstdint>
-#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -24,7 +23,7 @@ struct AgreedField {
   std::int64_t value;
 };
 
-inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, std::initializer_list<AgreedField> fields,
+inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, const std::vector<AgreedField>& fields,
                                const std::string& hint = "") {
   int rank = 0, size = 1;
   check_call(onebit_comm_rank(comm, &rank));

@@ -1,5 +1,7 @@
-// onebit::check_resumed_schedule — what the C++ optimizer shims' load() refuses of a checkpoint's
-// schedule (the rule python/onebit's optimizers apply too, docs/usage.md "Restarting a job"). A
+// What the C++ optimizer shims' load() refuses, and how every rank learns it. agree_on_checkpoint:
+// whether each rank's checkpoint fits its optimizer, and the checkpoint's schedule, agreed before
+// anything is loaded. check_resumed_schedule: what load() refuses of a checkpoint's schedule (the
+// rule python/onebit's optimizers apply too, docs/usage.md "Restarting a job"). A
 // checkpoint's stage and counters were made under the schedule's settings it was saved with: a
 // freeze step may change on resume only where the checkpoint is before the freeze under both (as
 // when a run that diverged after its freeze resumes from a warmup checkpoint with a later freeze
@@ -14,15 +16,37 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
+#include "onebit/rank_agreement.hpp"
 
 namespace onebit {
 
 // A checkpoint's schedule field that holds this: not recorded (a Checkpoint filled by hand, or
 // read from a file written before the field existed) — taken as this optimizer's value.
 inline constexpr std::int64_t kNotRecorded = std::numeric_limits<std::int64_t>::min();
+
+// load()'s first, collective step: the ranks agree on whether each one's checkpoint fits its
+// optimizer (`unfit`: why this rank's does not — sizes, a missing field —, or empty) and on the
+// checkpoint's `fields` (step, freeze step, counters), in one exact allreduce. A rank whose
+// checkpoint does not fit throws its reason (ONEBIT_INVALID_ARGUMENT); the others throw
+// ONEBIT_MISMATCH naming it — where a rank that threw before agreeing would leave the others
+// waiting in the agreement until the timeout (each rank may load its own file).
+inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, const std::string& unfit,
+                                std::initializer_list<AgreedField> fields) {
+  std::vector<AgreedField> all{{"whether their checkpoint fits (1: it does not)", unfit.empty() ? 0 : 1}};
+  all.insert(all.end(), fields.begin(), fields.end());
+  const auto refuse = [&] { throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + unfit + "; nothing was loaded"); };
+  try {
+    agree_across_ranks(comm, who, all, " (every rank loads the checkpoint of the same step, of this model)");
+  } catch (const CallError&) {
+    if (!unfit.empty()) refuse();
+    throw;
+  }
+  if (!unfit.empty()) refuse();
+}
 
 struct ResumedSetting {
   const char* name;

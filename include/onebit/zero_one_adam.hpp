@@ -169,27 +169,27 @@ class ZeroOneAdam {
   }
 
   void load(const Checkpoint& c) {
+    std::string unfit;
+    onebit_zero_one_adam_step_t kind;
     if (c.m.size() != total_ || c.v.size() != total_ || c.u.size() != total_ || c.params_at_sync.size() != total_ ||
         c.lrs.size() != groups_.size()) {
-      throw CallError(ONEBIT_INVALID_ARGUMENT,
-                      "onebit::ZeroOneAdam::load: checkpoint holds " + std::to_string(c.m.size()) +
-                          " floats of m and " + std::to_string(c.lrs.size()) + " lr sums; this optimizer has " +
-                          std::to_string(total_) + " and " + std::to_string(groups_.size()) + " groups");
+      unfit = "the checkpoint holds " + std::to_string(c.m.size()) + " floats of m and " +
+              std::to_string(c.lrs.size()) + " lr sums; this optimizer has " + std::to_string(total_) + " and " +
+              std::to_string(groups_.size()) + " groups";
+    } else if (onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind) != ONEBIT_SUCCESS) {
+      unfit = onebit_last_error();  // the schedule state out of range
     }
-    onebit_zero_one_adam_step_t kind;
-    check_call(onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind));  // validates the schedule
     // Every rank resumes at the same point of the schedule (load is collective).
-    agree_across_ranks(comm_, "onebit::ZeroOneAdam::load",
-                       {{"the checkpoint's step", c.schedule.step},
-                        {"the checkpoint's variance interval", c.schedule.var_interval},
-                        {"the checkpoint's variance counter", c.schedule.var_counter},
-                        {"the checkpoint's local-step interval", c.schedule.local_step_interval},
-                        {"the checkpoint's local-step counter", c.schedule.local_step_counter},
-                        {"the checkpoint's var_freeze_step", c.var_freeze_step},
-                        {"the checkpoint's var_update_scaler", c.var_update_scaler},
-                        {"the checkpoint's local_step_scaler", c.local_step_scaler},
-                        {"the checkpoint's local_step_clipper", c.local_step_clipper}},
-                       " (every rank loads the checkpoint of the same step)");
+    agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit,
+                        {{"the checkpoint's step", c.schedule.step},
+                         {"the checkpoint's variance interval", c.schedule.var_interval},
+                         {"the checkpoint's variance counter", c.schedule.var_counter},
+                         {"the checkpoint's local-step interval", c.schedule.local_step_interval},
+                         {"the checkpoint's local-step counter", c.schedule.local_step_counter},
+                         {"the checkpoint's var_freeze_step", c.var_freeze_step},
+                         {"the checkpoint's var_update_scaler", c.var_update_scaler},
+                         {"the checkpoint's local_step_scaler", c.local_step_scaler},
+                         {"the checkpoint's local_step_clipper", c.local_step_clipper}});
     const onebit_zero_one_adam_config_t& knobs = groups_[0].config;
     check_resumed_schedule("onebit::ZeroOneAdam::load", c.schedule.step,
                            {"var_freeze_step", c.var_freeze_step, knobs.var_freeze_step}, /*freeze_inclusive=*/true,

@@ -399,8 +399,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _note_held_parameters(self):
         """Which parameters this optimizer holds now (replaced ones included), for ddp_comm_hook,
-        which averages the others (and calls this again before it takes one for another's)."""
+        which averages the others (and calls this again, once per backward pass, before it takes
+        one for another's)."""
         self._owned = {id(p) for p in self._params()}
+        self._held_looked_up = False
 
     # An optimizer whose rule is elementwise (OnebitAdam) sets this: on the CPU it then updates each
     # parameter where it lies and reads each gradient where it lies (_in_place_parameters,

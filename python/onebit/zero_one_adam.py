@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check, tag, untag
+from ._errors import OnebitError
 from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly
 
 __all__ = ["ZeroOneAdam"]
@@ -116,10 +117,14 @@ class ZeroOneAdam(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._u, name)
 
-    def _agree_on_schedule(self, step=None):
+    def _agree_on_schedule(self, schedule=None):
+        """The ranks agree on the schedule's settings and on its state (this optimizer's, or the
+        `schedule` a load is about to take)."""
         var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper = self._schedule_config
-        self._agree(parameters=self._total, groups=len(self.param_groups),
-                    step=self._schedule.step if step is None else step,
+        state = schedule or self._schedule
+        self._agree(parameters=self._total, groups=len(self.param_groups), step=state.step,
+                    var_interval=state.var_interval, var_counter=state.var_counter,
+                    local_step_interval=state.local_step_interval, local_step_counter=state.local_step_counter,
                     var_freeze_step=var_freeze_step, var_update_scaler=var_update_scaler,
                     local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
 
@@ -256,14 +261,19 @@ class ZeroOneAdam(_FlatOptimizer):
                                 schedule_config=dict(zip(self._SCHEDULE_KNOBS, self._schedule_config)))
 
     def _schedule_refusal(self, part):
-        """A checkpoint's schedule goes on only under the knobs that made it: the scalers and the
-        clipper are compared with counters (a smaller one than a counter has passed would stop its
-        interval from ever growing again), and the stage change at var_freeze_step does work (u
-        zeroed, the parameters kept for the first sync) that a moved var_freeze_step would skip or
-        repeat — so var_freeze_step may change only from a checkpoint in the variance stage under
-        both, as OnebitAdam's freeze_step from one in warmup."""
+        """A checkpoint's schedule goes on only under the knobs that made it: the scalers are
+        compared with counters (one smaller than its counter has reached would stop its interval
+        from ever growing again), the clipper caps an interval already grown under it, and the stage
+        change at var_freeze_step does work (u zeroed, the parameters kept for the first sync) that
+        a moved var_freeze_step would skip or repeat — so var_freeze_step may change only from a
+        checkpoint in the variance stage under both, as OnebitAdam's freeze_step from one in
+        warmup. A schedule state out of range (a corrupt checkpoint) is refused here too."""
         if len(part["lrs"]) != len(self._lrs):
             return f"the checkpoint has {len(part['lrs'])} parameter groups, this optimizer {len(self._lrs)}"
+        try:
+            self._loaded_schedule(part)
+        except OnebitError as error:
+            return str(error)
         saved = part.get("schedule_config")  # None: a checkpoint from before it was recorded
         if saved is None:
             return None
@@ -278,15 +288,20 @@ class ZeroOneAdam(_FlatOptimizer):
                 "made under the checkpoint's values (var_freeze_step can change on resume only from a checkpoint in "
                 "the variance stage under both). Make the optimizer with the checkpoint's values")
 
+    def _loaded_schedule(self, part):
+        """The schedule state of checkpoint part `part`, checked by the C core (OnebitError if out of range)."""
+        schedule = _capi.ZeroOneAdamSchedule(**part["schedule"])
+        kind = ctypes.c_int()
+        _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),
+                                                             ctypes.byref(schedule), ctypes.byref(kind)))
+        return schedule
+
     def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
         """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
         schedule, buffers and error feedback; checked on every rank before anything changes."""
         state_dict, saved = self._split_state_dict(state_dict)
-        schedule = _capi.ZeroOneAdamSchedule(**saved["schedule"])
-        kind = ctypes.c_int()
-        _check(self._lib, self._lib.onebit_zero_one_adam_next(ctypes.byref(self._config(self.param_groups[0])),
-                                                             ctypes.byref(schedule), ctypes.byref(kind)))
-        self._agree_on_schedule(step=schedule.step)  # before anything changes
+        schedule = self._loaded_schedule(saved)
+        self._agree_on_schedule(schedule)  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])
         self._schedule = schedule

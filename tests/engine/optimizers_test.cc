@@ -548,11 +548,15 @@ TEST(OnebitLambShim, BadConfigsAreRefusedByName) {
   EXPECT_EQ(m[0], 1.0f);
 }
 
-// Two ranks run `make(rank, comm)`; each must end with `code` (ONEBIT_SUCCESS: returning; else a
-// CallError of that code whose message holds `says`). A check inside `make` that fails throws
+struct Outcome {
+  onebit_result_t code;  // ONEBIT_SUCCESS: `make` returned
+  std::string says;      // in the CallError's message
+};
+
+// Two ranks run `make(rank, comm)`; rank r must end with `want[r]` (ONEBIT_SUCCESS: returning; else
+// a CallError of that code whose message holds the words). A check inside `make` that fails throws
 // CallError(ONEBIT_INTERNAL_ERROR) saying what it saw.
-void expect_on_both_ranks(const std::function<void(int, onebit_comm_t)>& make, onebit_result_t code,
-                          const std::string& says) {
+void expect_on_ranks(const std::function<void(int, onebit_comm_t)>& make, const std::vector<Outcome>& want) {
   RankRecords records(2);
   const int port = free_port();
   auto outcomes = run_ranks(
@@ -573,9 +577,14 @@ void expect_on_both_ranks(const std::function<void(int, onebit_comm_t)>& make, o
       std::chrono::seconds(60));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
-    EXPECT_EQ(records[r].code, code) << "rank " << r << ": " << records[r].message;
-    EXPECT_NE(std::string(records[r].message).find(says), std::string::npos) << records[r].message;
+    EXPECT_EQ(records[r].code, want[r].code) << "rank " << r << ": " << records[r].message;
+    EXPECT_NE(std::string(records[r].message).find(want[r].says), std::string::npos) << records[r].message;
   }
+}
+
+void expect_on_both_ranks(const std::function<void(int, onebit_comm_t)>& make, onebit_result_t code,
+                          const std::string& says) {
+  expect_on_ranks(make, {{code, says}, {code, says}});
 }
 
 // Two ranks whose optimizers are given different schedules: `make(rank, comm)` constructs one.
@@ -724,6 +733,82 @@ TEST(ResumeRules, AFreezeStepMovesOnlyFromBeforeTheFreezeUnderBoth) {
   expect_on_both_ranks(zero_one_resumed(2, clipped), ONEBIT_INVALID_ARGUMENT,
                        "was saved with var_update_scaler=2 (this optimizer: 3), local_step_clipper=4 (this "
                        "optimizer: 8)");
+}
+
+// An automatic freeze's checkpoint is loaded only by an optimizer that freezes automatically, and
+// only with its freeze_step recorded (-1 undecided, or the step decided), as in Python.
+TEST(ResumeRules, AnAutomaticFreezesCheckpointGoesOnlyToAnAutomaticFreeze) {
+  std::vector<float> p(kTotal, 0.0f);
+  const onebit_adam_config_t fixed{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
+  const onebit_adam_auto_freeze_t automatic{2, 0.1, 0};
+  expect_on_both_ranks(
+      [&](int, onebit_comm_t comm) {
+        OnebitAdam::Checkpoint saved;
+        {
+          OnebitAdam before(comm, {{p.data(), kTotal, fixed}}, "before", &automatic);
+          saved = before.save();
+        }
+        OnebitAdam adam(comm, {{p.data(), kTotal, fixed}});
+        adam.load(saved);
+      },
+      ONEBIT_INVALID_ARGUMENT,
+      "onebit::OnebitAdam::load: the checkpoint was saved with an automatic freeze (it holds a variance snapshot), "
+      "this optimizer has a fixed freeze_step 3");
+  expect_on_both_ranks(
+      [&](int, onebit_comm_t comm) {
+        OnebitAdam::Checkpoint saved;
+        {
+          OnebitAdam before(comm, {{p.data(), kTotal, fixed}}, "before", &automatic);
+          saved = before.save();
+        }
+        saved.freeze_step = kNotRecorded;  // a checkpoint filled by hand, without it
+        OnebitAdam adam(comm, {{p.data(), kTotal, fixed}}, "after", &automatic);
+        adam.load(saved);
+      },
+      ONEBIT_INVALID_ARGUMENT, "the checkpoint does not record its freeze_step (-1 while undecided");
+}
+
+// A checkpoint that does not fit on one rank only (each rank may load its own file): that rank
+// says why, the other names it — neither waits in the load's agreement for the timeout.
+TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
+  std::vector<float> p(kTotal, 0.0f);
+  const std::vector<Outcome> want{
+      {ONEBIT_MISMATCH,
+       "the ranks disagree on whether their checkpoint fits (1: it does not): rank 0 has 0, rank 1 "
+       "has 1"},
+      {ONEBIT_INVALID_ARGUMENT, "::load: the checkpoint holds 1036 "}};
+  expect_on_ranks(
+      [&p](int rank, onebit_comm_t comm) {
+        OnebitAdam adam(comm, {{p.data(), kTotal, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3}}});
+        OnebitAdam::Checkpoint saved = adam.save();
+        if (rank == 1) saved.m.pop_back();
+        adam.load(saved);
+      },
+      want);
+  expect_on_ranks(
+      [&p](int rank, onebit_comm_t comm) {
+        OnebitLamb lamb(comm, {{p.data(), kTotal, lamb_config(0)}});
+        OnebitLamb::Checkpoint saved = lamb.save();
+        if (rank == 1) saved.m.pop_back();
+        lamb.load(saved);
+      },
+      want);
+  expect_on_ranks(
+      [&p](int rank, onebit_comm_t comm) {
+        ZeroOneAdam adam(comm, {{p.data(), kTotal, zero_one_config(0)}});
+        ZeroOneAdam::Checkpoint saved = adam.save();
+        if (rank == 1) saved.m.pop_back();
+        adam.load(saved);
+      },
+      want);
+  expect_on_ranks(
+      [&p](int rank, onebit_comm_t comm) {
+        ZeroOneAdam adam(comm, {{p.data(), kTotal, zero_one_config(0)}});
+        ZeroOneAdam::Checkpoint saved = adam.save();
+        if (rank == 1) saved.schedule.var_interval = 0;  // corrupt
+        adam.load(saved);
+      },
+      {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});
 }
 
 }  // namespace

@@ -502,19 +502,30 @@ def resumed_schedule_check(torch, onebit, kind, name, x, y):
     freeze_name = "var_freeze_step" if kind == "zero_one" else "freeze_step"
     moved_freeze = (f"was saved with var_freeze_step={FREEZE} (this optimizer: {FREEZE + 3})" if kind == "zero_one"
                     else f"was saved with freeze_step={FREEZE}, this optimizer has {FREEZE + 3}")
-    cases = [(FREEZE - 1, {}, dict(freeze=FREEZE + 3), None), (FREEZE + 2, {}, dict(freeze=FREEZE + 3), moved_freeze)]
+    # The last checkpoint before the freeze: after FREEZE - 1 steps (ZeroOneAdam's variance stage
+    # includes var_freeze_step itself: after FREEZE); the next one is past it.
+    before = FREEZE if kind == "zero_one" else FREEZE - 1
+    cases = [(before, {}, dict(freeze=FREEZE + 3), None), (before + 1, {}, dict(freeze=FREEZE + 3), moved_freeze)]
     if kind == "adam":
         cases.append((FREEZE - 1, dict(deepspeed_schedule=True), {},
                       "was saved with deepspeed_schedule=True, this optimizer has False"))
     if kind == "zero_one":
         cases.append((FREEZE - 1, {}, dict(local_step_clipper=8), "local_step_clipper=4 (this optimizer: 8)"))
+        cases.append((FREEZE + 2, dict(corrupt=True), {}, "0/1 Adam schedule state out of range"))
     for steps, saved_with, loaded_with, words in cases:
         torch.manual_seed(6)
         model = torch.nn.Linear(16, 2)
+        corrupt = saved_with.pop("corrupt", False)
         optimizer = make_optimizer(onebit, kind, model.parameters(), **saved_with)
         fit(torch, model, optimizer, x, y, steps)
         saved = optimizer.state_dict()
         optimizer.close()
+        if corrupt:  # rank 1's file with a schedule state the C core refuses: every rank refuses
+            if torch.distributed.get_rank() == 1:
+                for part in saved["onebit"]["parts"].values():
+                    part["schedule"]["var_interval"] = 0
+            else:
+                words = "rank 1 refused its checkpoint"
         loader = make_optimizer(onebit, kind, model.parameters(), **loaded_with)
         before = copy.deepcopy(loader.state_dict())
         try:
