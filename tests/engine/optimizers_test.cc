@@ -770,6 +770,18 @@ TEST(ResumeRules, AnAutomaticFreezesCheckpointGoesOnlyToAnAutomaticFreeze) {
 
 // A checkpoint that does not fit on one rank only (each rank may load its own file): that rank
 // says why, the other names it — neither waits in the load's agreement for the timeout.
+// Each rank makes a `Shim` over one group of kTotal parameters with `config` and loads its own
+// save(), rank 1's changed by `spoil` first.
+template <typename Shim, typename Config, typename Spoil>
+std::function<void(int, onebit_comm_t)> rank_1_spoils(float* p, Config config, Spoil spoil) {
+  return [=](int rank, onebit_comm_t comm) {
+    Shim shim(comm, {{p, kTotal, config}});
+    typename Shim::Checkpoint saved = shim.save();
+    if (rank == 1) spoil(saved);
+    shim.load(saved);
+  };
+}
+
 TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
   std::vector<float> p(kTotal, 0.0f);
   const std::vector<Outcome> want{
@@ -777,38 +789,14 @@ TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
        "the ranks disagree on whether their checkpoint fits (1: it does not): rank 0 has 0, rank 1 "
        "has 1"},
       {ONEBIT_INVALID_ARGUMENT, "::load: the checkpoint holds 1036 "}};
-  expect_on_ranks(
-      [&p](int rank, onebit_comm_t comm) {
-        OnebitAdam adam(comm, {{p.data(), kTotal, {1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3}}});
-        OnebitAdam::Checkpoint saved = adam.save();
-        if (rank == 1) saved.m.pop_back();
-        adam.load(saved);
-      },
-      want);
-  expect_on_ranks(
-      [&p](int rank, onebit_comm_t comm) {
-        OnebitLamb lamb(comm, {{p.data(), kTotal, lamb_config(0)}});
-        OnebitLamb::Checkpoint saved = lamb.save();
-        if (rank == 1) saved.m.pop_back();
-        lamb.load(saved);
-      },
-      want);
-  expect_on_ranks(
-      [&p](int rank, onebit_comm_t comm) {
-        ZeroOneAdam adam(comm, {{p.data(), kTotal, zero_one_config(0)}});
-        ZeroOneAdam::Checkpoint saved = adam.save();
-        if (rank == 1) saved.m.pop_back();
-        adam.load(saved);
-      },
-      want);
-  expect_on_ranks(
-      [&p](int rank, onebit_comm_t comm) {
-        ZeroOneAdam adam(comm, {{p.data(), kTotal, zero_one_config(0)}});
-        ZeroOneAdam::Checkpoint saved = adam.save();
-        if (rank == 1) saved.schedule.var_interval = 0;  // corrupt
-        adam.load(saved);
-      },
-      {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});
+  const auto one_short = [](auto& saved) { saved.m.pop_back(); };
+  const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
+  expect_on_ranks(rank_1_spoils<OnebitAdam>(p.data(), adam_config, one_short), want);
+  expect_on_ranks(rank_1_spoils<OnebitLamb>(p.data(), lamb_config(0), one_short), want);
+  expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), one_short), want);
+  const auto corrupt = [](ZeroOneAdam::Checkpoint& saved) { saved.schedule.var_interval = 0; };
+  expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), corrupt),
+                  {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});
 }
 
 }  // namespace
