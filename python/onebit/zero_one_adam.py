@@ -121,7 +121,7 @@ class ZeroOneAdam(_FlatOptimizer):
         """The ranks agree on the schedule's settings and on its state (this optimizer's, or the
         `schedule` a load is about to take)."""
         var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper = self._schedule_config
-        state = schedule or self._schedule
+        state = self._schedule if schedule is None else schedule
         self._agree(parameters=self._total, groups=len(self.param_groups), step=state.step,
                     var_interval=state.var_interval, var_counter=state.var_counter,
                     local_step_interval=state.local_step_interval, local_step_counter=state.local_step_counter,
