@@ -159,7 +159,7 @@ def rank_main(config):
         dist.all_reduce(value)  # a metric: untagged, never compressed
         return value.item() / world
 
-    log = {"train": [], "val": [], "step_seconds": [], "kinds": ""}
+    log = {"train": [], "val": [], "step_seconds": [], "kinds": "", "grad_norms": []}
     for step in range(steps):
         begin = time.perf_counter()
         if name == "zero_one":
@@ -172,6 +172,9 @@ def rank_main(config):
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(net(x).flatten(0, 1), y.flatten())
         loss.backward()
+        if config.get("clip"):  # as HF Trainer's max_grad_norm: on the gradients the backward pass left
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), config["clip"]).item()
+            log["grad_norms"].append(norm)
         optimizer.step()
         log["step_seconds"].append(time.perf_counter() - begin)
         mean = loss.detach().reshape(1).clone()
@@ -235,6 +238,17 @@ def launch(config, ranks, out, preload, emulation=None):
         with open(os.path.join(out, f"{config['optimizer']}-rank{rank}.json")) as f:
             logs.append(json.load(f))
     return logs
+
+
+def clipped(log, freeze, clip):
+    """With --clip, rank 0's share of steps whose gradient norm exceeded `clip`, and its median
+    norm, before and from the freeze step (None without --clip)."""
+    norms = log.get("grad_norms") or []
+    if not clip or not norms:
+        return None
+    stages = {"before_freeze": norms[:freeze], "from_freeze": norms[freeze:]}
+    return {stage: {"clipped_share": sum(n > clip for n in values) / len(values),
+                    "median_norm": statistics.median(values)} for stage, values in stages.items() if values}
 
 
 def wire_bytes(log, ranks):
@@ -312,6 +326,10 @@ def main():
                         help="model width of the step-time runs: wider than the convergence runs, so that a step's "
                              "gradient (1.6 M parameters at 256) is large enough for the link to matter")
     parser.add_argument("--no-emulation", action="store_true", help="skip the step-time runs")
+    parser.add_argument("--clip", type=float, default=None,
+                        help="clip the gradients' norm to this before each step, as HF Trainer's max_grad_norm "
+                             "(torch.nn.utils.clip_grad_norm_ on what the backward pass left: DDP's average, or in "
+                             "onebit's compression stage each rank's own); reports how often it bit, per stage")
     parser.add_argument("--out", default=os.path.join(ROOT, "build", "demo"))
     parser.add_argument("--preload", default=os.path.join(ROOT, "build", "release", "libonebit-preload.so"))
     parser.add_argument("--quick", action="store_true", help="CI: 2 ranks, 40 steps, small model, no emulation")
@@ -334,7 +352,7 @@ def main():
     freeze = max(1, int(round(args.warmup * args.steps)))
     base = dict(backend=args.backend, steps=args.steps, freeze=freeze, lr=args.lr, width=args.width, layers=args.layers,
                 context=args.context, batch=args.batch, seed=args.seed, eval_every=args.eval_every,
-                val_batches=args.val_batches, lamb_lr=args.lamb_lr)
+                val_batches=args.val_batches, lamb_lr=args.lamb_lr, clip=args.clip)
     print(f"# onebit-demo: {args.ranks} ranks ({args.backend}), {args.steps} steps, OnebitAdam freezes at step {freeze} "
           f"({100 * freeze / args.steps:.0f} %), text from {FORTUNES}", flush=True)
     results = {}
@@ -354,7 +372,8 @@ def main():
                          "forwarded_calls": logs[0]["stats"]["forwarded_calls"],
                          "nan": any(not math.isfinite(v) for v in train),
                          "val_curve": logs[0]["val"], "train_curve": train,
-                         "freeze_step": logs[0].get("freeze_step"), "kinds": logs[0].get("kinds", "")}
+                         "freeze_step": logs[0].get("freeze_step"), "kinds": logs[0].get("kinds", ""),
+                         "clipped": clipped(logs[0], freeze, args.clip)}
     summary["val_loss_ratio"] = summary["onebit"]["final_val_loss"] / summary["adam"]["final_val_loss"]
     summary["val_loss_ratio_vs_uncompressed"] = (summary["onebit"]["final_val_loss"] /
                                                  summary["uncompressed"]["final_val_loss"])
@@ -399,6 +418,12 @@ def main():
         print(f"  {name:<12} {s['final_val_loss']:>9.4f} {s['final_train_loss']:>10.4f} "
               f"{s['wire_bytes_per_rank'] / 1e6:>13.2f} {s['compressed_calls']:>10} {s['forwarded_calls']:>9}"
               f" {str(s['freeze_step'] if s['freeze_step'] is not None else '-'):>6}")
+    if args.clip:
+        print(f"# --clip {args.clip}, rank 0: share of steps clipped (median gradient norm) before / from step {freeze}:")
+        for name in OPTIMIZERS:
+            c = summary[name]["clipped"]
+            print(f"  {name:<12} " + "  ".join(f"{c[stage]['clipped_share']:>5.0%} ({c[stage]['median_norm']:.3f})"
+                                               for stage in ("before_freeze", "from_freeze") if stage in c))
     print(f"# validation loss OnebitAdam / Adam after {args.steps} steps: {summary['val_loss_ratio']:.4f}; "
           f"OnebitAdam / the same rule uncompressed: {summary['val_loss_ratio_vs_uncompressed']:.4f}")
     print(f"# wire bytes Adam / OnebitAdam: {summary['wire_bytes_ratio']:.2f}x")
