@@ -165,6 +165,8 @@ class OnebitLamb {
       unfit = "the checkpoint holds " + std::to_string(c.m.size()) + " floats of m and " +
               std::to_string(c.layers.size()) + " layers; this optimizer has " + std::to_string(total_) + " and " +
               std::to_string(groups_.size());
+    } else {
+      unfit = error_state_unfit(c.worker_error, c.server_error, total_);
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
     agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit,

@@ -12,6 +12,7 @@
 #define ONEBIT_RESUME_RULES_HPP_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -26,7 +27,7 @@ namespace onebit {
 
 // A checkpoint's schedule field that holds this: not recorded (a Checkpoint filled by hand, or
 // read from a file written before the field existed) — taken as this optimizer's value.
-inline constexpr std::int64_t kNotRecorded = std::numeric_limits<std::int64_t>::min();
+constexpr std::int64_t kNotRecorded = std::numeric_limits<std::int64_t>::min();
 
 // load()'s first, collective step: the ranks agree on whether each one's checkpoint fits its
 // optimizer (`unfit`: why this rank's does not — sizes, a missing field —, or empty) and on the
@@ -41,11 +42,22 @@ inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, cons
   const auto refuse = [&] { throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + unfit + "; nothing was loaded"); };
   try {
     agree_across_ranks(comm, who, all, " (every rank loads the checkpoint of the same step, of this model)");
-  } catch (const CallError&) {
-    if (!unfit.empty()) refuse();
+  } catch (const CallError& error) {
+    if (!unfit.empty() && error.code() == ONEBIT_MISMATCH) refuse();  // a transport failure stays one
     throw;
   }
   if (!unfit.empty()) refuse();
+}
+
+// Why a checkpoint's error feedback cannot be loaded into a tag of `count` elements, or "": the
+// worker error is the tag's count floats, or none at all (saved before the first compressed
+// call), and then there is no server error either. (The server error's length depends on the
+// world size and is checked at the tag's first call.)
+inline std::string error_state_unfit(const std::vector<float>& worker, const std::vector<float>& server,
+                                     std::size_t count) {
+  if (worker.size() == count || (worker.empty() && server.empty())) return "";
+  return "the checkpoint's worker error has " + std::to_string(worker.size()) + " floats (and its server error " +
+         std::to_string(server.size()) + "); this optimizer's tag has " + std::to_string(count);
 }
 
 struct ResumedSetting {

@@ -178,6 +178,8 @@ class ZeroOneAdam {
               std::to_string(groups_.size()) + " groups";
     } else if (onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind) != ONEBIT_SUCCESS) {
       unfit = onebit_last_error();  // the schedule state out of range
+    } else {
+      unfit = error_state_unfit(c.worker_error, c.server_error, total_);
     }
     // Every rank resumes at the same point of the schedule (load is collective).
     agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit,

@@ -399,8 +399,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _note_held_parameters(self):
         """Which parameters this optimizer holds now (replaced ones included), for ddp_comm_hook,
-        which averages the others (and calls this again, once per backward pass, before it takes
-        one for another's)."""
+        which averages the others (and calls this again, at most once between two steps, before it
+        takes one for another's)."""
         self._owned = {id(p) for p in self._params()}
         self._held_looked_up = False
 
@@ -715,9 +715,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if saved["world_size"] != self._world:
             return (f"saved by a job of {saved['world_size']} ranks, loading into one of {self._world}: the error "
                     f"feedback is per rank; resume with {saved['world_size']} ranks")
-        if part is not None and part["m"].numel() != self._total:
+        if part is None:
+            return None
+        if part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
-        return None if part is None else self._schedule_refusal(part)
+        worker, server = part["worker_error"].numel(), part["server_error"].numel()
+        if worker != self._total and (worker or server):  # none at all: saved before the first compressed call
+            return (f"the checkpoint's worker error has {worker} floats (and its server error {server}); this "
+                    f"optimizer's tag has {self._total}")
+        return self._schedule_refusal(part)
 
     def _schedule_refusal(self, part):
         """Why this optimizer cannot go on with the schedule of the checkpoint part `part` — a

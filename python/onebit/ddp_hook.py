@@ -90,8 +90,8 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
 def _not_held(optimizer, parameters):
     """The indices of the bucket's `parameters` that `optimizer` does not hold. Its set of held
     parameters is taken at each step; one put into param_groups since (a framework that moved the
-    model and the optimizer's parameters with it, between two steps) is looked up afresh, once per
-    backward pass, before it is taken for another optimizer's and averaged."""
+    model and the optimizer's parameters with it, between two steps) is looked up afresh — at most
+    once between two steps — before it is taken for another optimizer's and averaged."""
     others = [i for i, p in enumerate(parameters) if id(p) not in optimizer._owned]
     if others and not optimizer._held_looked_up:
         optimizer._note_held_parameters()

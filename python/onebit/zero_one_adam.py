@@ -270,11 +270,13 @@ class ZeroOneAdam(_FlatOptimizer):
         warmup. A schedule state out of range (a corrupt checkpoint) is refused here too."""
         if len(part["lrs"]) != len(self._lrs):
             return f"the checkpoint has {len(part['lrs'])} parameter groups, this optimizer {len(self._lrs)}"
+        saved = part.get("schedule_config")  # None: a checkpoint from before it was recorded
         try:
             self._loaded_schedule(part)
-        except OnebitError as error:
-            return str(error)
-        saved = part.get("schedule_config")  # None: a checkpoint from before it was recorded
+            if saved is not None:
+                saved = {k: int(saved[k]) for k in self._SCHEDULE_KNOBS}
+        except (OnebitError, TypeError, KeyError, ValueError) as error:  # refused here, on every rank alike
+            return f"the checkpoint's schedule is malformed ({type(error).__name__}: {error})"
         if saved is None:
             return None
         mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))

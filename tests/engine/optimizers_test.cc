@@ -794,6 +794,9 @@ TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
   expect_on_ranks(rank_1_spoils<OnebitAdam>(p.data(), adam_config, one_short), want);
   expect_on_ranks(rank_1_spoils<OnebitLamb>(p.data(), lamb_config(0), one_short), want);
   expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), one_short), want);
+  const auto error_state_of_5 = [](auto& saved) { saved.worker_error.assign(5, 0.0f); };
+  expect_on_ranks(rank_1_spoils<OnebitAdam>(p.data(), adam_config, error_state_of_5),
+                  {want[0], {ONEBIT_INVALID_ARGUMENT, "the checkpoint's worker error has 5 floats"}});
   const auto corrupt = [](ZeroOneAdam::Checkpoint& saved) { saved.schedule.var_interval = 0; };
   expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), corrupt),
                   {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});

@@ -627,18 +627,25 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             else:
                 raise CheckFailed(f"{name}: {what} state_dict was loaded")
             loader.close()
-        # Each rank its own file, rank 1's the wrong one: every rank refuses (before: rank 0 waited
-        # for rank 1 in the load's agreement until the timeout).
-        loader = make_optimizer(onebit, kind, model.parameters())
-        try:
-            loader.load_state_dict(saved if rank == 0 else torch.optim.Adam(model.parameters()).state_dict())
-        except ValueError as error:
-            words = "rank 1 refused its checkpoint" if rank == 0 else "not a onebit optimizer's state_dict"
-            require(words in str(error), f"{name}: one rank's wrong checkpoint: the refusal does not say '{words}': "
-                                         f"{error}")
-        else:
-            raise CheckFailed(f"{name}: rank 1's wrong checkpoint was not refused on rank {rank}")
-        loader.close()
+        # Each rank its own file, rank 1's wrong: every rank refuses, rank 1 saying why (before: rank
+        # 0 waited for rank 1 in the load's agreement until the timeout; with an error feedback of
+        # another size, rank 1 failed alone after the agreement and rank 0 went on).
+        spoiled = copy.deepcopy(saved)
+        for part in spoiled["onebit"]["parts"].values():
+            part["worker_error"] = part["worker_error"][:-1]
+        for what, theirs, words in (("torch Adam's", torch.optim.Adam(model.parameters()).state_dict(),
+                                     "not a onebit optimizer's state_dict"),
+                                    ("an error feedback of another size", spoiled, "the checkpoint's worker error has ")):
+            loader = make_optimizer(onebit, kind, model.parameters())
+            try:
+                loader.load_state_dict(saved if rank == 0 else theirs)
+            except ValueError as error:
+                words = "rank 1 refused its checkpoint" if rank == 0 else words
+                require(words in str(error), f"{name}: rank 1's checkpoint {what}: the refusal does not say "
+                                             f"'{words}': {error}")
+            else:
+                raise CheckFailed(f"{name}: rank 1's checkpoint ({what}) was not refused on rank {rank}")
+            loader.close()
 
 
 def two_optimizers_case(mode, rank, torch, dist, onebit, out):

@@ -398,7 +398,8 @@ def main():
             for name in TIMED:
                 with ethernet.Emulation(args.ranks, link) as emulation:
                     logs = launch(dict(base, optimizer=name, steps=args.timing_steps, freeze=timing_freeze,
-                                       width=args.timing_width, eval_every=10 ** 9), args.ranks, args.out, args.preload, emulation)
+                                       width=args.timing_width, eval_every=10 ** 9, clip=None),  # --clip: losses only
+                                  args.ranks, args.out, args.preload, emulation)
                 seconds = logs[0]["step_seconds"][timing_freeze + 2:]  # the compression stage, past its first calls
                 timing[link][name] = {"median_step_s": statistics.median(seconds), "mean_step_s": statistics.mean(seconds),
                                       "interface_tx_bytes": [log["interface_tx_bytes"] for log in logs],
