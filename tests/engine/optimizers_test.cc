@@ -770,15 +770,26 @@ TEST(ResumeRules, AnAutomaticFreezesCheckpointGoesOnlyToAnAutomaticFreeze) {
 
 // A checkpoint that does not fit on one rank only (each rank may load its own file): that rank
 // says why, the other names it — neither waits in the load's agreement for the timeout.
+void set_step(OnebitAdam::Checkpoint& c, std::int64_t step) { c.step = step; }
+void set_step(OnebitLamb::Checkpoint& c, std::int64_t step) { c.step = step; }
+void set_step(ZeroOneAdam::Checkpoint& c, std::int64_t step) { c.schedule.step = step; }
+
 // Each rank makes a `Shim` over one group of kTotal parameters with `config` and loads its own
-// save(), rank 1's changed by `spoil` first.
+// save() moved to step 2, rank 1's changed by `spoil` first; a refused load must leave the
+// optimizer at step 0.
 template <typename Shim, typename Config, typename Spoil>
 std::function<void(int, onebit_comm_t)> rank_1_spoils(float* p, Config config, Spoil spoil) {
   return [=](int rank, onebit_comm_t comm) {
     Shim shim(comm, {{p, kTotal, config}});
     typename Shim::Checkpoint saved = shim.save();
+    set_step(saved, 2);
     if (rank == 1) spoil(saved);
-    shim.load(saved);
+    try {
+      shim.load(saved);
+    } catch (const CallError&) {
+      throw_unless(shim.steps() == 0, "the refused load changed the step");
+      throw;
+    }
   };
 }
 
