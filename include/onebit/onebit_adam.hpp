@@ -217,7 +217,7 @@ class OnebitAdam {
       return "the checkpoint was saved with an automatic freeze (it holds a variance snapshot), this optimizer has "
              "a fixed freeze_step " +
              std::to_string(groups_[0].config.freeze_step) +
-             ": make it with the automatic freeze the run was made with";
+             " (ONEBIT_FREEZE_STEP set?): make it with the automatic freeze the run was made with";
     }
     return "";
   }
