@@ -733,18 +733,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
     def _freeze_step_refusal(self, step, saved):
-        """Why a fixed freeze step cannot change on resume, or None: a checkpoint saved after `step`
-        steps with freeze step `saved` (None: not recorded) goes on with this optimizer's where both
-        are one, or where it is in warmup under both — as when a run that diverged after its freeze
-        resumes from a warmup checkpoint with a later freeze_step, which the NaN error advises. A
-        checkpoint at or past either freeze step has a stage that a new freeze step would
-        contradict: refused, naming both."""
-        if saved is None or saved == self._freeze_step or (step < saved and step < self._freeze_step):
-            return None
-        return (f"the checkpoint (after step {step}) was saved with freeze_step={saved}, this optimizer has "
-                f"{self._freeze_step} (ONEBIT_FREEZE_STEP set?): a freeze step can change on resume only from a "
-                f"checkpoint in warmup under both. Make the optimizer with freeze_step={saved}, or resume from a "
-                f"checkpoint before step {min(saved, self._freeze_step)}")
+        """Why this optimizer's fixed freeze step cannot go on from a checkpoint saved after `step`
+        steps with freeze step `saved` (None: not recorded), or None (_schedule_change_refusal;
+        warmup is the steps before the freeze)."""
+        return _schedule_change_refusal(step, ("freeze_step", saved, self._freeze_step), inclusive=False,
+                                        hint="ONEBIT_FREEZE_STEP set?")
 
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""
@@ -760,6 +753,26 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """Whether _wants_averaged_gradients can no longer change: from then on the DDP hook gives
         the same answer at every step, and a backward pass through it may be captured in a graph."""
         raise NotImplementedError
+
+
+def _schedule_change_refusal(step, freeze, inclusive, settings=(), hint=""):
+    """Why a checkpoint saved after `step` steps cannot go on under this optimizer's schedule, or
+    None — the rule of include/onebit/resume_rules.hpp's check_resumed_schedule, for the Python
+    shims. `freeze` is (name, saved, mine) of the freeze step: it may differ where the checkpoint is
+    before the freeze under both (step < both, or <= where `inclusive`: 0/1 Adam's var_freeze_step
+    ends its variance stage), as when a run that diverged after its freeze resumes from a warmup
+    checkpoint with a later one, which the NaN error advises. Each of `settings`, (name, saved,
+    mine) too, must be the same. A saved value of None was not recorded: taken as this one's."""
+    name, saved, mine = freeze
+    before_both = step <= min(saved, mine) if inclusive else step < min(saved, mine)
+    refused = [(name, saved, mine)] if saved is not None and saved != mine and not before_both else []
+    refused += [(n, s, m) for n, s, m in settings if s is not None and s != m]
+    if not refused:
+        return None
+    said = ", ".join(f"{n}={s} (this optimizer: {m})" for n, s, m in refused)
+    return (f"the checkpoint (after step {step}) was saved with {said}{f' ({hint})' if hint else ''}: its stage "
+            f"and counters were made under those values ({name} can change on resume only from a checkpoint before "
+            "the freeze under both). Make the optimizer with the checkpoint's values")
 
 
 def _float_bits(value):

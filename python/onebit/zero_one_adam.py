@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 from . import _capi, _check, tag, untag
 from ._errors import OnebitError
-from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly, _schedule_change_refusal
 
 __all__ = ["ZeroOneAdam"]
 
@@ -280,15 +280,9 @@ class ZeroOneAdam(_FlatOptimizer):
         if saved is None:
             return None
         mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))
-        step = part["schedule"]["step"]
-        differ = [k for k in self._SCHEDULE_KNOBS if saved[k] != mine[k]
-                  and not (k == "var_freeze_step" and step <= min(saved[k], mine[k]))]
-        if not differ:
-            return None
-        said = ", ".join(f"{k}={saved[k]} (this optimizer: {mine[k]})" for k in differ)
-        return (f"the checkpoint (after step {step}) was saved with {said}: the schedule's counters and stage were "
-                "made under the checkpoint's values (var_freeze_step can change on resume only from a checkpoint in "
-                "the variance stage under both). Make the optimizer with the checkpoint's values")
+        return _schedule_change_refusal(part["schedule"]["step"], ("var_freeze_step", saved["var_freeze_step"],
+                                                                   mine["var_freeze_step"]), inclusive=True,
+                                        settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
 
     def _loaded_schedule(self, part):
         """The schedule state of checkpoint part `part`, checked by the C core (OnebitError if out of range)."""

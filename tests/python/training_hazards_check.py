@@ -500,8 +500,7 @@ def resumed_schedule_check(torch, onebit, kind, name, x, y):
     scalers and clipper)."""
     import copy
     freeze_name = "var_freeze_step" if kind == "zero_one" else "freeze_step"
-    moved_freeze = (f"was saved with var_freeze_step={FREEZE} (this optimizer: {FREEZE + 3})" if kind == "zero_one"
-                    else f"was saved with freeze_step={FREEZE}, this optimizer has {FREEZE + 3}")
+    moved_freeze = f"was saved with {freeze_name}={FREEZE} (this optimizer: {FREEZE + 3})"
     # The last checkpoint before the freeze: after FREEZE - 1 steps (ZeroOneAdam's variance stage
     # includes var_freeze_step itself: after FREEZE); the next one is past it.
     before = FREEZE if kind == "zero_one" else FREEZE - 1
