@@ -82,6 +82,9 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
   char name[kNameBytes] = {};
   std::int32_t go = 0;
   std::vector<std::int32_t> acks(c.local_size, 0);
+  // At most 2 (L-1) requests between two waits (local rank 0: names out, answers in), and each
+  // wait retires them: the slots are reused. (Numbered on across waits, local rank 0's go messages
+  // wrote past the end from 4 ranks per host on.)
   std::vector<Request> requests(2 * c.local_size);
   std::vector<Request*> pending;
   std::size_t next = 0;
@@ -96,6 +99,7 @@ void set_up_host_segment(const SegmentSetup& c, HostScratch& host) {
       return std::string("the host segment's ") + what + " (local rank " + std::to_string(r.peer % c.local_size) + ")";
     });
     pending.clear();
+    next = 0;
   };
   const std::size_t region = c.shards.n * c.element;
   if (c.local == 0) {

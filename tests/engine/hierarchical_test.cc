@@ -129,6 +129,17 @@ TEST(Hierarchical, TwoHostsOfTwoMatchTheOracleThroughTheTransport) {
   run_against_oracle({2, 2, 0}, {1, 13, 1000, 70001}, 3, ONEBIT_AVG);
 }
 
+// The shape of a cluster: 8 hosts of 8 ranks. Every host had its local rank 0 crash (SIGSEGV) or
+// corrupt its heap at a tag's first call from 4 ranks per host on: the segment's set-up numbered
+// its requests on past the end of their array (tests above ran 2 and 3 ranks per host).
+TEST(Hierarchical, EightHostsOfEightMatchTheOracleThroughSharedMemory) {
+  run_against_oracle({8, 8, 1}, {1, 13, 1000, 20001}, 2, ONEBIT_AVG);
+}
+
+TEST(Hierarchical, EightHostsOfEightMatchTheOracleThroughTheTransport) {
+  run_against_oracle({8, 8, 0}, {1, 13, 1000, 20001}, 2, ONEBIT_AVG);
+}
+
 TEST(Hierarchical, RanksThatRefuseSharedMemoryMakeTheirHostUseTheTransport) {
   // Local rank 1 of each host has ONEBIT_SHM=0: its host's set-up says no-go, with a warning.
   run_against_oracle({2, 2, -1}, {13, 70001}, 2, ONEBIT_AVG);
