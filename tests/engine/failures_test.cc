@@ -3,6 +3,7 @@
 // error naming the problem, nothing changed, never a hang.
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -218,6 +219,62 @@ TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
     naming_rank_2 += std::string(records[r].message).find("rank 2") != std::string::npos;
   }
   EXPECT_GE(naming_rank_2, 1) << records[0].message << "\n" << records[1].message;
+}
+
+// ---- the open-files limit (transport/tcp/file_limit.h) ----
+
+// Every rank of `world` lowers its open-files limit to {soft, hard}, then joins: the outcome of the
+// join in `records`; a joined rank checks an exact untagged sum and its soft limit (`raised_to`).
+void join_under_open_files_limit(int world, rlim_t soft, rlim_t hard, RankRecords& records, rlim_t raised_to) {
+  const int port = free_port();
+  auto outcomes = run_ranks(
+      world,
+      [&](int rank) {
+        const rlimit limit{soft, hard};
+        RANK_FAILS_IF(::setrlimit(RLIMIT_NOFILE, &limit) != 0, 2);
+        onebit_comm_t comm = nullptr;
+        const onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+        records[rank].set(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config));
+        if (records[rank].code != ONEBIT_SUCCESS) return 0;
+        std::vector<float> ones(5, 1.0f);
+        RANK_FAILS_IF(onebit_allreduce(comm, ones.data(), ones.size(), ONEBIT_FLOAT32, ONEBIT_SUM) != ONEBIT_SUCCESS,
+                      3);
+        RANK_FAILS_IF(ones != std::vector<float>(5, static_cast<float>(world)), 4);
+        rlimit now{};
+        RANK_FAILS_IF(::getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur != raised_to, 5);
+        return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 6;
+      },
+      std::chrono::seconds(120));
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].reason;
+}
+
+// A world too wide for the limit: every rank refuses at once, naming what it needs, the limit and
+// the remedy. Before, the ranks that connect first got a bare "Too many open files" and the others
+// waited for them until their timeout (the root retrying its accept meanwhile).
+TEST(Errors, TooLowAnOpenFilesLimitFailsEveryRankAtOnceNamingIt) {
+  const int world = 24;  // 23 peers x 2 sockets per peer: more than 40 descriptors
+  RankRecords records(world);
+  join_under_open_files_limit(world, 40, 40, records, 40);
+  for (int r = 0; r < world; ++r) {
+    const std::string message = records[r].message;
+    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
+    EXPECT_NE(message.find("rank " + std::to_string(r) +
+                           " of 24 (its connections to 23 peers x "
+                           "ONEBIT_SOCKETS_PER_PEER=2"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("the open-files limit is 40 (ulimit -n; hard limit 40)"), std::string::npos) << message;
+    EXPECT_NE(message.find("ulimit -n 65536"), std::string::npos) << message;
+  }
+}
+
+// A soft limit under the hard one is raised to it, as NCCL's bootstrap raises it, and the job runs.
+TEST(Errors, ALowSoftOpenFilesLimitIsRaisedToTheHardOne) {
+  const int world = 24;
+  RankRecords records(world);
+  join_under_open_files_limit(world, 40, 4096, records, 4096);
+  for (int r = 0; r < world; ++r)
+    EXPECT_EQ(records[r].code, ONEBIT_SUCCESS) << "rank " << r << ": " << records[r].message;
 }
 
 TEST(Errors, StalledPeerTimesOutNamingIt) {

@@ -1,6 +1,13 @@
-// NCCL_SOCKET_IFNAME's syntax, as onebit's bootstrap and its NCCL_NET plugin both read it.
+// NCCL_SOCKET_IFNAME's syntax, as onebit's bootstrap and its NCCL_NET plugin both read it; what
+// socket errors and the open-files check say (transport/tcp/file_limit.h).
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <cerrno>
+#include <string>
+
+#include "common/error.h"
+#include "transport/tcp/file_limit.h"
 #include "transport/tcp/socket.h"
 
 namespace onebit::transport::tcp {
@@ -21,6 +28,42 @@ TEST(InterfaceMatches, PrefixesExactNamesListsAndExclusion) {
   EXPECT_TRUE(interface_matches("lo", "lo", true)) << "asking for loopback by name gets it";
   EXPECT_TRUE(interface_matches("", "eth0", false));
   EXPECT_FALSE(interface_matches("", "lo", true)) << "no spec: everything but loopback";
+}
+
+TEST(ErrnoText, OutOfDescriptorsSaysHowManyAreOpenAndTheLimit) {
+  EXPECT_EQ(errno_text(ECONNREFUSED), "Connection refused (errno 111)");
+  rlimit limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &limit), 0);
+  const std::string emfile = errno_text(EMFILE);
+  EXPECT_EQ(emfile.rfind("Too many open files (errno 24) (", 0), 0u) << emfile;
+  EXPECT_NE(emfile.find(" files open; the open-files limit, ulimit -n, is " + std::to_string(limit.rlim_cur) + ")"),
+            std::string::npos)
+      << emfile;
+  EXPECT_NE(errno_text(ENFILE).find("fs.file-max"), std::string::npos) << errno_text(ENFILE);
+}
+
+TEST(MakeRoomForDescriptors, RaisesTheSoftLimitOrNamesBothLimits) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const rlimit low{64, 256};
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  make_room_for_descriptors(10, "a few");  // fits: nothing changes
+  rlimit now{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, 64u);
+  make_room_for_descriptors(200, "two hundred");  // fits under the hard limit: raised to it
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &now), 0);
+  EXPECT_EQ(now.rlim_cur, 256u);
+  try {
+    make_room_for_descriptors(300, "rank 7 of 160");
+    ADD_FAILURE() << "300 more descriptors under a hard limit of 256";
+  } catch (const Error& error) {
+    EXPECT_EQ(error.code(), ONEBIT_SYSTEM_ERROR);
+    const std::string message = error.what();
+    EXPECT_EQ(message.rfind("rank 7 of 160 needs 300 more file descriptors; ", 0), 0u) << message;
+    EXPECT_NE(message.find("the open-files limit is 256 (ulimit -n; hard limit 256)"), std::string::npos) << message;
+  }
+  ::setrlimit(RLIMIT_NOFILE, &saved);  // as root; otherwise the hard limit stays 256 (ctest runs each test alone)
 }
 
 }  // namespace

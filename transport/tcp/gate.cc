@@ -12,10 +12,6 @@
 #include "common/log.h"
 
 namespace onebit::transport::tcp {
-namespace {
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
-}  // namespace
-
 Gate::Gate(int listen_fd, std::size_t record_size, std::chrono::milliseconds grace, std::string owner)
     : listen_fd_(listen_fd), record_size_(record_size), grace_(grace), owner_(std::move(owner)) {}
 

@@ -1,19 +1,45 @@
 #include "transport/tcp/mesh.h"
 
+#include <algorithm>
+#include <string>
 #include <thread>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
+#include "transport/tcp/file_limit.h"
 #include "transport/tcp/root_listener.h"
 
 namespace onebit::transport::tcp {
+namespace {
+
+// Set-up's own descriptors besides the peers': the data and root listeners, the connection to the
+// root, the transport's epoll and eventfd, and a few to spare.
+constexpr std::size_t kSetupDescriptors = 8;
+
+// At most what a rank holds at once: its sockets to the others, or — rank 0, while it serves the
+// bootstrap — the root's end of every rank's connection and its own end of its own, closed before
+// the mesh forms.
+std::size_t descriptors_needed(int rank, int size, int sockets) {
+  const std::size_t mesh = static_cast<std::size_t>(size - 1) * static_cast<std::size_t>(sockets);
+  const std::size_t root = rank == 0 ? static_cast<std::size_t>(size) + 1 : 0;
+  return std::max(mesh, root) + kSetupDescriptors;
+}
+
+std::string descriptor_user(int rank, int size, int sockets) {
+  return "rank " + std::to_string(rank) + " of " + std::to_string(size) + " (its connections to " +
+         std::to_string(size - 1) + " peers x ONEBIT_SOCKETS_PER_PEER=" + std::to_string(sockets) +
+         (rank == 0 ? "; as the bootstrap root, one connection from each rank" : "") + ")";
+}
+
+}  // namespace
 
 Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets) {
   ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
                " must be in 1..64");
   const Deadline deadline = Clock::now() + options.timeout;
+  make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
   Mesh mesh;
   mesh.sockets.resize(size);
   auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "transport/tcp/file_limit.h"
 
 namespace onebit::transport::tcp {
 
@@ -30,9 +31,11 @@ void Fd::reset() {
   fd_ = -1;
 }
 
-namespace {
+std::string errno_text(int err) {
+  return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")" + descriptor_note(err);
+}
 
-std::string errno_text(int err) { return std::string(std::strerror(err)) + " (errno " + std::to_string(err) + ")"; }
+namespace {
 
 int remaining_ms(Deadline deadline) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();

@@ -49,6 +49,9 @@ struct Address {
   void set_port(std::uint16_t port);
 };
 
+// "Connection refused (errno 111)"; for EMFILE/ENFILE also the descriptors open and the limit.
+std::string errno_text(int err);
+
 // "host:port", "[v6]:port". Resolves names. Throws Error(ONEBIT_INVALID_ARGUMENT) naming `what`.
 Address parse_host_port(const std::string& text, const char* what);
 

@@ -26,8 +26,6 @@ constexpr std::uint64_t kMaxUnexpectedBytes = std::uint64_t{256} << 20;
 // The progress thread moves at most this much per socket before looking at the others.
 constexpr std::size_t kMaxBytesPerTurn = 4 << 20;
 
-std::string errno_text(int err) { return std::string(std::strerror(err)); }
-
 }  // namespace
 
 struct TcpTransport::Unexpected {
