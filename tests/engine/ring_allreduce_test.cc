@@ -25,7 +25,7 @@ namespace {
 // ---- the full-precision ring ----
 
 TEST(RingAllreduce, ExactForIntegerInputs) {
-  for (int world : {2, 3, 5}) {
+  for (int world : {2, 3, 5, 64}) {  // 64: a cluster's world, most ring chunks of small tensors empty
     const std::vector<std::size_t> sizes = {0, 1, 7, 100003};
     const int port = free_port();
     auto outcomes = run_ranks(world, [&](int rank) {
