@@ -1,11 +1,14 @@
-// onebit-soak: many rounds of real multi-process jobs on loopback — W = 2..8 ranks, a random mix of
-// compressed calls (several tags, AVG and SUM, error feedback carried across calls) and exact ring
-// calls (random sizes and ops) — every result checked bit for bit: compressed against an fp32
-// oracle of docs/algorithm.md computed as the kernels compute it (tests/support/float32_oracle.h; the
-// engine tests compare with the float64 reference), ring exactly. Exit status 0 only if every check
-// of every rank passed.
+// onebit-soak: many rounds of real multi-process jobs on loopback — W = 2..8 ranks (--max-world), a
+// random mix of compressed calls (several tags, AVG and SUM, error feedback carried across calls)
+// and exact ring calls (random sizes and ops) — every result checked bit for bit: compressed against
+// an fp32 oracle of docs/algorithm.md computed as the kernels compute it (tests/support/
+// float32_oracle.h; the engine tests compare with the float64 reference), ring exactly. With
+// --local-size L > 1 every round is hierarchical: W = L x 2.. hosts, the host reduce through shared
+// memory or (ONEBIT_SHM=0) the transport, chosen per round. Exit status 0 only if every check of
+// every rank passed.
 //
-//   onebit-soak [--rounds N] [--calls K] [--max-elements M] [--seed S]
+//   onebit-soak [--rounds N] [--calls K] [--max-elements M] [--max-world W] [--local-size L] [--seed S]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +25,7 @@
 namespace {
 
 using onebit::testing::Float32Oracle;
+using onebit::testing::HierarchicalOracle;
 
 struct Call {
   bool compressed;
@@ -32,14 +36,19 @@ struct Call {
 
 struct Round {
   int world;
+  int local_size;  // 1: flat
+  int shm;         // hierarchical: ONEBIT_SHM
   std::vector<std::size_t> tag_counts;
   std::vector<Call> calls;
 };
 
-Round plan_round(std::uint64_t seed, int calls, std::size_t max_elements) {
+Round plan_round(std::uint64_t seed, int calls, std::size_t max_elements, int max_world, int local_size) {
   std::mt19937_64 rng(seed);
   Round round;
-  round.world = 2 + static_cast<int>(rng() % 7);
+  const int max_hosts = std::max(2, max_world / local_size);
+  round.world = local_size * (2 + static_cast<int>(rng() % static_cast<std::uint64_t>(max_hosts - 1)));
+  round.local_size = local_size;
+  round.shm = static_cast<int>(rng() % 2);
   const int tags = 1 + static_cast<int>(rng() % 3);
   for (int t = 0; t < tags; ++t) round.tag_counts.push_back(rng() % (max_elements + 1));
   for (int i = 0; i < calls; ++i) {
@@ -66,7 +75,27 @@ float ring_value(int rank, int call, std::size_t i) {
 }
 
 // One rank's part of a round: runs every call, checks every result; returns the number of failures.
+// The fp32 oracle of the round's algorithm for one tag.
+class Oracle {
+ public:
+  Oracle(const Round& round, std::size_t n)
+      : flat_(round.world, n),
+        hierarchical_(round.world / round.local_size, round.local_size, n),
+        is_flat_(round.local_size == 1) {}
+  std::vector<float> step(const std::vector<std::vector<float>>& x, bool sum) {
+    return is_flat_ ? flat_.step(x, sum) : hierarchical_.step(x, sum);
+  }
+
+ private:
+  Float32Oracle flat_;
+  HierarchicalOracle hierarchical_;
+  bool is_flat_;
+};
+
 int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
+  // Before the first onebit call, which reads the ONEBIT_* parameters once.
+  ::setenv("ONEBIT_LOCAL_SIZE", std::to_string(round.local_size).c_str(), 1);
+  ::setenv("ONEBIT_SHM", std::to_string(round.shm).c_str(), 1);
   onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
   onebit_comm_t comm = nullptr;
   const std::string root = "127.0.0.1:" + std::to_string(port);
@@ -76,10 +105,10 @@ int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
   }
   const int world = round.world;
   std::vector<std::vector<float>> tag_buffers;
-  std::vector<Float32Oracle> references;
+  std::vector<Oracle> references;
   for (std::size_t t = 0; t < round.tag_counts.size(); ++t) {
     tag_buffers.emplace_back(round.tag_counts[t] + 1);  // +1: a non-NULL pointer even for 0 elements
-    references.emplace_back(world, round.tag_counts[t]);
+    references.emplace_back(round, round.tag_counts[t]);
     onebit_tag(("soak" + std::to_string(t)).c_str(), tag_buffers[t].data(), round.tag_counts[t], ONEBIT_FLOAT32);
   }
   int failures = 0;
@@ -133,7 +162,7 @@ int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int rounds = 20, calls = 10;
+  int rounds = 20, calls = 10, max_world = 8, local_size = 1;
   std::size_t max_elements = 20000;
   std::uint64_t seed = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -142,21 +171,27 @@ int main(int argc, char** argv) {
     if (flag == "--rounds") rounds = std::atoi(value);
     else if (flag == "--calls") calls = std::atoi(value);
     else if (flag == "--max-elements") max_elements = std::strtoull(value, nullptr, 10);
+    else if (flag == "--max-world") max_world = std::atoi(value);
+    else if (flag == "--local-size") local_size = std::atoi(value);
     else if (flag == "--seed") seed = std::strtoull(value, nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: %s [--rounds N] [--calls K] [--max-elements M] [--seed S]\n", argv[0]);
+      std::fprintf(
+          stderr, "usage: %s [--rounds N] [--calls K] [--max-elements M] [--max-world W] [--local-size L] [--seed S]\n",
+          argv[0]);
       return 2;
     }
   }
-  if (argc % 2 == 0 || rounds < 1 || calls < 1) {
-    std::fprintf(stderr, "usage: %s [--rounds N] [--calls K] [--max-elements M] [--seed S]\n", argv[0]);
+  if (argc % 2 == 0 || rounds < 1 || calls < 1 || max_world < 2 || local_size < 1) {
+    std::fprintf(stderr,
+                 "usage: %s [--rounds N] [--calls K] [--max-elements M] [--max-world W] [--local-size L] [--seed S]\n",
+                 argv[0]);
     return 2;
   }
   const auto start = std::chrono::steady_clock::now();
   long total_calls = 0, compressed_calls = 0, rank_runs = 0, failed_rounds = 0;
   for (int r = 0; r < rounds; ++r) {
     const std::uint64_t round_seed = seed * 1000003 + static_cast<std::uint64_t>(r);
-    const Round round = plan_round(round_seed, calls, max_elements);
+    const Round round = plan_round(round_seed, calls, max_elements, max_world, local_size);
     const int port = onebit::testing::free_port();
     const auto outcomes = onebit::testing::run_ranks(
         round.world, [&](int rank) { return std::min(run_rank(round, round_seed, rank, port), 100); },
@@ -168,8 +203,8 @@ int main(int argc, char** argv) {
     rank_runs += round.world;
     if (!ok) {
       ++failed_rounds;
-      std::printf("round %d (seed %llu, %d ranks): FAILED (exit codes:", r, static_cast<unsigned long long>(round_seed),
-                  round.world);
+      std::printf("round %d (seed %llu, %d ranks, %d per host, ONEBIT_SHM=%d): FAILED (exit codes:", r,
+                  static_cast<unsigned long long>(round_seed), round.world, round.local_size, round.shm);
       for (const auto& o : outcomes) std::printf(" %d", o.exit_code);
       std::printf(")\n");
     }
