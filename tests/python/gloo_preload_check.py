@@ -179,7 +179,8 @@ def main():
         return 0
     build = sys.argv[1]
     # (world, transport, ranks per host): the last runs hierarchically, 2 hosts of 2.
-    jobs = [(2, "gloo", 1), (3, "gloo", 1), (4, "tcp", 1), (4, "gloo", 2)]
+    # 8 as 2 hosts of 4: torchrun --nproc-per-node=4, the shape whose local rank 0 once crashed (e6f6e3b)
+    jobs = [(2, "gloo", 1), (3, "gloo", 1), (4, "tcp", 1), (4, "gloo", 2), (8, "gloo", 4)]
     if len(sys.argv) > 2:  # e.g. "4:gloo" or "4:gloo:2" to run one job
         jobs = [(int(w), t, int(rest[0]) if rest else 1)
                 for w, t, *rest in (arg.split(":") for arg in sys.argv[2:])]
