@@ -53,9 +53,9 @@
   X(SocketsPerPeer, Int, "SOCKETS_PER_PEER", "2",                                                  \
     "TCP connections between each pair of ranks, and per NCCL_NET plugin connection (1..64); "     \
     "messages of 256 KiB (plugin: 64 KiB) and more are striped over all of them. Every rank "      \
-    "must use the same value. Each rank holds (W-1) x this many sockets: at 512 ranks "            \
-    "and 2, more than the usual soft open-files limit of 1024, which onebit then raises to "       \
-    "the hard limit (docs/reliability.md).")                                                       \
+    "must use the same value. Each rank holds (W-1) x this many sockets: 1022 at 512 ranks "       \
+    "and 2, which with the rest of the process passes the usual soft open-files limit of "         \
+    "1024; onebit then raises it to the hard limit (docs/reliability.md).")                        \
   X(SocketIfname, Str, "SOCKET_IFNAME", "",                                                        \
     "Interface for data connections, as NCCL_SOCKET_IFNAME: a name prefix (`eth`), `=eth0` for "   \
     "an exact name, `^docker` to exclude. Empty: the interface that reaches the root.")            \

@@ -132,7 +132,7 @@ BootstrapChallenge BootstrapChallenge::decode(const std::uint8_t* in, const std:
 std::array<std::uint8_t, BootstrapHello::kSize> BootstrapHello::encode() const {
   std::array<std::uint8_t, kSize> out{};
   Writer w(out.data());
-  w.put(magic).put(version).put(flags).put(rank).put(size).put(sockets_per_peer).put(transport).put(std::uint16_t{0});
+  w.put(magic).put(version).put(flags).put(rank).put(size).put(sockets_per_peer).put(transport).put(cannot_join);
   put_address(w, listener);
   w.bytes(nonce.data(), nonce.size());
   put_identity(w, identity);
@@ -151,7 +151,7 @@ BootstrapHello BootstrapHello::decode(const std::uint8_t* in, const std::string&
   h.size = r.get<std::uint32_t>();
   h.sockets_per_peer = r.get<std::uint32_t>();
   h.transport = r.get<std::uint16_t>();
-  r.get<std::uint16_t>();
+  h.cannot_join = r.get<std::uint16_t>();
   h.listener = get_address(r);
   r.bytes(h.nonce.data(), h.nonce.size());
   h.identity = get_identity(r);

@@ -121,6 +121,9 @@ struct BootstrapChallenge {
   static BootstrapChallenge decode(const std::uint8_t* in, const std::string& from);
 };
 
+// A hello's `cannot_join`: the rank's open-files limit leaves too few descriptors for its sockets.
+constexpr std::uint16_t kShortOfDescriptors = 1;
+
 // Which transport a rank's communicator runs over; every rank must use the same (ONEBIT_TRANSPORT).
 constexpr std::uint16_t kTransportTcp = 0;
 constexpr std::uint16_t kTransportIbverbs = 1;
@@ -138,6 +141,7 @@ struct BootstrapHello {
   std::uint32_t size = 0;
   std::uint32_t sockets_per_peer = 0;
   std::uint16_t transport = kTransportTcp;
+  std::uint16_t cannot_join = 0;  // 0, or why this rank cannot join (kShortOfDescriptors): the root fails them all
   WireAddress listener;
   std::array<std::uint8_t, 16> nonce{};
   WireIdentity identity;

@@ -2,6 +2,7 @@
 // mismatches, killed, stalled and stopped peers, cut connections, destroy during a call — each an
 // error naming the problem, nothing changed, never a hang.
 
+#include <dirent.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -223,17 +225,29 @@ TEST(Errors, KilledPeerFailsTheSurvivorsNamingIt) {
 
 // ---- the open-files limit (transport/tcp/file_limit.h) ----
 
-// Every rank of `world` lowers its open-files limit to {soft, hard}, then joins: the outcome of the
-// join in `records`; a joined rank checks an exact untagged sum and its soft limit (`raised_to`).
-void join_under_open_files_limit(int world, rlim_t soft, rlim_t hard, RankRecords& records, rlim_t raised_to) {
+// Descriptors this process has open.
+rlim_t open_descriptors() {
+  rlim_t open = 0;
+  if (DIR* dir = ::opendir("/proc/self/fd")) {
+    while (const dirent* entry = ::readdir(dir)) open += entry->d_name[0] != '.';
+    ::closedir(dir);
+  }
+  return open - 1;  // the directory's own
+}
+
+// Every rank of `world` sets its open-files limit to `limit_of(rank, descriptors it has open)`, then
+// joins with `sockets` per peer: the outcome of the join in `records`; a rank that joined checks an
+// exact untagged sum and that its soft limit is `raised_to`. The job must end within `deadline`.
+void join_under_open_files_limit(int world, int sockets, const std::function<rlimit(int, rlim_t)>& limit_of,
+                                 RankRecords& records, rlim_t raised_to, std::chrono::seconds deadline) {
   const int port = free_port();
   auto outcomes = run_ranks(
       world,
       [&](int rank) {
-        const rlimit limit{soft, hard};
+        const rlimit limit = limit_of(rank, open_descriptors());
         RANK_FAILS_IF(::setrlimit(RLIMIT_NOFILE, &limit) != 0, 2);
         onebit_comm_t comm = nullptr;
-        const onebit_config_t config{60000, 0, nullptr, nullptr, nullptr, nullptr};
+        const onebit_config_t config{60000, sockets, nullptr, nullptr, nullptr, nullptr};
         records[rank].set(onebit_comm_init_config(&comm, rank, world, root_at(port).c_str(), &config));
         if (records[rank].code != ONEBIT_SUCCESS) return 0;
         std::vector<float> ones(5, 1.0f);
@@ -244,37 +258,94 @@ void join_under_open_files_limit(int world, rlim_t soft, rlim_t hard, RankRecord
         RANK_FAILS_IF(::getrlimit(RLIMIT_NOFILE, &now) != 0 || now.rlim_cur != raised_to, 5);
         return onebit_comm_destroy(comm) == ONEBIT_SUCCESS ? 0 : 6;
       },
-      std::chrono::seconds(120));
+      deadline);
   for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].reason;
+}
+
+// Limits of 60 descriptors above what each rank has open — enough for 24 ranks' 1 socket per peer —
+// except `short_rank`'s, `short_room` above.
+std::function<rlimit(int, rlim_t)> one_rank_short(int short_rank, rlim_t short_room) {
+  return [=](int rank, rlim_t open) {
+    const rlim_t limit = open + (rank == short_rank ? short_room : 60);
+    return rlimit{limit, limit};
+  };
 }
 
 // A world too wide for the limit: every rank refuses at once, naming what it needs, the limit and
 // the remedy. Before, the ranks that connect first got a bare "Too many open files" and the others
 // waited for them until their timeout (the root retrying its accept meanwhile).
 TEST(Errors, TooLowAnOpenFilesLimitFailsEveryRankAtOnceNamingIt) {
-  const int world = 24;  // 23 peers x 2 sockets per peer: more than 40 descriptors
+  const int world = 24;  // 23 peers x 2 sockets: more than 40 descriptors
   RankRecords records(world);
-  join_under_open_files_limit(world, 40, 40, records, 40);
+  join_under_open_files_limit(
+      world, 2,
+      [](int, rlim_t) {
+        return rlimit{40, 40};
+      },
+      records, 40, std::chrono::seconds(30));
   for (int r = 0; r < world; ++r) {
     const std::string message = records[r].message;
     EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
-    EXPECT_NE(message.find("rank " + std::to_string(r) +
-                           " of 24 (its connections to 23 peers x "
-                           "ONEBIT_SOCKETS_PER_PEER=2"),
-              std::string::npos)
+    EXPECT_NE(message.find("rank " + std::to_string(r) + " of 24 (2 socket(s) to each of 23 peers"), std::string::npos)
         << message;
-    EXPECT_NE(message.find("the open-files limit is 40 (ulimit -n; hard limit 40)"), std::string::npos) << message;
+    EXPECT_NE(message.find("the open-files limit is 40 (ulimit -n; hard limit 40)."), std::string::npos) << message;
     EXPECT_NE(message.find("ulimit -n 65536"), std::string::npos) << message;
+  }
+}
+
+// Rank 0 alone short of descriptors (it is the bootstrap root and, under torch, the store's server):
+// it still answers every rank with its reason, at once — not a root that never answers.
+TEST(Errors, RankZeroAloneShortOfDescriptorsTellsEveryRankWhy) {
+  const int world = 24;  // rank 0: 25 connections to the root + 8; the others: 23 peers + 8
+  RankRecords records(world);
+  join_under_open_files_limit(world, 1, one_rank_short(0, 20), records, 0,
+                              std::chrono::seconds(30));  // well inside the 60 s timeout
+  const std::string shortfall =
+      "rank 0 of 24 (1 socket(s) to each of 23 peers; as the bootstrap root, one "
+      "connection from each rank) needs 33 more file descriptors";
+  for (int r = 0; r < world; ++r) {
+    const std::string message = records[r].message;
+    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
+    EXPECT_NE(message.find(shortfall), std::string::npos) << "rank " << r << ": " << message;
+    if (r > 0) {
+      EXPECT_NE(message.find("bootstrap failed: rank 0 (the bootstrap root at 127.0.0.1:"), std::string::npos)
+          << message;
+    }
+  }
+}
+
+// Another rank alone short of descriptors tells the root, which fails the bootstrap for every rank
+// naming it — not a root and peers waiting for a rank that never comes.
+TEST(Errors, OneRankShortOfDescriptorsIsNamedToEveryRank) {
+  const int world = 24;
+  RankRecords records(world);
+  join_under_open_files_limit(world, 1, one_rank_short(5, 10), records, 0, std::chrono::seconds(30));
+  for (int r = 0; r < world; ++r) {
+    const std::string message = records[r].message;
+    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
+    const std::string expected = r == 5
+                                     ? "rank 5 of 24 (1 socket(s) to each of 23 peers) needs 31 more file descriptors"
+                                     : "bootstrap failed: rank 5 cannot join: its open-files limit leaves too few";
+    EXPECT_NE(message.find(expected), std::string::npos) << "rank " << r << ": " << message;
   }
 }
 
 // A soft limit under the hard one is raised to it, as NCCL's bootstrap raises it, and the job runs.
 TEST(Errors, ALowSoftOpenFilesLimitIsRaisedToTheHardOne) {
+  rlimit mine{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &mine), 0);
+  if (mine.rlim_max < 4096) GTEST_SKIP() << "the hard open-files limit here is " << mine.rlim_max << ", under 4096";
   const int world = 24;
   RankRecords records(world);
-  join_under_open_files_limit(world, 40, 4096, records, 4096);
-  for (int r = 0; r < world; ++r)
+  join_under_open_files_limit(
+      world, 2,
+      [](int, rlim_t) {
+        return rlimit{40, 4096};
+      },
+      records, 4096, std::chrono::seconds(30));
+  for (int r = 0; r < world; ++r) {
     EXPECT_EQ(records[r].code, ONEBIT_SUCCESS) << "rank " << r << ": " << records[r].message;
+  }
 }
 
 TEST(Errors, StalledPeerTimesOutNamingIt) {

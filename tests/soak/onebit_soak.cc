@@ -48,7 +48,7 @@ Round plan_round(std::uint64_t seed, int calls, std::size_t max_elements, int ma
   const int max_hosts = std::max(2, max_world / local_size);
   round.world = local_size * (2 + static_cast<int>(rng() % static_cast<std::uint64_t>(max_hosts - 1)));
   round.local_size = local_size;
-  round.shm = static_cast<int>(rng() % 2);
+  round.shm = local_size > 1 ? static_cast<int>(rng() % 2) : 1;  // flat rounds draw as they always did
   const int tags = 1 + static_cast<int>(rng() % 3);
   for (int t = 0; t < tags; ++t) round.tag_counts.push_back(rng() % (max_elements + 1));
   for (int i = 0; i < calls; ++i) {
@@ -74,7 +74,6 @@ float ring_value(int rank, int call, std::size_t i) {
   return static_cast<float>((i * 131 + static_cast<std::size_t>(rank) * 17 + call * 7) % 2001) - 1000.0f;
 }
 
-// One rank's part of a round: runs every call, checks every result; returns the number of failures.
 // The fp32 oracle of the round's algorithm for one tag.
 class Oracle {
  public:
@@ -92,6 +91,7 @@ class Oracle {
   bool is_flat_;
 };
 
+// One rank's part of a round: runs every call, checks every result; returns the number of failures.
 int run_rank(const Round& round, std::uint64_t seed, int rank, int port) {
   // Before the first onebit call, which reads the ONEBIT_* parameters once.
   ::setenv("ONEBIT_LOCAL_SIZE", std::to_string(round.local_size).c_str(), 1);

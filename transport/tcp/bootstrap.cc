@@ -242,10 +242,16 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
       }
       const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
       if (!hello) continue;
-      const std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
+      std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
+      if (why.empty() && hello->cannot_join != 0) {
+        why = "rank " + std::to_string(hello->rank) +
+              " cannot join: its open-files limit leaves too few descriptors for this communicator's sockets "
+              "(its own error names the numbers)";
+      }
       if (!why.empty()) {
-        send_error(arrival->fd.get(), ONEBIT_MISMATCH, why, Clock::now() + std::chrono::seconds(2));
-        fail_everyone(ONEBIT_MISMATCH, why, true);
+        const onebit_result_t code = hello->cannot_join != 0 ? ONEBIT_SYSTEM_ERROR : ONEBIT_MISMATCH;
+        send_error(arrival->fd.get(), code, why, Clock::now() + std::chrono::seconds(2));
+        fail_everyone(code, why, true);
         return;
       }
       rank_fds[hello->rank] = std::move(arrival->fd);
@@ -282,9 +288,30 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
   }
 }
 
+void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials& credentials, onebit_result_t code,
+                    const std::string& why) {
+  const std::string root_name = local_address(listener.get()).to_string();
+  const std::string message = "rank 0 (the bootstrap root at " + root_name + ") cannot join: " + why;
+  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
+  gate.greet_with([&] { return fresh_challenge(credentials); });
+  std::set<std::string> refused;
+  std::vector<bool> told(size);
+  for (int waiting = size - 1; waiting > 0;) {
+    auto arrival = gate.next(deadline);
+    if (!arrival) return;  // the rest time out, as for a root that never came
+    const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
+    if (!hello) continue;
+    send_error(arrival->fd.get(), code, message, Clock::now() + kReplyGrace);
+    if (hello->rank > 0 && hello->rank < static_cast<std::uint32_t>(size) && !told[hello->rank]) {
+      told[hello->rank] = true;
+      --waiting;
+    }
+  }
+}
+
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
-                                   const Credentials& credentials, Fd* data_listener) {
+                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join) {
   const std::string root_name = "the bootstrap root at " + root.to_string();
   std::string other_root;  // the last root of another communicator found at this address
   auto fail_other_root = [&] {
@@ -317,6 +344,7 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
     hello.size = static_cast<std::uint32_t>(size);
     hello.sockets_per_peer = static_cast<std::uint32_t>(sockets_per_peer);
     hello.transport = transport;
+    hello.cannot_join = cannot_join;
     hello.listener = wire::to_wire(local_address(data_listener->get()).storage);
     hello.identity = credentials.identity;
     crypto::random_bytes(hello.nonce.data(), hello.nonce.size());

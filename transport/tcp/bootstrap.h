@@ -28,6 +28,7 @@
 
 #include "common/crypto.h"
 #include "common/siphash.h"
+#include "onebit/onebit.h"
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
@@ -66,12 +67,20 @@ struct BootstrapResult {
 void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
                 const Credentials& credentials);
 
+// Rank 0's root service when rank 0 itself cannot join (`why`: too few file descriptors): every
+// rank that proves it belongs is answered with `code` and `why` at once, instead of waiting for a
+// root that never answers, until all W-1 have been told or the deadline passes.
+void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials& credentials, onebit_result_t code,
+                    const std::string& why);
+
 // Every rank's side. `data_listener` is bound here: to ifname's address, or to the local address of
 // the connection that reaches the root. A root of another identity (another job holding the
 // address, or a stale one) is left and tried again until the deadline, then named in the error.
+// `cannot_join` (wire::kShortOfDescriptors) tells the root that this rank cannot join: the root
+// fails the bootstrap for every rank, naming it, and this call throws the root's error.
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
-                                   const Credentials& credentials, Fd* data_listener);
+                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join = 0);
 
 // The hello a rank sends in answer to `challenge` (split out so tests can replay one).
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <cerrno>
+#include <cstring>
 #include <mutex>
 
 #include "common/error.h"
@@ -39,10 +40,13 @@ void make_room_for_descriptors(std::size_t needed, const std::string& what) {
   const auto fits = [&](rlim_t soft) { return soft == RLIM_INFINITY || open + needed <= soft; };
   if (fits(limit.rlim_cur)) return;
   const rlim_t before = limit.rlim_cur;
+  std::string raise_failed;
   if (limit.rlim_max != limit.rlim_cur) {
     rlimit raised = limit;
     raised.rlim_cur = limit.rlim_max;
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+    if (::setrlimit(RLIMIT_NOFILE, &raised) != 0) {
+      raise_failed = std::string(" (raising it to the hard limit failed: ") + std::strerror(errno) + ")";
+    } else {
       limit = raised;
       ONEBIT_LOG(INFO, what, " needs ", needed, " more file descriptors (", open,
                  " open): raised the open-files limit (ulimit -n) from ", limit_text(before), " to its hard limit ",
@@ -51,8 +55,8 @@ void make_room_for_descriptors(std::size_t needed, const std::string& what) {
   }
   ONEBIT_CHECK(fits(limit.rlim_cur), ONEBIT_SYSTEM_ERROR, what, " needs ", needed, " more file descriptors; ", open,
                " are open and the open-files limit is ", limit_text(limit.rlim_cur), " (ulimit -n; hard limit ",
-               limit_text(limit.rlim_max),
-               "). Raise it where the job starts: ulimit -n 65536, LimitNOFILE= for a systemd unit, "
+               limit_text(limit.rlim_max), ")", raise_failed,
+               ". Raise it where the job starts: ulimit -n 65536, LimitNOFILE= for a systemd unit, "
                "docker run --ulimit nofile=65536");
 }
 

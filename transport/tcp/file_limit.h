@@ -1,6 +1,7 @@
 // The open-files limit (RLIMIT_NOFILE, `ulimit -n`) and a communicator's sockets. A flat mesh of W
 // ranks holds (W-1) x ONEBIT_SOCKETS_PER_PEER sockets on every rank, and the bootstrap root W more
-// while the ranks arrive: at 512 ranks that is past 1024, the usual soft limit. Without a check the
+// while the ranks arrive: 1022 at 512 ranks and 2, past 1024, the usual soft limit, with the
+// listeners and the framework's own files (torch's gloo group holds W-1 more). Without a check the
 // first rank out of descriptors failed with a bare EMFILE while others waited for it until their
 // timeout (the root retried its accept until then), each blaming the ranks that never came.
 #pragma once

@@ -28,9 +28,35 @@ std::size_t descriptors_needed(int rank, int size, int sockets) {
 }
 
 std::string descriptor_user(int rank, int size, int sockets) {
-  return "rank " + std::to_string(rank) + " of " + std::to_string(size) + " (its connections to " +
-         std::to_string(size - 1) + " peers x ONEBIT_SOCKETS_PER_PEER=" + std::to_string(sockets) +
+  return "rank " + std::to_string(rank) + " of " + std::to_string(size) + " (" + std::to_string(sockets) +
+         " socket(s) to each of " + std::to_string(size - 1) + " peers" +
          (rank == 0 ? "; as the bootstrap root, one connection from each rank" : "") + ")";
+}
+
+// Room for this rank's descriptors, or an error — which every rank learns at once: rank 0 short of
+// them still serves the root, answering every rank with its reason; another rank tells the root,
+// which fails the bootstrap for all. (Alone, the first left the others waiting for a root that
+// never answered, the others left the root and their peers waiting, until the timeout.)
+void make_room_or_refuse(int rank, int size, int sockets, const Address& root, const TransportOptions& options,
+                         Deadline deadline, const Credentials& credentials) {
+  try {
+    make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
+  } catch (const Error& error) {
+    if (rank == 0) {
+      Fd listener = take_root_listener(root);
+      if (!listener) listener = listen_on(root, 1024);
+      refuse_at_root(std::move(listener), size, deadline, credentials, error.code(), error.what());
+    } else {
+      try {
+        Fd unused;
+        exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials, &unused,
+                           wire::kShortOfDescriptors);
+      } catch (const Error&) {
+        // The root's answer: the bootstrap failed, naming this rank. This rank's own error says more.
+      }
+    }
+    throw;
+  }
 }
 
 }  // namespace
@@ -39,7 +65,8 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
                " must be in 1..64");
   const Deadline deadline = Clock::now() + options.timeout;
-  make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
+  const Credentials credentials(options.membership);
+  make_room_or_refuse(rank, size, sockets, root, options, deadline, credentials);
   Mesh mesh;
   mesh.sockets.resize(size);
   auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };
@@ -47,7 +74,6 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   // Rank 0 serves the root: on the listener opened for it ahead (root_listener.h), else on one
   // bound here, before anyone connects, so a port in use is an immediate error on rank 0 rather
   // than a timeout everywhere.
-  const Credentials credentials(options.membership);
   std::thread root_service;
   if (rank == 0) {
     Fd listener = take_root_listener(root);
