@@ -13,6 +13,17 @@ namespace {
 
 std::atomic<std::uint64_t> next_comm_id{1};
 
+void check_rank_limit(int size) {
+  ONEBIT_CHECK(size <= Communicator::kMaxRanks, ONEBIT_INVALID_ARGUMENT, "a communicator of ", size,
+               " ranks: onebit takes at most ", Communicator::kMaxRanks,
+               " (its ring numbers 2 (W-1) steps in 16-bit message parts)");
+}
+
+const CommSetup& within_rank_limit(const CommSetup& setup) {
+  check_rank_limit(setup.size);
+  return setup;
+}
+
 // The ranks per host a communicator of `size` ranks uses (1: flat). `requested` > 0 is explicit
 // (CommSetup::local_size); otherwise ONEBIT_LOCAL_SIZE, else torchrun's LOCAL_WORLD_SIZE, for a
 // communicator of the job's whole world only: a subgroup's ranks are not numbered host by host.
@@ -129,7 +140,7 @@ std::unique_ptr<Transport> make_transport(const CommSetup& setup) {
 
 Communicator::Communicator(const CommSetup& setup)
     : id_(next_comm_id++),
-      transport_(make_transport(setup)),
+      transport_(make_transport(within_rank_limit(setup))),
       kernels_(kernels::cpu_kernels()),
       local_size_(resolve_local_size(setup.local_size, transport_->rank(), transport_->size())) {}
 
@@ -137,7 +148,9 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, int local_size)
     : id_(next_comm_id++),
       transport_(std::move(transport)),
       kernels_(kernels::cpu_kernels()),
-      local_size_(resolve_local_size(local_size, transport_->rank(), transport_->size())) {}
+      local_size_(resolve_local_size(local_size, transport_->rank(), transport_->size())) {
+  check_rank_limit(transport_->size());
+}
 
 Communicator::~Communicator() {
   close();

@@ -59,6 +59,10 @@ struct CommSetup {
 
 class Communicator {
  public:
+  // The most ranks a communicator takes: the ring's 2 (W-1) steps are numbered in the 16-bit part
+  // field of its messages (wire.h). Larger worlds are refused when the communicator is made.
+  static constexpr int kMaxRanks = 32768;
+
   // Over onebit's TCP transport, bootstrapped as `setup` says.
   explicit Communicator(const CommSetup& setup);
   // Over a transport made elsewhere (the Gloo front door's, over a framework's gloo context);

@@ -198,21 +198,21 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
   Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
   gate.greet_with([&] { return fresh_challenge(credentials); });
 
-  // A failure every rank must hear: those that arrived, and — served a little longer — those still
-  // on their way, whose hellos would otherwise meet a closed connection.
-  auto fail_everyone = [&](onebit_result_t code, const std::string& message, bool linger) {
+  // A failure every rank must hear: those that arrived (and `told`, answered already), and —
+  // served until `linger_until` — those still on their way, whose hellos would otherwise meet a
+  // closed connection.
+  auto fail_everyone = [&](onebit_result_t code, const std::string& message, Deadline linger_until, int told_rank) {
     ONEBIT_LOG(WARN, "bootstrap root: ", message);
     const Deadline reply_deadline = Clock::now() + std::chrono::seconds(2);
-    int told = 0;
-    for (Fd& fd : rank_fds) {
-      if (!fd) continue;
-      send_error(fd.get(), code, message, reply_deadline);
-      ++told;
-    }
     std::vector<bool> heard(size);
-    for (int r = 0; r < size; ++r) heard[r] = static_cast<bool>(rank_fds[r]);
-    const Deadline until = std::min(deadline, Clock::now() + kReplyGrace);
-    while (linger && told < size) {
+    int told = 0;
+    for (int r = 0; r < size; ++r) {
+      if (rank_fds[r]) send_error(rank_fds[r].get(), code, message, reply_deadline);
+      heard[r] = rank_fds[r] || r == told_rank;
+      told += heard[r];
+    }
+    const Deadline until = std::min(deadline, linger_until);
+    while (told < size) {
       auto arrival = gate.next(until);
       if (!arrival) break;
       const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
@@ -237,21 +237,26 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
                       "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
                           " never reached the root at " + root_name +
                           " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)",
-                      false);
+                      Clock::now(), -1);
         return;
       }
       const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
       if (!hello) continue;
+      // A disagreement fails the job for those within reach; a rank that cannot join (too few
+      // descriptors) is waited for by every other, so all are told, until the deadline.
       std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
-      if (why.empty() && hello->cannot_join != 0) {
+      onebit_result_t code = ONEBIT_MISMATCH;
+      Deadline linger_until = Clock::now() + kReplyGrace;
+      if (why.empty() && hello->cannot_join == wire::kShortOfDescriptors) {
         why = "rank " + std::to_string(hello->rank) +
               " cannot join: its open-files limit leaves too few descriptors for this communicator's sockets "
               "(its own error names the numbers)";
+        code = ONEBIT_SYSTEM_ERROR;
+        linger_until = deadline;
       }
       if (!why.empty()) {
-        const onebit_result_t code = hello->cannot_join != 0 ? ONEBIT_SYSTEM_ERROR : ONEBIT_MISMATCH;
         send_error(arrival->fd.get(), code, why, Clock::now() + std::chrono::seconds(2));
-        fail_everyone(code, why, true);
+        fail_everyone(code, why, linger_until, code == ONEBIT_SYSTEM_ERROR ? static_cast<int>(hello->rank) : -1);
         return;
       }
       rank_fds[hello->rank] = std::move(arrival->fd);
@@ -259,7 +264,7 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
       ++count;
     }
   } catch (const Error& error) {  // the listener itself failed (accept, poll): nothing may escape this thread
-    fail_everyone(error.code(), "bootstrap root at " + root_name + " failed: " + error.what(), false);
+    fail_everyone(error.code(), "bootstrap root at " + root_name + " failed: " + error.what(), Clock::now(), -1);
     return;
   }
 

@@ -42,18 +42,20 @@ void make_room_or_refuse(int rank, int size, int sockets, const Address& root, c
   try {
     make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
   } catch (const Error& error) {
-    if (rank == 0) {
-      Fd listener = take_root_listener(root);
-      if (!listener) listener = listen_on(root, 1024);
-      refuse_at_root(std::move(listener), size, deadline, credentials, error.code(), error.what());
-    } else {
-      try {
+    ONEBIT_LOG(WARN, error.what(), "; telling the other ranks, then failing");
+    try {
+      if (rank == 0) {
+        Fd listener = take_root_listener(root);
+        if (!listener) listener = listen_on(root, 1024);
+        refuse_at_root(std::move(listener), size, deadline, credentials, error.code(), error.what());
+      } else {
         Fd unused;
         exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials, &unused,
                            wire::kShortOfDescriptors);
-      } catch (const Error&) {
-        // The root's answer: the bootstrap failed, naming this rank. This rank's own error says more.
       }
+    } catch (const Error& telling) {
+      // Expected of a rank that is not 0: the root's answer, the bootstrap failed naming this rank.
+      ONEBIT_LOG(INFO, "rank ", rank, ": ", telling.what());
     }
     throw;
   }
