@@ -268,6 +268,18 @@ void join_under_open_files_limit(int world, int sockets, const std::function<rli
   for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].reason;
 }
 
+// Every rank's join failed with ONEBIT_SYSTEM_ERROR, its message holding each of `words(rank)`.
+void expect_system_errors_saying(RankRecords& records, int world,
+                                 const std::function<std::vector<std::string>(int)>& words) {
+  for (int r = 0; r < world; ++r) {
+    const std::string message = records[r].message;
+    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
+    for (const std::string& word : words(r)) {
+      EXPECT_NE(message.find(word), std::string::npos) << "rank " << r << ": " << message;
+    }
+  }
+}
+
 // Limits of 60 descriptors above what each rank has open — enough for 24 ranks' 1 socket per peer —
 // except `short_rank`'s, `short_room` above.
 std::function<rlimit(int, rlim_t)> one_rank_short(int short_rank, rlim_t short_room) {
@@ -289,14 +301,10 @@ TEST(Errors, TooLowAnOpenFilesLimitFailsEveryRankAtOnceNamingIt) {
         return rlimit{40, 40};
       },
       records, 40, std::chrono::seconds(30));
-  for (int r = 0; r < world; ++r) {
-    const std::string message = records[r].message;
-    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
-    EXPECT_NE(message.find("rank " + std::to_string(r) + " of 24 (2 socket(s) to each of 23 peers"), std::string::npos)
-        << message;
-    EXPECT_NE(message.find("the open-files limit is 40 (ulimit -n; hard limit 40)."), std::string::npos) << message;
-    EXPECT_NE(message.find("ulimit -n 65536"), std::string::npos) << message;
-  }
+  expect_system_errors_saying(records, world, [](int r) {
+    return std::vector<std::string>{"rank " + std::to_string(r) + " of 24 (2 socket(s) to each of 23 peers",
+                                    "the open-files limit is 40 (ulimit -n; hard limit 40).", "ulimit -n 65536"};
+  });
 }
 
 // Rank 0 alone short of descriptors (it is the bootstrap root and, under torch, the store's server):
@@ -309,15 +317,10 @@ TEST(Errors, RankZeroAloneShortOfDescriptorsTellsEveryRankWhy) {
   const std::string shortfall =
       "rank 0 of 24 (1 socket(s) to each of 23 peers; as the bootstrap root, one "
       "connection from each rank) needs 33 more file descriptors";
-  for (int r = 0; r < world; ++r) {
-    const std::string message = records[r].message;
-    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
-    EXPECT_NE(message.find(shortfall), std::string::npos) << "rank " << r << ": " << message;
-    if (r > 0) {
-      EXPECT_NE(message.find("bootstrap failed: rank 0 (the bootstrap root at 127.0.0.1:"), std::string::npos)
-          << message;
-    }
-  }
+  expect_system_errors_saying(records, world, [&](int r) {
+    if (r == 0) return std::vector<std::string>{shortfall};
+    return std::vector<std::string>{shortfall, "bootstrap failed: rank 0 (the bootstrap root at 127.0.0.1:"};
+  });
 }
 
 // Another rank alone short of descriptors tells the root, which fails the bootstrap for every rank
@@ -326,14 +329,11 @@ TEST(Errors, OneRankShortOfDescriptorsIsNamedToEveryRank) {
   const int world = 24;
   RankRecords records(world);
   join_under_open_files_limit(world, 1, one_rank_short(5, 10), records, 0, std::chrono::seconds(30));
-  for (int r = 0; r < world; ++r) {
-    const std::string message = records[r].message;
-    EXPECT_EQ(records[r].code, ONEBIT_SYSTEM_ERROR) << "rank " << r << ": " << message;
-    const std::string expected = r == 5
-                                     ? "rank 5 of 24 (1 socket(s) to each of 23 peers) needs 31 more file descriptors"
-                                     : "bootstrap failed: rank 5 cannot join: its open-files limit leaves too few";
-    EXPECT_NE(message.find(expected), std::string::npos) << "rank " << r << ": " << message;
-  }
+  expect_system_errors_saying(records, world, [](int r) {
+    return std::vector<std::string>{
+        r == 5 ? "rank 5 of 24 (1 socket(s) to each of 23 peers) needs 31 more file descriptors"
+               : "bootstrap failed: rank 5 cannot join: its open-files limit leaves too few"};
+  });
 }
 
 // A soft limit under the hard one is raised to it, as NCCL's bootstrap raises it, and the job runs.

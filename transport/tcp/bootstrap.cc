@@ -186,6 +186,25 @@ std::string disagreement(const wire::BootstrapHello& hello, const std::string& w
   return "";
 }
 
+// Answers each rank that proves it belongs with `code` and `message` as it arrives, until every rank
+// of `heard` (`told` of them so far) has been answered or `until` passes (the rest time out, as for
+// a root that never came). Strangers get their own refusal and count for nothing.
+void tell_arrivals(Gate& gate, const Credentials& credentials, const std::string& root_name,
+                   std::set<std::string>* refused, onebit_result_t code, const std::string& message, Deadline until,
+                   std::vector<bool>& heard, int told) {
+  while (told < static_cast<int>(heard.size())) {
+    auto arrival = gate.next(until);
+    if (!arrival) return;
+    const auto hello = proven_hello(*arrival, credentials, root_name, refused);
+    if (!hello) continue;
+    send_error(arrival->fd.get(), code, message, Clock::now() + kReplyGrace);
+    if (hello->rank < heard.size() && !heard[hello->rank]) {
+      heard[hello->rank] = true;
+      ++told;
+    }
+  }
+}
+
 }  // namespace
 
 void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
@@ -211,18 +230,7 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
       heard[r] = rank_fds[r] || r == told_rank;
       told += heard[r];
     }
-    const Deadline until = std::min(deadline, linger_until);
-    while (told < size) {
-      auto arrival = gate.next(until);
-      if (!arrival) break;
-      const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
-      if (!hello) continue;
-      send_error(arrival->fd.get(), code, message, reply_deadline);
-      if (hello->rank < static_cast<std::uint32_t>(size) && !heard[hello->rank]) {
-        heard[hello->rank] = true;
-        ++told;
-      }
-    }
+    tell_arrivals(gate, credentials, root_name, &refused, code, message, std::min(deadline, linger_until), heard, told);
   };
 
   try {
@@ -296,22 +304,13 @@ void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t trans
 void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials& credentials, onebit_result_t code,
                     const std::string& why) {
   const std::string root_name = local_address(listener.get()).to_string();
-  const std::string message = "rank 0 (the bootstrap root at " + root_name + ") cannot join: " + why;
   Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
   gate.greet_with([&] { return fresh_challenge(credentials); });
   std::set<std::string> refused;
-  std::vector<bool> told(size);
-  for (int waiting = size - 1; waiting > 0;) {
-    auto arrival = gate.next(deadline);
-    if (!arrival) return;  // the rest time out, as for a root that never came
-    const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
-    if (!hello) continue;
-    send_error(arrival->fd.get(), code, message, Clock::now() + kReplyGrace);
-    if (hello->rank > 0 && hello->rank < static_cast<std::uint32_t>(size) && !told[hello->rank]) {
-      told[hello->rank] = true;
-      --waiting;
-    }
-  }
+  std::vector<bool> heard(size);
+  heard[0] = true;  // rank 0 is this one: it does not call
+  tell_arrivals(gate, credentials, root_name, &refused, code,
+                "rank 0 (the bootstrap root at " + root_name + ") cannot join: " + why, deadline, heard, 1);
 }
 
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,

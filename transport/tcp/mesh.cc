@@ -33,6 +33,13 @@ std::string descriptor_user(int rank, int size, int sockets) {
          (rank == 0 ? "; as the bootstrap root, one connection from each rank" : "") + ")";
 }
 
+// The listener rank 0 serves the root on: the one opened for it ahead (root_listener.h), else one
+// bound here.
+Fd root_listener(const Address& root) {
+  Fd listener = take_root_listener(root);
+  return listener ? std::move(listener) : listen_on(root, 1024);
+}
+
 // Room for this rank's descriptors, or an error — which every rank learns at once: rank 0 short of
 // them still serves the root, answering every rank with its reason; another rank tells the root,
 // which fails the bootstrap for all. (Alone, the first left the others waiting for a root that
@@ -45,9 +52,7 @@ void make_room_or_refuse(int rank, int size, int sockets, const Address& root, c
     ONEBIT_LOG(WARN, error.what(), "; telling the other ranks, then failing");
     try {
       if (rank == 0) {
-        Fd listener = take_root_listener(root);
-        if (!listener) listener = listen_on(root, 1024);
-        refuse_at_root(std::move(listener), size, deadline, credentials, error.code(), error.what());
+        refuse_at_root(root_listener(root), size, deadline, credentials, error.code(), error.what());
       } else {
         Fd unused;
         exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials, &unused,
@@ -78,8 +83,7 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   // than a timeout everywhere.
   std::thread root_service;
   if (rank == 0) {
-    Fd listener = take_root_listener(root);
-    if (!listener) listener = listen_on(root, 1024);
+    Fd listener = root_listener(root);
     root_service =
         std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
           try {
