@@ -29,6 +29,7 @@ import ctypes
 import os
 import socket
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -303,13 +304,34 @@ def _invitation(gloo, rank):
             failure, words = error, ("", "rank 0 could not serve the bootstrap root", str(error))
         _write_invitation(invitation, words)
     _root_taken = True
-    gloo.broadcast([invitation], dist.BroadcastOptions()).wait()  # from rank 0 (rootRank's default)
+    _broadcast_from_rank_0(gloo, invitation)
     if failure is not None:
         raise failure
     root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
     if not root:
         raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
     return root, identity, secret
+
+
+def _broadcast_from_rank_0(gloo, tensor):
+    """gloo's broadcast of `tensor` from rank 0, returning once gloo's worker thread has let go of
+    the tensor. That thread ends a call by dropping its reference to the Work; when it holds the
+    last one, it frees the Work's references to the tensor, and for a tensor made in Python that
+    takes the GIL. A thread that takes the GIL while the interpreter is finalizing is ended there,
+    aborting the process ("terminate called without an active exception"): rank 0 raising its own
+    failure right after the broadcast and the program exiting did that in about one run in twenty.
+    So this thread drops the Work and waits, the GIL released, until its reference to the tensor is
+    the only one again (microseconds: the Work has ended)."""
+    use_count = getattr(tensor, "_use_count", None)  # private (torch 2.15 has it); without it, no wait
+    unshared = use_count() if use_count else None
+    work = gloo.broadcast([tensor], dist.BroadcastOptions())  # rootRank's default: 0
+    try:
+        work.wait()
+    finally:
+        del work
+        deadline = time.monotonic() + 10  # bounded all the same, for a machine starved of CPU
+        while unshared is not None and use_count() > unshared and time.monotonic() < deadline:
+            time.sleep(0.0005)
 
 
 def _write_invitation(invitation, words):
