@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from . import _library, _check, _tags, _wait_for_compressed_calls, stats, tag
 from ._errors import OnebitError
+from ._gloo_threads import returned_by_gloo
 from ._logging import logger
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
@@ -207,7 +208,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         table = torch.zeros(self._world, len(values), dtype=torch.int64)
         table[self._rank] = torch.tensor(values, dtype=torch.int64)
         table = table.to(self._device)
-        dist.all_reduce(table, group=self._group)  # untagged: exact
+        with returned_by_gloo(table):  # the callers raise on what it shows, and the program may end at once
+            dist.all_reduce(table, group=self._group)  # untagged: exact
         return table.cpu().tolist()
 
     def _step_failure(self, error, step, stage):

@@ -29,13 +29,13 @@ import ctypes
 import os
 import socket
 import threading
-import time
 
 import torch
 import torch.distributed as dist
 
 from . import _capi, _check, _library, _tag_name, _tagged_dtype
 from ._errors import OnebitError
+from ._gloo_threads import returned_by_gloo
 from ._logging import logger
 
 if not hasattr(torch._C._distributed_c10d, "Backend"):  # the class below derives from it
@@ -315,23 +315,13 @@ def _invitation(gloo, rank):
 
 def _broadcast_from_rank_0(gloo, tensor):
     """gloo's broadcast of `tensor` from rank 0, returning once gloo's worker thread has let go of
-    the tensor. That thread ends a call by dropping its reference to the Work; when it holds the
-    last one, it frees the Work's references to the tensor, and for a tensor made in Python that
-    takes the GIL. A thread that takes the GIL while the interpreter is finalizing is ended there,
-    aborting the process ("terminate called without an active exception"): rank 0 raising its own
-    failure right after the broadcast and the program exiting did that in about one run in twenty.
-    So this thread drops the Work and waits, the GIL released, until its reference to the tensor is
-    the only one again (microseconds: the Work has ended)."""
-    use_count = getattr(tensor, "_use_count", None)  # private (torch 2.15 has it); without it, no wait
-    unshared = use_count() if use_count else None
-    work = gloo.broadcast([tensor], dist.BroadcastOptions())  # rootRank's default: 0
-    try:
-        work.wait()
-    finally:
-        del work
-        deadline = time.monotonic() + 10  # bounded all the same, for a machine starved of CPU
-        while unshared is not None and use_count() > unshared and time.monotonic() < deadline:
-            time.sleep(0.0005)
+    the tensor (_gloo_threads): rank 0 raises its own failure right after it."""
+    with returned_by_gloo(tensor):
+        work = gloo.broadcast([tensor], dist.BroadcastOptions())  # rootRank's default: 0
+        try:
+            work.wait()
+        finally:
+            del work
 
 
 def _write_invitation(invitation, words):
