@@ -22,10 +22,11 @@ _BOUND_S = 2.0  # a worker thread that has ended its Work needs microseconds; th
 
 @contextlib.contextmanager
 def returned_by_gloo(tensor):
-    """On leaving the block, normally or by an exception, waits with the GIL released until the
-    tensor's C++ use count and its Python reference count are what they were on entering: no
-    worker thread holds it any more, nor is about to take the GIL for it (the count in C++ falls
-    first, the Python one under the GIL). At most _BOUND_S, then goes on as before.
+    """On leaving the block, waits with the GIL released until the tensor's C++ use count and its
+    Python reference count are what they were on entering: no worker thread holds it any more, nor
+    is about to take the GIL for it (the count in C++ falls first, the Python one under the GIL).
+    Left by an exception, the use count only: the traceback's frames hold Python references of
+    their own. At most _BOUND_S, then goes on as before.
 
     A CPU tensor only (gloo's; NCCL's watchdog may keep a CUDA tensor for long), on a torch with
     Tensor._use_count (a private method; 2.15 has it): elsewhere the block runs as it is."""
@@ -36,7 +37,13 @@ def returned_by_gloo(tensor):
     before = (use_count(), sys.getrefcount(tensor))
     try:
         yield
-    finally:
-        deadline = time.monotonic() + _BOUND_S
-        while (use_count() > before[0] or sys.getrefcount(tensor) > before[1]) and time.monotonic() < deadline:
-            time.sleep(0.0005)
+    except BaseException:
+        _wait_while(lambda: use_count() > before[0])
+        raise
+    _wait_while(lambda: use_count() > before[0] or sys.getrefcount(tensor) > before[1])
+
+
+def _wait_while(held):
+    deadline = time.monotonic() + _BOUND_S
+    while held() and time.monotonic() < deadline:
+        time.sleep(0.0005)  # the GIL released: the worker thread takes it to let go
