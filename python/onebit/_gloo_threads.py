@@ -46,4 +46,4 @@ def returned_by_gloo(tensor):
 def _wait_while(held):
     deadline = time.monotonic() + _BOUND_S
     while held() and time.monotonic() < deadline:
-        time.sleep(0.0005)  # the GIL released: the worker thread takes it to let go
+        time.sleep(0.0005)  # no event marks the letting go, so polled; the GIL released for the worker

@@ -304,24 +304,14 @@ def _invitation(gloo, rank):
             failure, words = error, ("", "rank 0 could not serve the bootstrap root", str(error))
         _write_invitation(invitation, words)
     _root_taken = True
-    _broadcast_from_rank_0(gloo, invitation)
+    with returned_by_gloo(invitation):  # rank 0 raises its failure right after (_gloo_threads)
+        gloo.broadcast([invitation], dist.BroadcastOptions()).wait()  # from rank 0 (rootRank's default)
     if failure is not None:
         raise failure
     root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
     if not root:
         raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
     return root, identity, secret
-
-
-def _broadcast_from_rank_0(gloo, tensor):
-    """gloo's broadcast of `tensor` from rank 0, returning once gloo's worker thread has let go of
-    the tensor (_gloo_threads): rank 0 raises its own failure right after it."""
-    with returned_by_gloo(tensor):
-        work = gloo.broadcast([tensor], dist.BroadcastOptions())  # rootRank's default: 0
-        try:
-            work.wait()
-        finally:
-            del work
 
 
 def _write_invitation(invitation, words):
