@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <mutex>
 
@@ -16,6 +17,25 @@ std::string host_name() {
   char name[256] = {0};
   if (gethostname(name, sizeof(name) - 1) != 0) return "unknown-host";
   return name;
+}
+
+// The length of the well-formed UTF-8 sequence at text[at] of a printable character, or 0: a
+// control character (C0, DEL, C1), a stray or overlong byte, a surrogate, past U+10FFFF.
+std::size_t printable_sequence(std::string_view text, std::size_t at) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(text[i]); };
+  const unsigned char lead = byte(at);
+  if (lead < 0x80) return lead >= 0x20 && lead != 0x7f ? 1 : 0;
+  const std::size_t length = lead >= 0xf0 ? 4 : lead >= 0xe0 ? 3 : lead >= 0xc2 ? 2 : 0;
+  if (length == 0 || lead > 0xf4 || at + length > text.size()) return 0;
+  std::uint32_t code = lead & (0x7f >> length);
+  for (std::size_t i = 1; i < length; ++i) {
+    if ((byte(at + i) & 0xc0) != 0x80) return 0;
+    code = code << 6 | (byte(at + i) & 0x3f);
+  }
+  const std::uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+  const bool control = code <= 0x9f;  // C1: U+0080..U+009F
+  const bool surrogate = code >= 0xd800 && code <= 0xdfff;
+  return code < least[length] || control || surrogate || code > 0x10ffff ? 0 : length;
 }
 
 std::string upper(std::string text) {
@@ -51,6 +71,27 @@ struct Logger {
     }
   }
 };
+
+}  // namespace
+
+std::string printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t at = 0; at < text.size();) {
+    const std::size_t length = printable_sequence(text, at);
+    if (length > 0) {
+      out.append(text.substr(at, length));
+      at += length;
+      continue;
+    }
+    char escaped[5];
+    std::snprintf(escaped, sizeof(escaped), "\\x%02x", static_cast<unsigned char>(text[at++]));
+    out += escaped;
+  }
+  return out;
+}
+
+namespace {
 
 Logger& logger() {
   static Logger* instance = [] {

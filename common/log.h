@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -16,6 +17,12 @@ LogLevel log_level();
 
 // Writes one line atomically with respect to other onebit log lines of this process.
 void log_write(LogLevel level, const std::string& message);
+
+// Text that came from the network (a peer's identity label, its error text), fit for a log line or
+// an error's message: well-formed UTF-8 stays as it is, every other byte and every control
+// character (newline, ESC, C1) becomes `\xNN`. A stranger can then neither forge log lines nor send
+// escape sequences to a terminal. Anything a peer sends is shown through this.
+std::string printable(std::string_view text);
 
 // A file name pattern as ONEBIT_DEBUG_FILE takes it: `%h` becomes the host name, `%p` the process id.
 std::string expand_file_pattern(const std::string& pattern);

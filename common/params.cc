@@ -44,8 +44,7 @@ T read(const char* env, const char* default_text) {
   T value = parse(env, text, T{});
   check_range(env, text, value);
   if (logged_by_reader(env)) {
-    const bool secret = std::string(env) == "ONEBIT_AUTH_KEY";
-    ONEBIT_LOG(INFO, env, "=", secret ? "(set; not shown)" : text, " (set by the environment)");
+    ONEBIT_LOG(INFO, env, "=", shown(env, text), " (set by the environment)");
   }
   return value;
 }
@@ -77,6 +76,10 @@ const std::vector<Description>& descriptions() {
 #undef ONEBIT_DESCRIBE_PARAM
   return list;
 }
+
+bool secret(const char* env) { return std::string(env) == "ONEBIT_AUTH_KEY"; }
+
+std::string shown(const char* env, const char* value) { return secret(env) ? "(set; not shown)" : value; }
 
 std::string markdown_table() {
   std::ostringstream out;

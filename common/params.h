@@ -148,6 +148,13 @@ struct Description {
 // The documented list, in declaration order.
 const std::vector<Description>& descriptions();
 
+// Whether the variable `env` holds a secret (ONEBIT_AUTH_KEY): its value is never printed — not in
+// a log line at any level, an error's text or a diagnostic (onebit-info) — only that it is set.
+bool secret(const char* env);
+// What a log line or a diagnostic shows of variable `env` set to `value`: the value, or for a
+// secret "(set; not shown)".
+std::string shown(const char* env, const char* value);
+
 // A Markdown table of descriptions(): the body of docs/env.md.
 std::string markdown_table();
 

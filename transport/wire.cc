@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace onebit::wire {
 namespace {
@@ -94,7 +95,7 @@ const char* transport_name(std::uint16_t transport) {
 std::string WireIdentity::label_text() const {
   std::size_t n = 0;
   while (n < label.size() && label[n] != '\0') ++n;
-  return std::string(label.data(), n);
+  return printable(std::string_view(label.data(), n));
 }
 
 namespace {

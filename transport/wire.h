@@ -100,7 +100,7 @@ struct WireIdentity {
   static constexpr std::size_t kSize = 80;
   std::array<std::uint8_t, 16> digest{};
   std::array<char, 64> label{};
-  std::string label_text() const;  // the label up to its first NUL
+  std::string label_text() const;  // the label up to its first NUL, printable() (it came from the network)
 };
 
 // Bits of the bootstrap's `flags`: which key material a side holds. Both sides must hold the same.

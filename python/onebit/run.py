@@ -172,8 +172,16 @@ def check(out=sys.stdout):
         say("C library in use", f"FAILED: {error}")
     settings = sorted(k for k in os.environ if k.startswith("ONEBIT_")) + ["NCCL_NET_PLUGIN", "LD_PRELOAD"]
     for key in settings:
-        say(key, os.environ[key] if key in os.environ else "(unset)")
+        say(key, _shown(key, os.environ[key]) if key in os.environ else "(unset)")
     return 0
+
+
+def _shown(key, value):
+    """What --check prints of `key`: its value, or for a secret (ONEBIT_AUTH_KEY, and any name that
+    says key, secret, token or password) only that it is set — this output goes into job logs and
+    bug reports. libonebit's logger and onebit-info show the same (common/params.h, secret())."""
+    secret = any(word in key.upper() for word in ("KEY", "SECRET", "TOKEN", "PASSWORD"))
+    return "(set; not shown)" if secret else value
 
 
 def _parser():

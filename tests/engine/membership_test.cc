@@ -3,10 +3,14 @@
 // speaking the wire format, a replayed hello, a process posing as the root, idle connections — next
 // to a real job, and checks that it is refused and named while the job's own ranks get their own
 // sums. Ranks join through the C API; strangers are written with the library's own wire records.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -23,6 +27,20 @@ namespace onebit::testing {
 namespace {
 
 std::string root_at(int port) { return "127.0.0.1:" + std::to_string(port); }
+
+// This process's stderr (where onebit logs) into the file at `path`.
+bool redirect_stderr(const std::string& path) {
+  std::fflush(stderr);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  const bool done = fd >= 0 && ::dup2(fd, STDERR_FILENO) >= 0;
+  if (fd >= 0) ::close(fd);
+  return done;
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 // A one-shot signal between processes: a pipe the waiting side reads a byte from.
 struct Signal {
@@ -71,9 +89,10 @@ struct LaunchEnv {
 
 // A 2-rank job (`job`) and, on the same root address, rank 1 of another communicator (`other`).
 // The other rank comes while the job's root waits for its own rank 1, is refused with an error
-// naming both identities (`mine`, `theirs`), and the job then completes with its own sum.
+// naming both identities (`mine`, `theirs`), and the job then completes with its own sum. With
+// `root_log`, rank 0's stderr (its log) goes to that file.
 void expect_other_communicator_refused(const LaunchEnv& job, const LaunchEnv& other, const std::string& mine,
-                                       const std::string& theirs) {
+                                       const std::string& theirs, const std::string& root_log = "") {
   const int port = free_port();
   SharedMemory shared(3 * (sizeof(Record) + sizeof(float)));
   auto* records = shared.as<Record>();
@@ -85,6 +104,7 @@ void expect_other_communicator_refused(const LaunchEnv& job, const LaunchEnv& ot
         const bool stranger = process == 2;
         const int rank = stranger ? 1 : process;
         RANK_FAILS_IF(process == 1 && !other_done.wait(), 6);  // the job's own rank 1 comes after the other has left
+        RANK_FAILS_IF(process == 0 && !root_log.empty() && !redirect_stderr(root_log), 7);
         (stranger ? other : job).apply(rank, 2, port, stranger ? 2500 : 20000);
         onebit_comm_t comm = nullptr;
         records[process].set(onebit_comm_init_env(&comm));
@@ -103,6 +123,24 @@ void expect_other_communicator_refused(const LaunchEnv& job, const LaunchEnv& ot
     EXPECT_EQ(sums[p], 3.0f) << "rank " << p;
   }
   expect_record(records[2], ONEBIT_MISMATCH, {mine, theirs});
+}
+
+TEST(Membership, AStrangersIdentityReachesNoLogLineOrErrorRaw) {
+  // A stranger's identity label (here torchrun's run id) with a newline that would forge a log
+  // line and an escape sequence that would reach the terminal. The root logs its refusal at WARN
+  // and sends it back; both show the label with those bytes as \xNN.
+  LaunchEnv job, stranger;
+  job.run_id = "run-7";
+  stranger.run_id = "x\nhost:1:1 onebit WARN forged\x1b[2J";
+  const std::string log = ::testing::TempDir() + "/onebit-root-log-" + std::to_string(::getpid());
+  expect_other_communicator_refused(job, stranger, "torchrun run run-7",
+                                    "torchrun run x\\x0ahost:1:1 onebit WARN forged\\x1b[2J", log);
+  const std::string text = read_file(log);
+  std::remove(log.c_str());
+  EXPECT_NE(text.find("refused a"), std::string::npos) << text;
+  EXPECT_NE(text.find("x\\x0ahost:1:1 onebit WARN forged\\x1b[2J"), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\nhost:1:1 onebit WARN forged"), std::string::npos) << text;
 }
 
 TEST(Membership, TwoJobsOnOneRootAddressNeverCrossJoin) {

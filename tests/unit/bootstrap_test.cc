@@ -14,6 +14,7 @@
 #include "common/crypto.h"
 #include "common/error.h"
 #include "common/launcher.h"
+#include "common/log.h"
 #include "tests/support/child_output.h"
 #include "transport/tcp/bootstrap.h"
 
@@ -54,6 +55,20 @@ TEST(Bootstrap, IdentityAndKeyDependOnEverythingGiven) {
   EXPECT_EQ(base.identity.label_text(), "job a");
   const Credentials long_name(Membership{std::string(100, 'x'), "", ""});
   EXPECT_EQ(long_name.identity.label_text(), std::string(60, 'x') + "...");
+}
+
+TEST(Bootstrap, TextFromTheNetworkIsShownPrintable) {
+  // Controls (newline, ESC, DEL, C1's CSI), stray and overlong bytes and surrogates become \xNN;
+  // well-formed UTF-8 stays.
+  EXPECT_EQ(printable("job a \xe2\x80\x94 \xc3\xa9 \xf0\x9f\x99\x82"), "job a \xe2\x80\x94 \xc3\xa9 \xf0\x9f\x99\x82");
+  EXPECT_EQ(printable("a\nb\r\x1b[2J\x7f"), "a\\x0ab\\x0d\\x1b[2J\\x7f");
+  EXPECT_EQ(printable("\xc2\x9b"
+                      "31m"),
+            "\\xc2\\x9b31m");
+  EXPECT_EQ(printable("\xc0\xaf \xed\xa0\x80 \xff \xe2\x80"), "\\xc0\\xaf \\xed\\xa0\\x80 \\xff \\xe2\\x80");
+  EXPECT_EQ(printable(std::string("nul\0x", 5)), "nul\\x00x");
+  Membership forged{"x\nhost:1:1 onebit WARN forged", "", ""};
+  EXPECT_EQ(Credentials(forged).identity.label_text(), "x\\x0ahost:1:1 onebit WARN forged");
 }
 
 TEST(Bootstrap, RecordsRoundTrip) {

@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   std::printf("Environment:\n");
   for (const auto& d : onebit::param::descriptions()) {
     const char* value = std::getenv(d.env);
-    if (value != nullptr) std::printf("  %s=%s\n", d.env, value);
+    if (value != nullptr) std::printf("  %s=%s\n", d.env, onebit::param::shown(d.env, value).c_str());
   }
   return 0;
 }

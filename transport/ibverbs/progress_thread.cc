@@ -12,6 +12,7 @@
 #include <string>
 
 #include "common/error.h"
+#include "common/log.h"
 #include "transport/ibverbs/ibverbs_internal.h"
 #include "transport/ibverbs/verbs_api.h"
 #include "transport/wire.h"
@@ -142,7 +143,7 @@ void IbverbsTransport::handle_side_socket(Peer& peer) {
         ONEBIT_CHECK(length <= kMaxAbortText, ONEBIT_REMOTE_ERROR, "rank ", peer.rank, " aborted the job");
         if (peer.side_input.size() >= 4 + length) {
           fail(ONEBIT_REMOTE_ERROR, "rank ", peer.rank,
-               " failed and left the job: ", peer.side_input.substr(4, length));
+               " failed and left the job: ", printable(std::string_view(peer.side_input).substr(4, length)));
         }
       }
       continue;

@@ -396,7 +396,8 @@ BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire:
     std::string text(length[0] | (length[1] << 8), '\0');
     read_all(fd, text.data(), text.size(), deadline, root);
     const bool known = head.status >= ONEBIT_INVALID_ARGUMENT && head.status <= ONEBIT_INTERNAL_ERROR;
-    fail(known ? static_cast<onebit_result_t>(head.status) : ONEBIT_REMOTE_ERROR, "bootstrap failed: ", text);
+    fail(known ? static_cast<onebit_result_t>(head.status) : ONEBIT_REMOTE_ERROR,
+         "bootstrap failed: ", printable(text));
   }
   ONEBIT_CHECK(head.size == static_cast<std::uint32_t>(size), ONEBIT_MISMATCH, "bootstrap: the root has ", head.size,
                " ranks, this rank was told ", size);

@@ -453,7 +453,8 @@ void TcpTransport::on_segment_done(Socket& socket) {
   socket.target = nullptr;
   const wire::SegmentHeader& header = socket.current;
   if (header.key.kind == wire::Kind::kAbort) {
-    ::onebit::fail(ONEBIT_REMOTE_ERROR, "rank ", socket.peer, " failed and left the job: ", socket.abort_text);
+    ::onebit::fail(ONEBIT_REMOTE_ERROR, "rank ", socket.peer,
+                   " failed and left the job: ", printable(socket.abort_text));
   }
   Peer& peer = *peers_[socket.peer];
   auto posted = peer.posted.find(header.key);
