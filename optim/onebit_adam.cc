@@ -1,5 +1,6 @@
 #include "optim/onebit_adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -70,6 +71,15 @@ bool measures(const AutoFreeze& c, std::int64_t step) { return step >= 0 && (ste
 double variance_change(const float* v, const float* v_then, std::size_t n) {
   return variance_measures::variance_change(
       tiled::sum(n, [&](std::size_t i) { return variance_measures::variance_change_terms(v[i], v_then[i]); }));
+}
+
+double largest_change(const double* changes, std::size_t ranks) {
+  double largest = -INFINITY;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    if (std::isnan(changes[r])) return changes[r];
+    largest = std::max(largest, changes[r]);
+  }
+  return largest;
 }
 
 std::int64_t decide(const AutoFreeze& c, std::int64_t step, double change) {

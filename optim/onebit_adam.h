@@ -52,5 +52,7 @@ bool measures(const AutoFreeze& config, std::int64_t step);
 double variance_change(const float* v, const float* v_then, std::size_t n);
 // step + 1 if the warmup ends after `step`, else -1.
 std::int64_t decide(const AutoFreeze& config, std::int64_t step, double change);
+// The change the ranks decide on: the largest of every rank's, NaN if any is NaN.
+double largest_change(const double* changes, std::size_t ranks);
 
 }  // namespace onebit::optim

@@ -250,12 +250,15 @@ ONEBIT_API float onebit_adam_step_bound(float beta1, float beta2);
 ONEBIT_API onebit_result_t onebit_dormant_count(const float* v, size_t count, float eps, size_t* dormant);
 
 /* ---- Automatic freeze: when the warmup ends (the shims' freeze_step="auto") ----
- * After every `window`-th warmup step (steps window-1, 2*window-1, ...) the shim measures how far
- * the variance moved since the last measurement,
+ * After every `window`-th warmup step (steps window-1, 2*window-1, ...) each rank measures how far
+ * its variance moved since the last measurement,
  *     change = sum |v - v_then| / sum |v|      (v_then: zeros at the first measurement, so 1),
- * takes the largest change over ranks (an allreduce: every rank then decides alike), and ends the
- * warmup after the first measurement with change < threshold, or after step max_step - 1 when
- * max_step > 0. The compression stage starts at the next step. */
+ * every rank gathers every rank's change exactly (float64 bits through an exact exchange), and
+ * onebit_adam_auto_freeze_decide_ranks takes the largest — so every rank decides alike, in every
+ * shim, C++ and Python — and ends the warmup after the first measurement whose largest change is
+ * < threshold, or after step max_step - 1 when max_step > 0. The compression stage starts at the
+ * next step. (The largest, not the average: the warmup ends only once every rank's variance has
+ * settled; docs/design.md, "The automatic freeze".) */
 typedef struct {
   int64_t window;   /* >= 1 */
   double threshold; /* > 0 */
@@ -292,6 +295,13 @@ ONEBIT_API onebit_result_t onebit_adam_variance_change_device(const float* v, co
  * for a bad config. A shim measures and decides after the step is complete (its count advanced),
  * before the next backward pass, so a DDP hook sees the stage it is in. */
 ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, int64_t step, double change);
+/* The rule across ranks, what the shims call: onebit_adam_auto_freeze_decide on the largest of the
+ * `ranks` changes at `changes` (every rank's measurement of this step, in any order; NaN if any is
+ * NaN, which never ends the warmup; not read when the step measures nothing). *decided (may be
+ * NULL) receives that change, for the shim's record. Same answers as above; -2 (and last error)
+ * for a bad config, or no changes on a step that measures. */
+ONEBIT_API int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_freeze_t* config, int64_t step,
+                                                        const double* changes, size_t ranks, double* decided);
 
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its

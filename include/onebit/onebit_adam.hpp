@@ -23,10 +23,10 @@
 // stderr naming the dormant elements.
 //
 // Automatic freeze: pass an onebit_adam_auto_freeze_t and the groups' freeze_step is ignored (unless
-// ONEBIT_FREEZE_STEP is set): the warmup ends by the C core's rule (onebit.h, "Automatic freeze"),
-// measured on the one flat variance, the change averaged over ranks with onebit_allreduce (its ops
-// have no max; in warmup every rank's v is the same, bit for bit, so every rank's change is too).
-// freeze_step() is -1 until it fires.
+// ONEBIT_FREEZE_STEP is set): the warmup ends by the C core's rule across ranks (onebit.h,
+// "Automatic freeze": the largest of every rank's change, in float64, as the Python shim decides),
+// measured on the one flat variance, every rank's change gathered exactly (rank_agreement.hpp's
+// every_rank). freeze_step() is -1 until it fires.
 //
 // Checkpoints: save() → Checkpoint (step, m, v, freeze_step and this rank's error-feedback state);
 // load() it into a OnebitAdam on the same rank of a job of the same size, with the same groups and
@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -157,7 +158,7 @@ class OnebitAdam {
     return groups_[0].config.freeze_step == kUndecided ? -1 : groups_[0].config.freeze_step;
   }
   bool compressing() const { return step_ >= groups_[0].config.freeze_step; }
-  // Automatic freeze: (step, change) of every measurement, the change as averaged over ranks.
+  // Automatic freeze: (step, change) of every measurement, the change the ranks decided on (the largest).
   const std::vector<std::pair<std::int64_t, double>>& variance_changes() const { return changes_; }
   const std::vector<float>& momentum() const { return m_; }
   const std::vector<float>& variance() const { return v_; }
@@ -226,19 +227,25 @@ class OnebitAdam {
 
   // After warmup step `taken` under automatic freeze: measure when due, average, decide.
   void decide_freeze(std::int64_t taken) {
-    double change = INFINITY;
     const int due = onebit_adam_auto_freeze_measures(&auto_, taken);
     if (due < 0) check(ONEBIT_INVALID_ARGUMENT);
+    std::vector<double> changes;  // every rank's
     if (due == 1) {
+      double change = 0.0;
       check(onebit_adam_variance_change(v_.data(), v_then_.data(), total_, &change));
-      float mean = static_cast<float>(change);
-      check(onebit_allreduce(comm_, &mean, 1, ONEBIT_FLOAT32, ONEBIT_AVG));  // untagged: exact ring
-      change = mean;
+      std::int64_t bits = 0;
+      std::memcpy(&bits, &change, sizeof bits);
+      for (const auto& row : every_rank(comm_, {bits})) {
+        std::memcpy(&change, &row[0], sizeof change);
+        changes.push_back(change);
+      }
       v_then_ = v_;
-      changes_.emplace_back(taken, change);
     }
-    const std::int64_t first = onebit_adam_auto_freeze_decide(&auto_, taken, change);
+    double decided = 0.0;
+    const std::int64_t first =
+        onebit_adam_auto_freeze_decide_ranks(&auto_, taken, changes.data(), changes.size(), &decided);
     if (first == -2) check(ONEBIT_INVALID_ARGUMENT);
+    if (due == 1) changes_.emplace_back(taken, decided);
     if (first >= 0) {
       for (ParamGroup& g : groups_) g.config.freeze_step = first;
     }

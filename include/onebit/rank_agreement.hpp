@@ -23,44 +23,51 @@ struct AgreedField {
   std::int64_t value;
 };
 
-inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, const std::vector<AgreedField>& fields,
-                               const std::string& hint = "") {
+// Every rank's row of `values` (this rank's), exactly: row r of the answer is rank r's. A W x F
+// table of values, each as three 22-bit pieces (exact in a float); each rank fills its own row,
+// so the sum — untagged: the exact ring — is every rank's row. Collective.
+inline std::vector<std::vector<std::int64_t>> every_rank(onebit_comm_t comm, const std::vector<std::int64_t>& values) {
   int rank = 0, size = 1;
   check_call(onebit_comm_rank(comm, &rank));
   check_call(onebit_comm_size(comm, &size));
-  if (size == 1) return;
-  // A W x F table of values, each as three 22-bit pieces (exact in a float); each rank fills its
-  // own row, so the sum — untagged: the exact ring — is every rank's row.
+  if (size == 1) return {values};
   constexpr int kPieces = 3;
-  const std::size_t row = fields.size() * kPieces;
+  const std::size_t row = values.size() * kPieces;
   std::vector<float> table(static_cast<std::size_t>(size) * row, 0.0f);
   std::size_t at = static_cast<std::size_t>(rank) * row;
-  for (const AgreedField& field : fields) {
-    const auto bits = static_cast<std::uint64_t>(field.value);
+  for (const std::int64_t value : values) {
+    const auto bits = static_cast<std::uint64_t>(value);
     for (int piece = 0; piece < kPieces; ++piece) table[at++] = static_cast<float>((bits >> (22 * piece)) & 0x3FFFFF);
   }
   check_call(onebit_allreduce(comm, table.data(), table.size(), ONEBIT_FLOAT32, ONEBIT_SUM));
-  auto value_of = [&](int r, std::size_t f) {
-    std::uint64_t bits = 0;
-    for (int piece = 0; piece < kPieces; ++piece) {
-      bits |= static_cast<std::uint64_t>(table[r * row + f * kPieces + piece]) << (22 * piece);
-    }
-    return static_cast<std::int64_t>(bits);
-  };
-  std::size_t f = 0;
-  for (const AgreedField& field : fields) {
-    bool alike = true;
-    for (int r = 1; r < size; ++r) alike = alike && value_of(r, f) == value_of(0, f);
-    if (!alike) {
-      std::string values;
-      for (int r = 0; r < size; ++r) {
-        values +=
-            (r == 0 ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has " + std::to_string(value_of(r, f));
+  std::vector<std::vector<std::int64_t>> rows(static_cast<std::size_t>(size), std::vector<std::int64_t>(values.size()));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t f = 0; f < values.size(); ++f) {
+      std::uint64_t bits = 0;
+      for (int piece = 0; piece < kPieces; ++piece) {
+        bits |= static_cast<std::uint64_t>(table[r * row + f * kPieces + piece]) << (22 * piece);
       }
-      throw CallError(ONEBIT_MISMATCH, who + ": the ranks disagree on " + field.name + ": " + values +
-                                           "; every rank must be given the same value" + hint);
+      rows[r][f] = static_cast<std::int64_t>(bits);
     }
-    ++f;
+  }
+  return rows;
+}
+
+inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, const std::vector<AgreedField>& fields,
+                               const std::string& hint = "") {
+  std::vector<std::int64_t> mine;
+  for (const AgreedField& field : fields) mine.push_back(field.value);
+  const auto rows = every_rank(comm, mine);
+  for (std::size_t f = 0; f < fields.size(); ++f) {
+    bool alike = true;
+    for (const auto& row : rows) alike = alike && row[f] == rows[0][f];
+    if (alike) continue;
+    std::string values;
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      values += (r == 0 ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has " + std::to_string(rows[r][f]);
+    }
+    throw CallError(ONEBIT_MISMATCH, who + ": the ranks disagree on " + fields[f].name + ": " + values +
+                                         "; every rank must be given the same value" + hint);
   }
 }
 

@@ -2,6 +2,7 @@
 // measures and auto freeze, 0/1 Adam and 1-bit LAMB, each entry point a guarded call into optim/.
 #include "onebit/onebit.h"
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -116,6 +117,24 @@ int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, 
   std::int64_t answer = -2;
   onebit::abi_guard("onebit_adam_auto_freeze_decide",
                     [&] { answer = onebit::optim::decide(to_auto_freeze(config), step, change); });
+  return answer;
+}
+
+int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_freeze_t* config, int64_t step,
+                                             const double* changes, size_t ranks, double* decided) {
+  std::int64_t answer = -2;
+  onebit::abi_guard("onebit_adam_auto_freeze_decide_ranks", [&] {
+    const onebit::optim::AutoFreeze rule = to_auto_freeze(config);
+    double change = INFINITY;
+    if (onebit::optim::measures(rule, step)) {
+      ONEBIT_CHECK(changes != nullptr && ranks > 0, ONEBIT_INVALID_ARGUMENT, "step ", step,
+                   " measures the variance: give every rank's change (changes ",
+                   changes == nullptr ? "is NULL" : "given", ", ranks ", ranks, ")");
+      change = onebit::optim::largest_change(changes, ranks);
+    }
+    answer = onebit::optim::decide(rule, step, change);
+    if (decided != nullptr) *decided = change;
+  });
   return answer;
 }
 

@@ -128,6 +128,8 @@ PROTOTYPES = {
     "onebit_adam_auto_freeze_measures": (c_int, (_AutoFreezeP, c_int64)),
     "onebit_adam_variance_change": (_result, (_data, _data, c_size_t, POINTER(c_double))),
     "onebit_adam_auto_freeze_decide": (c_int64, (_AutoFreezeP, c_int64, c_double)),
+    "onebit_adam_auto_freeze_decide_ranks": (c_int64, (_AutoFreezeP, c_int64, POINTER(c_double), c_size_t,
+                                                       POINTER(c_double))),
     "onebit_measure_workspace_size": (c_size_t, (c_size_t,)),
     "onebit_dormant_count_device": (_result, (_data, c_size_t, c_float, c_void_p, c_size_t, POINTER(c_size_t),
                                               c_void_p)),

@@ -22,10 +22,10 @@ same rule, the same bits as on the CPU) on torch's current stream; the automatic
 measurement and the dormant count go through their device twins (the same answers as on the CPU).
 
 freeze_step="auto" ends the warmup when the variance has settled: every `freeze_window` warmup
-steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, its
-largest value over ranks taken (an allreduce, so every rank decides alike), and the compression
-stage starts after the first measurement under `freeze_threshold` — or at `max_freeze_step`. The
-rule is the C core's (onebit_adam_auto_freeze_*, shared with the C++ shim); rank 0 logs one line
+steps the relative change of v since the last look, sum|v - v_then| / sum|v|, is measured, every
+rank's gathered exactly, and the compression stage starts after the first measurement whose
+largest is under `freeze_threshold` — or at `max_freeze_step`. The rule, across ranks too, is the
+C core's (onebit_adam_auto_freeze_decide_ranks, the C++ shim's as well); rank 0 logs one line
 when it fires (INFO, to the "onebit" logger: stderr by default), and `freeze_step` then says the step.
 
 The compression stage follows the frozen-variance rules of onebit.h: an element whose frozen
@@ -60,6 +60,10 @@ __all__ = ["OnebitAdam"]
 def _bits(value):
     """A float64's bits as an int64: floats compared exactly in _agree's integer table."""
     return struct.unpack("<q", struct.pack("<d", float(value)))[0]
+
+
+def _bits_double(bits):
+    return struct.unpack("<d", struct.pack("<q", bits))[0]
 
 
 class OnebitAdam(_FlatOptimizer):
@@ -234,22 +238,23 @@ class OnebitAdam(_FlatOptimizer):
     def _measure_variance(self, taken):
         """freeze_step="auto", after warmup step `taken`: measure, decide, and say so when it fires."""
         lib, step = self._lib, ctypes.c_int64(taken)
-        if lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), step) == 1:
+        measures = lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), step) == 1
+        changes = []  # every rank's
+        if measures:
             value = ctypes.c_double()
             self._measure("onebit_adam_variance_change", _ptr(self._v), _ptr(self._v_then),
                           ctypes.c_size_t(self._v.numel()), ctypes.byref(value))
-            change = value.value
-            if self._world > 1:
-                largest = torch.tensor([change], dtype=torch.float64, device=self._device)
-                dist.all_reduce(largest, op=dist.ReduceOp.MAX, group=self._group)  # untagged: exact
-                change = float(largest.item())
+            changes = [_bits_double(row[0]) for row in self._every_rank([_bits(value.value)])]
             self._v_then.copy_(self._v)
-            self.variance_changes.append((taken, change))
-        else:
-            change = float("inf")
-        first = lib.onebit_adam_auto_freeze_decide(ctypes.byref(self._auto), step, ctypes.c_double(change))
+        decided = ctypes.c_double()
+        first = lib.onebit_adam_auto_freeze_decide_ranks(ctypes.byref(self._auto), step,
+                                                         (ctypes.c_double * max(len(changes), 1))(*changes),
+                                                         ctypes.c_size_t(len(changes)), ctypes.byref(decided))
         if first == -2:
             _check(lib, 1)
+        change = decided.value
+        if measures:
+            self.variance_changes.append((taken, change))
         if first >= 0:
             self._freeze_step = first
             if dist.get_rank(self._group) == 0:

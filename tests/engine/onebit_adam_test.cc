@@ -201,6 +201,63 @@ TEST(OnebitAdamShim, AutomaticFreezeRules) {
   EXPECT_EQ(onebit_adam_variance_change(v, nullptr, 4, &change), ONEBIT_INVALID_ARGUMENT);
 }
 
+// The rule across ranks, the one both shims call: the largest of every rank's change decides,
+// exactly as given (float64), in any order; a NaN holds the warmup (max_step still ends it).
+TEST(OnebitAdamShim, AutomaticFreezeAcrossRanksDecidesOnTheLargestChange) {
+  const onebit_adam_auto_freeze_t rule{10, 0.1, 25};
+  const double one_unsettled[] = {0.05, 0.12, 0.01};  // average 0.06: under the threshold, the largest is not
+  double decided = 0;
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 9, one_unsettled, 3, &decided), -1);
+  EXPECT_EQ(decided, 0.12);
+  const double settled[] = {0.09, 0.05, 0.099999999999999992};  // the last is 0.1's predecessor: exact compare
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 9, settled, 3, &decided), 10);
+  EXPECT_EQ(decided, 0.099999999999999992);
+  const double with_nan[] = {0.01, NAN};
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 19, with_nan, 2, &decided), -1);
+  EXPECT_TRUE(std::isnan(decided));
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 12, nullptr, 0, nullptr), -1);  // measures nothing
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 24, nullptr, 0, nullptr), 25);  // max_step
+  EXPECT_EQ(onebit_adam_auto_freeze_decide_ranks(&rule, 9, nullptr, 0, &decided), -2);
+  EXPECT_NE(std::string(onebit_last_error()).find("step 9 measures the variance: give every rank's change"),
+            std::string::npos)
+      << onebit_last_error();
+}
+
+// The shim decides on the largest change: here rank 0's variance has settled (its snapshot is v)
+// and rank 3's has not (its snapshot is zeros: change 1), so the warmup goes on on every rank —
+// where an average over the 4 ranks (the rule this shim had, ~0.25) would have frozen it.
+TEST(OnebitAdamShim, AutomaticFreezeWaitsForEveryRanksVariance) {
+  const std::size_t total = kWeights + kBiases;
+  const onebit_adam_auto_freeze_t automatic{1, 0.9, 0};
+  const int port = free_port();
+  auto outcomes = run_ranks(kWorld, [&](int rank) {
+    std::vector<float> p = initial(kWeights, 0), b = initial(kBiases, 1);
+    onebit_comm_t comm = join(rank, port);
+    try {
+      OnebitAdam adam(comm, {{p.data(), kWeights, weights_config()}, {b.data(), kBiases, biases_config()}},
+                      "onebit_adam/momentum", &automatic);
+      OnebitAdam::Checkpoint start;
+      start.m.assign(total, 0.0f);
+      start.v.assign(total, 1.0f);
+      start.freeze_step = -1;                               // undecided
+      start.v_then.assign(total, rank == 3 ? 0.0f : 1.0f);  // rank 3 as if its variance had just begun
+      adam.load(start);
+      const std::vector<float> gw(kWeights, 1.0f), gb(kBiases, 1.0f);  // v stays 1: rank 0..2 measure 0
+      adam.step({gw.data(), gb.data()});
+      const auto& changes = adam.variance_changes();
+      if (changes.size() != 1 || changes[0].first != 0 || changes[0].second != 1.0) {
+        return RANK_FAILED(5, "the change decided on is not rank 3's (1.0)");
+      }
+      RANK_FAILS_IF(adam.freeze_step() != -1 || adam.compressing(), 6);
+    } catch (const CallError& error) {
+      return RANK_FAILED(4, error.what());
+    }
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+}
+
 TEST(OnebitAdamShim, NaNGradientFailsTheStepOnEveryRankAndChangesNothing) {
   const int port = free_port();
   auto outcomes = run_ranks(kWorld, [&](int rank) {

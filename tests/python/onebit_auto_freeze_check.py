@@ -10,6 +10,9 @@ libonebit-preload.so.
 3. "first" + "resume": saved in warmup between two measurements and resumed in fresh processes,
    the run ends bitwise where the uninterrupted one does (the decision, v's snapshot and the
    error-feedback state all travel in state_dict()).
+4. "uneven": rank 0's variance has settled and rank 1's has not (its snapshot loaded as zeros):
+   the decision is the largest change, 1.0, on both ranks, and the warmup goes on — the C core's
+   rule across ranks, which the C++ shim's test AutomaticFreezeWaitsForEveryRanksVariance holds too.
 
     /usr/bin/python3 tests/python/onebit_auto_freeze_check.py BUILD_DIR
 """
@@ -33,6 +36,8 @@ def rank_main(mode, rank, store, out_dir):
     from onebit import OnebitAdam
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    if mode == "uneven":
+        return uneven(rank, out_dir)
     if mode == "fixed":  # docs/usage.md's recipe: the application's logging takes onebit's lines over
         import logging
         logging.basicConfig(filename=os.path.join(out_dir, f"log{rank}.txt"), level=logging.INFO,
@@ -77,12 +82,31 @@ def rank_main(mode, rank, store, out_dir):
     dist.destroy_process_group()
 
 
+def uneven(rank, out_dir):
+    import torch
+    import torch.distributed as dist
+    from onebit import OnebitAdam
+    model = torch.nn.Linear(16, 2)
+    optimizer = OnebitAdam(model.parameters(), freeze_step="auto", freeze_window=1, freeze_threshold=0.9)
+    state = optimizer.state_dict()
+    part = state["onebit"]["parts"]["every"]
+    part["v"] = torch.ones_like(part["v"])
+    part["v_then"] = torch.ones_like(part["v"]) if rank == 0 else torch.zeros_like(part["v"])
+    optimizer.load_state_dict(state)
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)  # v stays about 1: rank 0 measures about 0, rank 1 exactly 1
+    optimizer.step()
+    with open(os.path.join(out_dir, f"uneven{rank}.json"), "w") as f:
+        json.dump({"freeze_step": optimizer.freeze_step, "changes": optimizer.variance_changes}, f)
+    dist.destroy_process_group()
+
+
 def run(mode, tmp, env):
     return run_ranks(__file__, mode, WORLD, tmp, env)
 
 
 def main():
-    if len(sys.argv) == 5 and sys.argv[1] in ("auto", "fixed", "first", "resume"):
+    if len(sys.argv) == 5 and sys.argv[1] in ("auto", "fixed", "first", "resume", "uneven"):
         rank_main(sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4])
         return 0
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
@@ -121,6 +145,11 @@ def main():
                     f"rank {r}: the automatic run differs from freeze_step={freeze}")
             require(np.array_equal(auto, np.load(os.path.join(tmp, f"resume{r}.npy")).view(np.uint32)),
                     f"rank {r}: resumed from a warmup checkpoint, the run differs from the uninterrupted one")
+        run("uneven", tmp, env)
+        for r in range(WORLD):
+            report = json.load(open(os.path.join(tmp, f"uneven{r}.json")))
+            require(report == {"freeze_step": None, "changes": [[0, 1.0]]},
+                    f"rank {r}: the ranks did not decide on the largest change (rank 1's 1.0): {report}")
     print(f"OK: freeze_step='auto' fired after step {freeze - 1} on both ranks (changes "
           f"{[round(c, 3) for _, c in changes]}), bitwise equal to freeze_step={freeze} and to a resume from step {STOP}")
     return 0
