@@ -176,11 +176,16 @@ void Tag::save(float* worker, float* server) const {
   }
 }
 
-void Tag::load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count) {
+void Tag::check_load(std::size_t worker_count) const {
   ONEBIT_CHECK(!has_run(), ONEBIT_INVALID_ARGUMENT, "tag '", name,
-               "' has already run; load its state before its first allreduce");
+               "' has already run; its error feedback loads only before its first allreduce (an optimizer "
+               "that took compressed steps takes no checkpoint: load it into a new one)");
   ONEBIT_CHECK(worker_count == count, ONEBIT_INVALID_ARGUMENT, "tag '", name, "' has ", count,
                " elements; the saved worker error has ", worker_count);
+}
+
+void Tag::load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count) {
+  check_load(worker_count);
   ONEBIT_CHECK((worker != nullptr || worker_count == 0) && (server != nullptr || server_count == 0),
                ONEBIT_INVALID_ARGUMENT, "worker or server is NULL");
   // Saved before the tag's first call (an optimizer checkpointed in warmup): zero worker error and

@@ -84,6 +84,8 @@ struct Tag {
   void saved_sizes(std::size_t* worker_count, std::size_t* server_count) const;
   void save(float* worker, float* server) const;  // zeros before the first call
   void load(const float* worker, std::size_t worker_count, const float* server, std::size_t server_count);
+  // What load() refuses whatever the values: a tag that has run, a worker error of another count.
+  void check_load(std::size_t worker_count) const;
   bool has_run() const { return !states.empty() || !device_states.empty(); }
   // What onebit_tag_stats reports: the calls made — on the device, the larger of those enqueued and
   // those finished there, so that graph replays count. The caller holds `busy`.

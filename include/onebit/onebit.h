@@ -174,6 +174,11 @@ ONEBIT_API onebit_result_t onebit_tag_state_size(const char* name, size_t* worke
 ONEBIT_API onebit_result_t onebit_tag_state_save(const char* name, float* worker, float* server);
 ONEBIT_API onebit_result_t onebit_tag_state_load(const char* name, const float* worker, size_t worker_count,
                                                  const float* server, size_t server_count);
+/* Whether onebit_tag_state_load would take a worker error of `worker_count` floats now, loading
+ * nothing: ONEBIT_SUCCESS, or the refusal it would give (a tag that has already run, another
+ * count), with its message. What a shim asks before it changes anything of a checkpoint's, so
+ * that a refused load leaves the optimizer as it was. */
+ONEBIT_API onebit_result_t onebit_tag_state_check(const char* name, size_t worker_count);
 
 /* In-place allreduce of `count` elements at `buf`. A tagged buffer (same pointer and count) runs the
  * compressed, error-compensated algorithm; any other runs an exact full-precision ring

@@ -204,7 +204,7 @@ class OnebitAdam {
       return "the checkpoint holds " + std::to_string(c.m.size()) + " + " + std::to_string(c.v.size()) +
              " floats of m and v; this optimizer has " + std::to_string(total_);
     }
-    const std::string error_state = error_state_unfit(c.worker_error, c.server_error, total_);
+    const std::string error_state = error_state_unfit(name_, c.worker_error, c.server_error);
     if (!error_state.empty()) return error_state;
     if (automatic_ && c.v_then.size() != total_) {
       return "this optimizer freezes automatically and the checkpoint holds no variance snapshot (saved by one with "

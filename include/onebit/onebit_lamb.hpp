@@ -166,7 +166,7 @@ class OnebitLamb {
               std::to_string(c.layers.size()) + " layers; this optimizer has " + std::to_string(total_) + " and " +
               std::to_string(groups_.size());
     } else {
-      unfit = error_state_unfit(c.worker_error, c.server_error, total_);
+      unfit = error_state_unfit(name_, c.worker_error, c.server_error);
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
     agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit,

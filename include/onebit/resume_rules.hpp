@@ -49,15 +49,14 @@ inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, cons
   if (!unfit.empty()) refuse();
 }
 
-// Why a checkpoint's error feedback cannot be loaded into a tag of `count` elements, or "": the
-// worker error is the tag's count floats, or none at all (saved before the first compressed
-// call), and then there is no server error either. (The server error's length depends on the
-// world size and is checked at the tag's first call.)
-inline std::string error_state_unfit(const std::vector<float>& worker, const std::vector<float>& server,
-                                     std::size_t count) {
-  if (worker.size() == count || (worker.empty() && server.empty())) return "";
-  return "the checkpoint's worker error has " + std::to_string(worker.size()) + " floats (and its server error " +
-         std::to_string(server.size()) + "); this optimizer's tag has " + std::to_string(count);
+// Why a checkpoint's error feedback cannot be loaded into tag `name` now, or "": the C core's
+// refusal (onebit_tag_state_check: a worker error of another count, a tag that has already run).
+// None at all (saved before the first compressed call) always fits. (The server error's length
+// depends on the world size and is checked at the tag's first call.)
+inline std::string error_state_unfit(const std::string& name, const std::vector<float>& worker,
+                                     const std::vector<float>& server) {
+  if (worker.empty() && server.empty()) return "";
+  return onebit_tag_state_check(name.c_str(), worker.size()) == ONEBIT_SUCCESS ? "" : onebit_last_error();
 }
 
 struct ResumedSetting {

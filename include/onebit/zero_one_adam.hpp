@@ -179,7 +179,7 @@ class ZeroOneAdam {
     } else if (onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind) != ONEBIT_SUCCESS) {
       unfit = onebit_last_error();  // the schedule state out of range
     } else {
-      unfit = error_state_unfit(c.worker_error, c.server_error, total_);
+      unfit = error_state_unfit(name_, c.worker_error, c.server_error);
     }
     // Every rank resumes at the same point of the schedule (load is collective).
     agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit,

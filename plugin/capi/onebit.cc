@@ -243,6 +243,15 @@ onebit_result_t onebit_tag_state_load(const char* name, const float* worker, siz
   });
 }
 
+onebit_result_t onebit_tag_state_check(const char* name, size_t worker_count) {
+  return onebit::abi_guard("onebit_tag_state_check", [&] {
+    auto tag = named_tag(name);
+    std::lock_guard<std::mutex> lock(tag->busy);
+    onebit::TagRegistry::instance().drop_aborted_states(*tag);
+    tag->check_load(worker_count);
+  });
+}
+
 onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_t count, onebit_dtype_t dtype, onebit_op_t op) {
   return onebit::abi_guard("onebit_allreduce",
                            [&] { checked(comm).allreduce(buf, count, to_dtype(dtype), to_op(op)); });

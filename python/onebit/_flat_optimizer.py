@@ -722,9 +722,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
         worker, server = part["worker_error"].numel(), part["server_error"].numel()
-        if worker != self._total and (worker or server):  # none at all: saved before the first compressed call
-            return (f"the checkpoint's worker error has {worker} floats (and its server error {server}); this "
-                    f"optimizer's tag has {self._total}")
+        if (worker or server) and self._lib.onebit_tag_state_check(self._name.encode(), ctypes.c_size_t(worker)):
+            return self._lib.onebit_last_error().decode()  # none at all: saved before the first compressed call
         return self._schedule_refusal(part)
 
     def _schedule_refusal(self, part):

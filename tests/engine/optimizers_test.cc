@@ -807,10 +807,40 @@ TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
   expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), one_short), want);
   const auto error_state_of_5 = [](auto& saved) { saved.worker_error.assign(5, 0.0f); };
   expect_on_ranks(rank_1_spoils<OnebitAdam>(p.data(), adam_config, error_state_of_5),
-                  {want[0], {ONEBIT_INVALID_ARGUMENT, "the checkpoint's worker error has 5 floats"}});
+                  {want[0], {ONEBIT_INVALID_ARGUMENT, "elements; the saved worker error has 5"}});
   const auto corrupt = [](ZeroOneAdam::Checkpoint& saved) { saved.schedule.var_interval = 0; };
   expect_on_ranks(rank_1_spoils<ZeroOneAdam>(p.data(), zero_one_config(0), corrupt),
                   {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});
+}
+
+// A checkpoint of 5 steps (past each shim's first compressed call) loaded into the same shim one
+// step later: the tag has run, so its error feedback cannot be taken; every rank refuses in the
+// load's agreement, before anything changes.
+template <typename Shim, typename Config>
+std::function<void(int, onebit_comm_t)> loaded_after_compressed_calls(float* p, Config config) {
+  return [=](int rank, onebit_comm_t comm) {
+    Shim shim(comm, {{p, kTotal, config}});
+    const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
+    for (int t = 0; t < 5; ++t) shim.step({g.data()});
+    const typename Shim::Checkpoint saved = shim.save();
+    throw_unless(!saved.worker_error.empty(), "no compressed call in 5 steps");
+    shim.step({g.data()});
+    try {
+      shim.load(saved);
+    } catch (const CallError&) {
+      throw_unless(shim.steps() == 6, "the refused load changed the step");
+      throw;
+    }
+  };
+}
+
+TEST(ResumeRules, ACheckpointIntoAShimWhoseTagHasRunIsRefusedOnEveryRank) {
+  std::vector<float> p(kTotal, 0.0f);
+  const Outcome refused{ONEBIT_INVALID_ARGUMENT, "has already run; its error feedback loads only before"};
+  const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
+  expect_on_ranks(loaded_after_compressed_calls<OnebitAdam>(p.data(), adam_config), {refused, refused});
+  expect_on_ranks(loaded_after_compressed_calls<OnebitLamb>(p.data(), lamb_config(0)), {refused, refused});
+  expect_on_ranks(loaded_after_compressed_calls<ZeroOneAdam>(p.data(), zero_one_config(0)), {refused, refused});
 }
 
 }  // namespace

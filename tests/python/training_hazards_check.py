@@ -60,7 +60,9 @@ torch.distributed each:
                 a ZeroOneAdam group whose lr was 0 through a sync interval: the sync refused, naming
                 it (before: the C core's bare "learning-rate sum of 0"). A warmup checkpoint resumed
                 with a later freeze_step goes on with it (before: OnebitAdam kept the checkpoint's);
-                a compression-stage one with another freeze_step is refused. A state_dict of torch
+                a compression-stage one with another freeze_step is refused. A checkpoint loaded into
+                an optimizer whose compressed calls have run is refused on every rank with nothing
+                changed (before: step, m, v and param_groups overwritten first). A state_dict of torch
                 Adam, of another onebit optimizer or of another model of the same size:
                 load_state_dict refuses it by name; on one rank only, every rank refuses.
   two-optimizers  OnebitAdam for the body, torch SGD for the head, one DDP with the hook: the head's
@@ -597,6 +599,22 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             optimizer.synchronize()
         same_on_every_rank(torch, dist, flat(model), f"{name}: after the refused steps and the steps after them")
         saved = optimizer.state_dict()
+        # That checkpoint loaded back into this optimizer, whose compressed calls have run since: its
+        # error feedback cannot be taken, which every rank says before anything changes (before:
+        # step, m, v and param_groups were overwritten, then the error feedback refused).
+        fit(torch, model, optimizer, x, y, 1)
+        state, earlier = copy.deepcopy(optimizer.state_dict()), copy.deepcopy(saved)
+        earlier["param_groups"][0]["lr"] = 0.5
+        try:
+            optimizer.load_state_dict(earlier)
+        except ValueError as error:
+            words = "has already run; its error feedback loads only before its first allreduce"
+            require(words in str(error) and "nothing was loaded" in str(error),
+                    f"{name}: a checkpoint into an optimizer past its first compressed step: the refusal does not "
+                    f"say '{words}': {error}")
+        else:
+            raise CheckFailed(f"{name}: a checkpoint with error feedback loaded into a tag that has run")
+        same_state(torch, optimizer.state_dict(), state, f"{name}: after the refused load")
         if kind == "zero_one":  # a group frozen with lr=0 through a sync interval: the sync cannot divide
             optimizer.param_groups[0]["lr"] = 0.0
             try:
@@ -634,7 +652,7 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
             part["worker_error"] = part["worker_error"][:-1]
         for what, theirs, words in (("torch Adam's", torch.optim.Adam(model.parameters()).state_dict(),
                                      "not a onebit optimizer's state_dict"),
-                                    ("an error feedback of another size", spoiled, "the checkpoint's worker error has ")):
+                                    ("an error feedback of another size", spoiled, "elements; the saved worker error has ")):
             loader = make_optimizer(onebit, kind, model.parameters())
             try:
                 loader.load_state_dict(saved if rank == 0 else theirs)

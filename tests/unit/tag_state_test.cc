@@ -145,6 +145,11 @@ TEST(TagState, ACheckpointOfADeviceTagSavesItsStateNotZeros) {
   // success with zeros. It now saves what the device state holds.
   std::vector<float> x(10);
   ASSERT_EQ(onebit_tag("checkpoint/gpu", x.data(), x.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  // Before it runs, onebit_tag_state_check answers what a load would: its count fits, another not.
+  EXPECT_EQ(onebit_tag_state_check("checkpoint/gpu", 10), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_tag_state_check("checkpoint/gpu", 9), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("has 10 elements; the saved worker error has 9"), std::string::npos)
+      << onebit_last_error();
   bool destroyed = false;
   auto tag = TagRegistry::instance().find(x.data());
   tag->device_states[3] = std::make_unique<FakeDeviceState>(10, 8, &destroyed);
@@ -159,7 +164,9 @@ TEST(TagState, ACheckpointOfADeviceTagSavesItsStateNotZeros) {
   // A server array is required when the state has a server part.
   EXPECT_EQ(onebit_tag_state_save("checkpoint/gpu", worker.data(), nullptr), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("server is NULL"), std::string::npos) << onebit_last_error();
-  // A state that ran cannot be overwritten by a load.
+  // A state that ran cannot be overwritten by a load, and the check says so first.
+  EXPECT_EQ(onebit_tag_state_check("checkpoint/gpu", workers), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("has already run"), std::string::npos) << onebit_last_error();
   EXPECT_EQ(onebit_tag_state_load("checkpoint/gpu", worker.data(), workers, server.data(), servers),
             ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("has already run"), std::string::npos) << onebit_last_error();
