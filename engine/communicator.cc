@@ -152,6 +152,11 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, int local_size)
   check_rank_limit(transport_->size());
 }
 
+int Communicator::ranks_per_host_from_environment(int rank, int size) {
+  const int local = resolve_local_size(0, rank, size);
+  return local > 1 && local < size ? local : 1;
+}
+
 Communicator::~Communicator() {
   close();
   TagRegistry::instance().forget_communicator(id_);

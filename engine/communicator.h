@@ -74,6 +74,9 @@ class Communicator {
   int size() const { return transport_->size(); }
   // Ranks per host (1: one per host, or unknown). Ranks h·L … h·L+L−1 share host h.
   int local_size() const { return local_size_; }
+  // The ranks per host a communicator of `size` ranks, this process rank `rank` of it, takes from
+  // the environment (as CommSetup::local_size 0 does): 1 when it compresses flat.
+  static int ranks_per_host_from_environment(int rank, int size);
   // Whether tagged calls run hierarchically: several ranks per host and more than one host.
   bool hierarchical() const { return local_size_ > 1 && local_size_ < size(); }
 

@@ -138,6 +138,11 @@ ONEBIT_API onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size);
  * hierarchically — fp32 within each host, 1-bit between hosts. From ONEBIT_LOCAL_SIZE, else
  * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md). */
 ONEBIT_API onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size);
+/* The ranks per host of the hierarchical compression a communicator of `size` ranks, this process
+ * its rank `rank`, would run when made from the environment by any door (C API, Gloo door, torch
+ * backend) — 1 where it compresses flat — known before it exists. A checkpoint's error feedback
+ * belongs to the chunks of its layout (size, ranks per host): what a shim records and compares. */
+ONEBIT_API onebit_result_t onebit_local_size_from_env(int rank, int size, int* local_size);
 ONEBIT_API onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats);
 
 /* Tags the buffer at `ptr` (`count` elements of `dtype`) as `name`: allreduces of exactly this
@@ -179,6 +184,14 @@ ONEBIT_API onebit_result_t onebit_tag_state_load(const char* name, const float* 
  * count), with its message. What a shim asks before it changes anything of a checkpoint's, so
  * that a refused load leaves the optimizer as it was. */
 ONEBIT_API onebit_result_t onebit_tag_state_check(const char* name, size_t worker_count);
+/* Whether error feedback saved by a job of `saved_size` ranks, `saved_local_size` per host (1:
+ * flat; 0: not recorded, then the size alone is compared), may be loaded into one of `size` ranks,
+ * `local_size` per host (onebit_local_size_from_env, onebit_comm_local_size): ONEBIT_SUCCESS, or
+ * ONEBIT_INVALID_ARGUMENT naming both layouts. Each rank's error feedback belongs to the chunks
+ * its layout gave it: loaded into another, it would be applied to other elements. A checkpoint
+ * without error feedback (saved before the first compressed call) fits any layout. */
+ONEBIT_API onebit_result_t onebit_tag_state_check_layout(int saved_size, int saved_local_size, int size,
+                                                         int local_size);
 
 /* In-place allreduce of `count` elements at `buf`. A tagged buffer (same pointer and count) runs the
  * compressed, error-compensated algorithm; any other runs an exact full-precision ring

@@ -43,6 +43,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -71,6 +72,7 @@ class OnebitAdam {
     std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
     std::int64_t freeze_step = kNotRecorded;        // as decided (automatic freeze: -1 while undecided)
     std::vector<float> v_then;                      // automatic freeze: v at its last measurement
+    std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in
   };
 
   OnebitAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_adam/momentum",
@@ -170,6 +172,7 @@ class OnebitAdam {
     c.v = v_;
     c.freeze_step = freeze_step();
     c.v_then = v_then_;
+    std::tie(c.world_size, c.local_size) = compression_layout(comm_);
     save_tag_state(name_, c.worker_error, c.server_error, /*required=*/compressing());  // none yet in warmup
     return c;
   }
@@ -204,7 +207,8 @@ class OnebitAdam {
       return "the checkpoint holds " + std::to_string(c.m.size()) + " + " + std::to_string(c.v.size()) +
              " floats of m and v; this optimizer has " + std::to_string(total_);
     }
-    const std::string error_state = error_state_unfit(name_, c.worker_error, c.server_error);
+    const std::string error_state =
+        error_state_unfit(comm_, name_, c.worker_error, c.server_error, c.world_size, c.local_size);
     if (!error_state.empty()) return error_state;
     if (automatic_ && c.v_then.size() != total_) {
       return "this optimizer freezes automatically and the checkpoint holds no variance snapshot (saved by one with "

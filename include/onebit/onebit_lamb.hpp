@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,7 @@ class OnebitLamb {
     std::vector<float> m, v, v_fresh;
     std::vector<onebit_lamb_layer_t> layers;
     std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+    std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in
   };
 
   OnebitLamb(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "onebit_lamb/momentum")
@@ -153,6 +155,7 @@ class OnebitLamb {
     c.v = v_;
     c.v_fresh = v_fresh_;
     c.layers = layers_;
+    std::tie(c.world_size, c.local_size) = compression_layout(comm_);
     // Required once a compressed call ran (the first compression step is freeze_step itself).
     save_tag_state(name_, c.worker_error, c.server_error, /*required=*/step_ > groups_[0].config.freeze_step);
     return c;
@@ -166,7 +169,7 @@ class OnebitLamb {
               std::to_string(c.layers.size()) + " layers; this optimizer has " + std::to_string(total_) + " and " +
               std::to_string(groups_.size());
     } else {
-      unfit = error_state_unfit(name_, c.worker_error, c.server_error);
+      unfit = error_state_unfit(comm_, name_, c.worker_error, c.server_error, c.world_size, c.local_size);
     }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
     agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit,

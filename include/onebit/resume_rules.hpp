@@ -17,6 +17,7 @@
 #include <initializer_list>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "onebit/call_error.hpp"
@@ -49,14 +50,31 @@ inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, cons
   if (!unfit.empty()) refuse();
 }
 
-// Why a checkpoint's error feedback cannot be loaded into tag `name` now, or "": the C core's
-// refusal (onebit_tag_state_check: a worker error of another count, a tag that has already run).
-// None at all (saved before the first compressed call) always fits. (The server error's length
-// depends on the world size and is checked at the tag's first call.)
-inline std::string error_state_unfit(const std::string& name, const std::vector<float>& worker,
-                                     const std::vector<float>& server) {
+// The layout `comm` compresses over, {ranks, ranks per host (1: flat)}: the chunks each rank's
+// error feedback belongs to. A checkpoint records it (world_size, local_size).
+inline std::pair<std::int64_t, std::int64_t> compression_layout(onebit_comm_t comm) {
+  int size = 1, local = 1;
+  check_call(onebit_comm_size(comm, &size));
+  check_call(onebit_comm_local_size(comm, &local));
+  return {size, local > 1 && local < size ? local : 1};
+}
+
+// Why a checkpoint's error feedback (`worker`, `server`, saved by a job of `saved_size` ranks,
+// `saved_local` per host) cannot be loaded into tag `name` on `comm` now, or "": the C core's
+// refusals (onebit_tag_state_check: another count, a tag that has already run;
+// onebit_tag_state_check_layout: another layout). None at all (saved before the first compressed
+// call) always fits.
+inline std::string error_state_unfit(onebit_comm_t comm, const std::string& name, const std::vector<float>& worker,
+                                     const std::vector<float>& server, std::int64_t saved_size,
+                                     std::int64_t saved_local) {
   if (worker.empty() && server.empty()) return "";
-  return onebit_tag_state_check(name.c_str(), worker.size()) == ONEBIT_SUCCESS ? "" : onebit_last_error();
+  if (onebit_tag_state_check(name.c_str(), worker.size()) != ONEBIT_SUCCESS) return onebit_last_error();
+  const auto layout = compression_layout(comm);
+  if (saved_size == kNotRecorded) return "";  // a Checkpoint filled by hand, or from before the layout was recorded
+  const int saved_local_size = saved_local == kNotRecorded ? 0 : static_cast<int>(saved_local);
+  const onebit_result_t fits = onebit_tag_state_check_layout(
+      static_cast<int>(saved_size), saved_local_size, static_cast<int>(layout.first), static_cast<int>(layout.second));
+  return fits == ONEBIT_SUCCESS ? "" : onebit_last_error();
 }
 
 struct ResumedSetting {

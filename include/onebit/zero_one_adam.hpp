@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,8 +59,9 @@ class ZeroOneAdam {
     // The schedule's settings it was saved under (resume_rules.hpp; kNotRecorded: not recorded).
     std::int64_t var_freeze_step = kNotRecorded, var_update_scaler = kNotRecorded, local_step_scaler = kNotRecorded,
                  local_step_clipper = kNotRecorded;
-    std::vector<float> m, v, u, params_at_sync, lrs;  // lrs: one per group
-    std::vector<float> worker_error, server_error;    // this rank's; empty before any compressed call
+    std::vector<float> m, v, u, params_at_sync, lrs;                    // lrs: one per group
+    std::vector<float> worker_error, server_error;                      // this rank's; empty before any compressed call
+    std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in
   };
 
   ZeroOneAdam(onebit_comm_t comm, std::vector<ParamGroup> groups, std::string name = "zero_one_adam/buffer")
@@ -163,6 +165,7 @@ class ZeroOneAdam {
     c.u = buffer_;
     c.params_at_sync = params_at_sync_;
     c.lrs = lrs_;
+    std::tie(c.world_size, c.local_size) = compression_layout(comm_);
     // None when no compressed call ran since the tag was (re)made.
     save_tag_state(name_, c.worker_error, c.server_error, /*required=*/false);
     return c;
@@ -179,7 +182,7 @@ class ZeroOneAdam {
     } else if (onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind) != ONEBIT_SUCCESS) {
       unfit = onebit_last_error();  // the schedule state out of range
     } else {
-      unfit = error_state_unfit(name_, c.worker_error, c.server_error);
+      unfit = error_state_unfit(comm_, name_, c.worker_error, c.server_error, c.world_size, c.local_size);
     }
     // Every rank resumes at the same point of the schedule (load is collective).
     agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit,

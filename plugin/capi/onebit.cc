@@ -169,6 +169,14 @@ onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size) {
   });
 }
 
+onebit_result_t onebit_local_size_from_env(int rank, int size, int* local_size) {
+  return onebit::abi_guard("onebit_local_size_from_env", [&] {
+    ONEBIT_CHECK(local_size != nullptr, ONEBIT_INVALID_ARGUMENT, "local_size is NULL");
+    ONEBIT_CHECK(size >= 1 && rank >= 0 && rank < size, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " of ", size);
+    *local_size = onebit::Communicator::ranks_per_host_from_environment(rank, size);
+  });
+}
+
 onebit_result_t onebit_comm_stats(onebit_comm_t comm, onebit_stats_t* stats) {
   return onebit::abi_guard("onebit_comm_stats", [&] {
     ONEBIT_CHECK(stats != nullptr, ONEBIT_INVALID_ARGUMENT, "stats is NULL");
@@ -249,6 +257,29 @@ onebit_result_t onebit_tag_state_check(const char* name, size_t worker_count) {
     std::lock_guard<std::mutex> lock(tag->busy);
     onebit::TagRegistry::instance().drop_aborted_states(*tag);
     tag->check_load(worker_count);
+  });
+}
+
+namespace {
+std::string describe_layout(int size, int local_size) {
+  return std::to_string(size) + " ranks" +
+         (local_size <= 0   ? ""
+          : local_size == 1 ? ", flat"
+                            : ", " + std::to_string(local_size) + " per host");
+}
+}  // namespace
+
+onebit_result_t onebit_tag_state_check_layout(int saved_size, int saved_local_size, int size, int local_size) {
+  return onebit::abi_guard("onebit_tag_state_check_layout", [&] {
+    ONEBIT_CHECK(saved_size >= 1 && size >= 1 && local_size >= 1, ONEBIT_INVALID_ARGUMENT, "layouts of ", saved_size,
+                 " ranks (", saved_local_size, " per host) and ", size, " (", local_size,
+                 " per host): sizes and this job's ranks per host must be 1 or more");
+    const bool same = saved_size == size && (saved_local_size <= 0 || saved_local_size == local_size);
+    ONEBIT_CHECK(same, ONEBIT_INVALID_ARGUMENT, "saved by a job of ", describe_layout(saved_size, saved_local_size),
+                 ", loading into one of ", describe_layout(size, local_size),
+                 ": each rank's error feedback belongs to the chunks of the layout it was made in. Resume with that "
+                 "layout, or drop the error feedback (Python: load_state_dict(..., reset_error_feedback=True); C++: "
+                 "a Checkpoint with empty worker_error and server_error; docs/usage.md, \"Restarting a job\")");
   });
 }
 

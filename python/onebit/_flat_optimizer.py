@@ -628,9 +628,19 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 parts = {self._rank: part}
                 if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
                     self._warn_rank_state_only()
-        state["onebit"] = dict(world_size=self._world, saved_by=self._rank, parts=parts, optimizer=self._who,
-                               parameter_shapes_crc32=self._shapes_crc32())
+        state["onebit"] = dict(world_size=self._world, local_size=self._layout()[1], saved_by=self._rank, parts=parts,
+                               optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32())
         return state
+
+    def _layout(self):
+        """(ranks, ranks per host) of this optimizer's compressed calls: the chunks each rank's error
+        feedback belongs to. Ranks per host as the C core takes them from the environment (1: flat;
+        the device path compresses flat)."""
+        if self._device.type == "cuda":
+            return self._world, 1
+        local = ctypes.c_int()
+        _check(self._lib, self._lib.onebit_local_size_from_env(self._rank, self._world, ctypes.byref(local)))
+        return self._world, local.value
 
     def adam_state_dict(self) -> Dict[str, Any]:
         """This rank's moments as torch.optim.Adam's state_dict(): the param_groups, and for each
@@ -669,17 +679,20 @@ class _FlatOptimizer(torch.optim.Optimizer):
                        "saves for all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() "
                        "on every rank first — onebit.integrations do (docs/usage.md, \"Restarting a job\")")
 
-    def _split_state_dict(self, state_dict):
+    def _split_state_dict(self, state_dict, reset_error_feedback=False):
         """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,
         nothing changed yet. Collective: whether every rank can load its part is agreed first, so a
         checkpoint one rank refuses (each rank may load its own file) or that lacks one rank's part
         is an error on every rank — not one rank's error and the others' wait in the next
-        collective."""
+        collective. `reset_error_feedback`: the parts' error feedback dropped first (any layout
+        then loads; a rank the checkpoint has no part of takes the lowest rank's)."""
         state_dict = dict(state_dict)
         saved = state_dict.pop("onebit", None)
         state_dict["state"] = {}  # torch's per-parameter state, if any (adam_state_dict()'s): the part is onebit's
         if saved is not None and "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        if saved is not None and reset_error_feedback:
+            saved = self._without_error_feedback(saved)
         part = None if saved is None else saved["parts"].get(self._rank, saved["parts"].get("every"))
         refusal = self._refusal_of(saved, part)
         rows = self._every_rank([int(refusal is not None), int(refusal is None and part is None)])
@@ -699,6 +712,22 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              "rank first (onebit.integrations do)")
         return state_dict, part
 
+    def _without_error_feedback(self, saved):
+        """`saved` with every part's error feedback dropped (load_state_dict(reset_error_feedback=True)),
+        and a part for this rank if it had none (the lowest rank's: m, v and the schedule are every
+        rank's). Rank 0 warns once of what it costs, if there was any to drop."""
+        if any(map(_holds_error_feedback, saved["parts"].values())) and self._rank == 0:
+            logger.warning(f"{self._who}.load_state_dict(reset_error_feedback=True): the checkpoint's error feedback "
+                           f"(saved by a job of {saved['world_size']} ranks) is dropped; "
+                           "the compressed steps that follow do not repay the compression error it held, a small "
+                           "one-off perturbation of the momentum (docs/usage.md, \"Restarting a job\")")
+        empty = torch.zeros(0)
+        parts = {key: dict(p, worker_error=empty, server_error=empty, compressed=False)
+                 for key, p in saved["parts"].items()}
+        if self._rank not in parts and "every" not in parts and parts:
+            parts[self._rank] = parts[min(parts, key=lambda key: (not isinstance(key, int), key))]
+        return dict(saved, parts=parts)
+
     def _refusal_of(self, saved, part):
         """Why this optimizer cannot load the "onebit" entry `saved` of a state_dict (this rank's
         `part` of it, None if it has none), or None."""
@@ -714,9 +743,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if crc is not None and crc != mine:
             return (f"the checkpoint's parameters have other shapes (CRC-32 of the shapes {crc}, this optimizer's "
                     f"{mine}): saved for another model, or with the parameters in another order")
-        if saved["world_size"] != self._world:
-            return (f"saved by a job of {saved['world_size']} ranks, loading into one of {self._world}: the error "
-                    f"feedback is per rank; resume with {saved['world_size']} ranks")
+        if any(map(_holds_error_feedback, saved["parts"].values())) and self._lib.onebit_tag_state_check_layout(
+                saved["world_size"], saved.get("local_size", 0), *self._layout()):
+            return self._lib.onebit_last_error().decode()
         if part is None:
             return None
         if part["m"].numel() != self._total:
@@ -774,6 +803,12 @@ def _schedule_change_refusal(step, freeze, inclusive, settings=(), hint=""):
     return (f"the checkpoint (after step {step}) was saved with {said}{f' ({hint})' if hint else ''}: its stage "
             f"and counters were made under those values ({name} can change on resume only from a checkpoint before "
             "the freeze under both). Make the optimizer with the checkpoint's values")
+
+
+def _holds_error_feedback(part):
+    """Whether a checkpoint's part holds error feedback: a server error, or a worker error not all
+    zeros (a tag saved before its first compressed call has zeros, as a fresh one starts from)."""
+    return part["server_error"].numel() > 0 or bool(part["worker_error"].any())
 
 
 def _float_bits(value):

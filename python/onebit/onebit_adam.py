@@ -47,7 +47,6 @@ import ctypes
 import struct
 from typing import Any, Dict, Literal, Optional, Tuple, Union
 
-import torch
 import torch.distributed as dist
 
 from . import _capi, _check
@@ -344,12 +343,14 @@ class OnebitAdam(_FlatOptimizer):
                     "step off, the bias correction changed); make the optimizer as the run was made")
         return None if self._v_then is not None else self._freeze_step_refusal(part["step"], part.get("freeze_step"))
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads).
-        The checkpoint must hold this rank's part (every rank's after consolidate_state_dict(), or
-        the one all share before the first compressed step); its schedule and bias_correction must
-        match this optimizer's, checked on every rank before anything changes."""
-        state_dict, saved = self._split_state_dict(state_dict)
+    def load_state_dict(self, state_dict: Dict[str, Any], reset_error_feedback: bool = False) -> None:
+        """Resumes from a state_dict() (a collective: every rank loads). The checkpoint must hold
+        this rank's part (every rank's after consolidate_state_dict(), or the one all share before
+        the first compressed step); its schedule and bias_correction must match this optimizer's,
+        checked on every rank before anything changes. Error feedback loads only into the layout
+        (ranks, ranks per host) it was made in; reset_error_feedback=True drops it, so that a job
+        resized or laid out anew goes on (rank 0 warns once)."""
+        state_dict, saved = self._split_state_dict(state_dict, reset_error_feedback)
         # "auto": the checkpoint's decision (or its undecided state) goes on; a fixed one is this
         # optimizer's (_schedule_refusal has refused one the checkpoint's stage contradicts).
         freeze_step = saved.get("freeze_step", self._freeze_step) if self._v_then is not None else self._freeze_step

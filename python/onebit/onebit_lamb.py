@@ -231,10 +231,11 @@ class OnebitLamb(_FlatOptimizer):
             return f"the checkpoint has {len(part['layers'])} layers, this optimizer {len(self._layers)}"
         return self._freeze_step_refusal(part["step"], part.get("freeze_step"))
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
-        checked on every rank before anything changes."""
-        state_dict, saved = self._split_state_dict(state_dict)
+    def load_state_dict(self, state_dict: Dict[str, Any], reset_error_feedback: bool = False) -> None:
+        """Resumes from a state_dict() (a collective: every rank loads), checked on every rank
+        before anything changes. Error feedback loads only into the layout (ranks, ranks per host)
+        it was made in; reset_error_feedback=True drops it (rank 0 warns once)."""
+        state_dict, saved = self._split_state_dict(state_dict, reset_error_feedback)
         self._agree_on_schedule(step=saved["step"])  # before anything changes
         super().load_state_dict(state_dict)
         self._load_error_state(saved["worker_error"], saved["server_error"])

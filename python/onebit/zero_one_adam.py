@@ -292,10 +292,12 @@ class ZeroOneAdam(_FlatOptimizer):
                                                              ctypes.byref(schedule), ctypes.byref(kind)))
         return schedule
 
-    def load_state_dict(self, state_dict: Dict[str, Any]) -> None:
-        """Resumes from a state_dict() of a job of the same size (a collective: every rank loads),
-        schedule, buffers and error feedback; checked on every rank before anything changes."""
-        state_dict, saved = self._split_state_dict(state_dict)
+    def load_state_dict(self, state_dict: Dict[str, Any], reset_error_feedback: bool = False) -> None:
+        """Resumes from a state_dict() (a collective: every rank loads): schedule, buffers and error
+        feedback, checked on every rank before anything changes. Error feedback loads only into the
+        layout (ranks, ranks per host) it was made in; reset_error_feedback=True drops it (rank 0
+        warns once)."""
+        state_dict, saved = self._split_state_dict(state_dict, reset_error_feedback)
         schedule = self._loaded_schedule(saved)
         self._agree_on_schedule(schedule)  # before anything changes
         super().load_state_dict(state_dict)

@@ -834,6 +834,37 @@ std::function<void(int, onebit_comm_t)> loaded_after_compressed_calls(float* p, 
   };
 }
 
+// A checkpoint of 5 steps, its recorded layout changed to 2 hosts of 2 ranks, loaded into a fresh
+// shim of 2 ranks, flat: its error feedback belongs to other chunks; every rank refuses.
+template <typename Shim, typename Config>
+std::function<void(int, onebit_comm_t)> loaded_into_another_layout(float* p, Config config) {
+  return [=](int rank, onebit_comm_t comm) {
+    typename Shim::Checkpoint saved;
+    {
+      Shim shim(comm, {{p, kTotal, config}});
+      const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
+      for (int t = 0; t < 5; ++t) shim.step({g.data()});
+      saved = shim.save();
+    }
+    throw_unless(saved.world_size == 2 && saved.local_size == 1, "the layout saved is not 2 ranks, flat");
+    saved.world_size = 4;
+    saved.local_size = 2;
+    Shim shim(comm, {{p, kTotal, config}});
+    shim.load(saved);
+  };
+}
+
+TEST(ResumeRules, ErrorFeedbackOfAnotherLayoutIsRefusedOnEveryRank) {
+  std::vector<float> p(kTotal, 0.0f);
+  const Outcome refused{ONEBIT_INVALID_ARGUMENT,
+                        "saved by a job of 4 ranks, 2 per host, loading into one of 2 ranks, flat: each rank's error "
+                        "feedback belongs to the chunks"};
+  const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
+  expect_on_ranks(loaded_into_another_layout<OnebitAdam>(p.data(), adam_config), {refused, refused});
+  expect_on_ranks(loaded_into_another_layout<OnebitLamb>(p.data(), lamb_config(0)), {refused, refused});
+  expect_on_ranks(loaded_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0)), {refused, refused});
+}
+
 TEST(ResumeRules, ACheckpointIntoAShimWhoseTagHasRunIsRefusedOnEveryRank) {
   std::vector<float> p(kTotal, 0.0f);
   const Outcome refused{ONEBIT_INVALID_ARGUMENT, "has already run; its error feedback loads only before"};
