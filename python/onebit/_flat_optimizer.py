@@ -290,6 +290,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
             self._read_parameters()
             self._gather_gradients()
         self._flat_step()
+        self._unscaled_gradients = None  # the step is taken: the next one's gradients are new
         if self._in_place:
             for p in self._params():
                 _increment_version(p)  # as the copy back would have: autograd sees the parameter changed
@@ -303,6 +304,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
     # taken, they skip per rank as before (docs/usage.md, "A step fails on NaN or Inf").
     _step_supports_amp_scaling = int(torch.__version__.split(".")[0]) >= 2
     _scales_may_differ = False  # a step was skipped for an overflow on some ranks only
+    _unscaled_gradients = None  # the gradients a step that then failed unscaled, and their versions
 
     def _skipped_for_loss_scaling(self):
         """Under torch.amp.GradScaler: whether this step is skipped, on every rank alike; if not,
@@ -327,12 +329,25 @@ class _FlatOptimizer(torch.optim.Optimizer):
             return True
         if self._world > 1 and self._gradients_averaged_by_hook and self._wants_averaged_gradients:
             self._refuse_differing_scales(scale, [r[1] for r in rows])
-        if scale is not None:
+        if scale is not None and not self._unscaled_already():
             inverse = scale.double().reciprocal().float().to(self._device)
             for p in self._params():
                 if p.grad is not None:
                     p.grad.mul_(inverse)
+            # Kept until the step is taken: a step that fails after this, retried by GradScaler on
+            # the same gradients (it sets grad_scale again), must not unscale them twice.
+            self._unscaled_gradients = [(p.grad, None if p.grad is None else p.grad._version) for p in self._params()]
         return False
+
+    def _unscaled_already(self):
+        """Whether every parameter's gradient is the very tensor, at the same version, that this
+        optimizer unscaled in a step that then failed: a gradient replaced or changed in place (a
+        backward pass, zero_grad) no longer is. (The tensors are held, so none can be new at the
+        same address.)"""
+        kept = self._unscaled_gradients
+        return kept is not None and len(kept) == len(list(self._params())) and all(
+            p.grad is grad and (grad is None or grad._version == version)
+            for p, (grad, version) in zip(self._params(), kept))
 
     def _refuse_differing_scales(self, scale, scale_bits):
         """On a step whose gradients DDP averaged while scaled (ZeroOneAdam's variance steps, which

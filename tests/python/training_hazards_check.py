@@ -48,7 +48,8 @@ torch.distributed each:
                 DTensor). Every optimizer's constructor refuses, naming the parameter and FSDP. The
                 kinds this torch cannot make on the CPU are skipped; none at all is a skip.
   scaler        torch.amp.GradScaler (loss scaling, on the CPU) with OnebitAdam and OnebitLamb under
-                DDP and the hook: without overflow bitwise the unscaled run; an overflow on rank 1
+                DDP and the hook: without overflow bitwise the unscaled run, also when a compressed
+                step fails once and is retried (before: unscaled twice); an overflow on rank 1
                 only, in the compression stage, skips that step on every rank (before: rank 0
                 waited in the compressed all_reduce until the timeout) and the ranks stay equal.
   deepspeed     OnebitAdam(deepspeed_schedule=True, freeze_step=4) is bitwise the default schedule
@@ -850,7 +851,7 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
     if GradScaler is None:
         raise Skipped(f"torch {torch.__version__} has no torch.amp.GradScaler for the CPU")
 
-    def run(kind, scaled, overflow_at=None, unscale=False):
+    def run(kind, scaled, overflow_at=None, unscale=False, fail_at=None):
         torch.manual_seed(3)
         model = torch.nn.Linear(16, 4)
         ddp = torch.nn.parallel.DistributedDataParallel(model)
@@ -869,16 +870,34 @@ def scaler_case(mode, rank, torch, dist, onebit, out):
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)
             before = flat(model).clone()
+            if step == fail_at:  # the compressed all_reduce fails once (a peer timed out, say); the step is retried
+                optimizer._average_tagged = fail_once(optimizer)
+                try:
+                    scaler.step(optimizer)
+                except RuntimeError as error:
+                    require("failed once" in str(error), f"not the failure made: {error}")
+                else:
+                    raise CheckFailed("the failing step did not fail")
             scaler.step(optimizer)
             scaler.update()
             skipped.append(torch.equal(flat(model), before))
         optimizer.close()
         return flat(model), skipped
+
+    def fail_once(optimizer):
+        def fail(*args, **kwargs):
+            del optimizer._average_tagged  # the class's again
+            raise RuntimeError("the compressed all_reduce failed once")
+        return fail
     for kind, name in (("adam", "OnebitAdam"), ("lamb", "OnebitLamb")):
         plain, _ = run(kind, False)
         scaled, skipped = run(kind, True)
         require(torch.equal(plain, scaled), f"{name}: GradScaler without overflow differs from the unscaled run")
         require(not any(skipped), f"{name}: a step was skipped without overflow: {skipped}")
+        # A compressed step that failed and is retried unscales the gradients once (before: twice,
+        # as if by the square of the scale).
+        retried, _ = run(kind, True, fail_at=FREEZE + 1)
+        require(torch.equal(plain, retried), f"{name}: a retried step under GradScaler differs from the unscaled run")
         for unscale in (False, True):
             overflowed, skipped = run(kind, True, overflow_at=FREEZE + 1, unscale=unscale)
             require(skipped == [i == FREEZE + 1 for i in range(FREEZE + 4)],
