@@ -16,6 +16,7 @@ silently.
 
     lower_launches.py SOURCE.cu OUTPUT.cc
 """
+import os
 import re
 import sys
 
@@ -43,6 +44,8 @@ def main():
     for number, line in enumerate(lowered.splitlines(), 1):
         if "<<<" in line or ">>>" in line:
             sys.exit(f"{source}:{number}: a launch lower_launches.py could not rewrite: {line.strip()}")
+    # Its folder may not exist yet: Ninja makes a custom command's output folders, Make does not.
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     with open(output, "w") as f:
         f.write(f'#line 1 "{source}"\n{lowered}')
 
