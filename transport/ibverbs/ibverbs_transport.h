@@ -68,7 +68,6 @@ class IbverbsTransport final : public Transport {
   void abort(onebit_result_t code, const std::string& why) override;
 
   // "mlx5_0:1 (RoCE, GID index 3)", for logs and onebit-info.
-  const std::string& device_description() const { return description_; }
 
  private:
   struct Device;

@@ -182,8 +182,6 @@ class PendingNetConnect;
 // Starts or continues connecting to `handle` (its `pending` field holds the state between
 // calls). Returns the comm once every socket is connected and has sent its hello.
 std::unique_ptr<NetComm> connect_step(NetHandle& handle);
-// Frees a connect that NCCL abandoned (handle destroyed without finishing). Not normally needed.
-void abandon_connect(NetHandle& handle);
 
 std::string describe(const NetHandle& handle);
 

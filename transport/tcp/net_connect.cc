@@ -116,9 +116,4 @@ std::unique_ptr<NetComm> connect_step(NetHandle& handle) {
   return comm;
 }
 
-void abandon_connect(NetHandle& handle) {
-  delete static_cast<PendingNetConnect*>(handle.pending);
-  handle.pending = nullptr;
-}
-
 }  // namespace onebit::transport::tcp
