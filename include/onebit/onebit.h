@@ -321,6 +321,23 @@ ONEBIT_API int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_
 ONEBIT_API int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_freeze_t* config, int64_t step,
                                                         const double* changes, size_t ranks, double* decided);
 
+/* ---- What the shims say ----
+ * The words every optimizer shim (C++ and Python) uses, written once here. Each writes its text
+ * into `text` (at most text_size bytes, NUL included; cut short if it does not fit, as snprintf
+ * does) and its whole length, without the NUL, into *length (may be NULL).
+ * onebit_freeze_report: the line rank 0 logs when the variance freezes, "<who>: variance frozen
+ * from step S; D of N elements are dormant" and, when D > 0, why and in which groups — dormant[g]
+ * of counts[g] elements of group g (onebit_dormant_count, or its device twin, per group).
+ * onebit_step_failure_text: the message of a compressed step that failed with `code` and the
+ * message `error`, "<who> step S (<stage>): <error>", and for ONEBIT_NUMERIC_ERROR the likely
+ * causes (docs/usage.md, "A step fails on NaN or Inf"). */
+ONEBIT_API onebit_result_t onebit_freeze_report(const char* who, int64_t step, const size_t* dormant,
+                                                const size_t* counts, size_t groups, char* text, size_t text_size,
+                                                size_t* length);
+ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t step, const char* stage,
+                                                    onebit_result_t code, const char* error, char* text,
+                                                    size_t text_size, size_t* length);
+
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its
  * first step() call is an initialisation that moves nothing, so its schedule runs one call behind).

@@ -2,15 +2,18 @@
 // measures and auto freeze, 0/1 Adam and 1-bit LAMB, each entry point a guarded call into optim/.
 #include "onebit/onebit.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "optim/frozen_variance.h"
 #include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
 #include "optim/onebit_lamb.h"
+#include "optim/reports.h"
 #include "optim/tiled_sums.h"
 #include "optim/zero_one_adam.h"
 #include "plugin/capi/abi_guard.h"
@@ -29,6 +32,17 @@ onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   const onebit::optim::AutoFreeze config{c->window, c->threshold, c->max_step};
   onebit::optim::check(config);
   return config;
+}
+
+// `made` into text[0, text_size) as snprintf would write it, its whole length into *length.
+void copy_text(const std::string& made, char* text, size_t text_size, size_t* length) {
+  ONEBIT_CHECK(text != nullptr || text_size == 0, ONEBIT_INVALID_ARGUMENT, "text is NULL (text_size ", text_size, ")");
+  if (text_size > 0) {
+    const std::size_t kept = std::min(made.size(), text_size - 1);
+    std::copy_n(made.data(), kept, text);
+    text[kept] = '\0';
+  }
+  if (length != nullptr) *length = made.size();
 }
 
 }  // namespace
@@ -118,6 +132,24 @@ int64_t onebit_adam_auto_freeze_decide(const onebit_adam_auto_freeze_t* config, 
   onebit::abi_guard("onebit_adam_auto_freeze_decide",
                     [&] { answer = onebit::optim::decide(to_auto_freeze(config), step, change); });
   return answer;
+}
+
+onebit_result_t onebit_freeze_report(const char* who, int64_t step, const size_t* dormant, const size_t* counts,
+                                     size_t groups, char* text, size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_freeze_report", [&] {
+    ONEBIT_CHECK(who != nullptr && (groups == 0 || (dormant != nullptr && counts != nullptr)), ONEBIT_INVALID_ARGUMENT,
+                 "who, dormant and counts must not be NULL");
+    copy_text(onebit::optim::freeze_report(who, step, dormant, counts, groups), text, text_size, length);
+  });
+}
+
+onebit_result_t onebit_step_failure_text(const char* who, int64_t step, const char* stage, onebit_result_t code,
+                                         const char* error, char* text, size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_step_failure_text", [&] {
+    ONEBIT_CHECK(who != nullptr && stage != nullptr && error != nullptr, ONEBIT_INVALID_ARGUMENT,
+                 "who, stage and error must not be NULL");
+    copy_text(onebit::optim::step_failure(who, step, stage, code, error), text, text_size, length);
+  });
 }
 
 int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_freeze_t* config, int64_t step,

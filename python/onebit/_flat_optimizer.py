@@ -214,15 +214,23 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _step_failure(self, error, step, stage):
         """The error of a failed compressed all_reduce, with the step, its stage, and for NaN or Inf
-        the likely causes (docs/usage.md, "A step fails on NaN or Inf"). An OnebitError (the onebit
-        backend's) stays one, with its code."""
-        text = f"{self._who} step {step} ({stage}): {error}"
-        if "NaN or Inf" in str(error):
-            text += (". A momentum turned non-finite: the loss diverged (learning rate too high for the compression "
-                     "stage, or the variance frozen before it settled: a later freeze_step), a non-finite gradient "
-                     "(fp16 overflow, bad data), or a NaN in the parameters. Nothing changed in this step; see "
-                     "docs/usage.md, \"A step fails on NaN or Inf\"")
+        the likely causes, in the C core's words (onebit_step_failure_text). An OnebitError (the
+        onebit backend's) stays one, with its code; another door's error says NaN or Inf in its text."""
+        code = error.code if isinstance(error, OnebitError) else (
+            OnebitError.NUMERIC_ERROR if "NaN or Inf" in str(error) else OnebitError.REMOTE_ERROR)
+        text = self._core_text("onebit_step_failure_text", self._who.encode(), ctypes.c_int64(step), stage.encode(),
+                               code, str(error).encode())
         return OnebitError(error.code, text) if isinstance(error, OnebitError) else RuntimeError(text)
+
+    def _core_text(self, name, *args):
+        """A text the C core writes (onebit.h, "What the shims say"): `name`(*args, text, size, &length)."""
+        function, length = getattr(self._lib, name), ctypes.c_size_t()
+        text = ctypes.create_string_buffer(512)
+        _check(self._lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
+        if length.value >= len(text):
+            text = ctypes.create_string_buffer(length.value + 1)
+            _check(self._lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
+        return text.value.decode()
 
     def _report_freeze(self, step, variance):
         """Rank 0's one line when the variance freezes: how many elements are dormant (sqrt(v) <= eps,
@@ -236,14 +244,11 @@ class _FlatOptimizer(torch.optim.Optimizer):
         self.dormant_elements = sum(counts)
         if self._rank != 0:
             return
-        line = (f"{self._who}: variance frozen from step {step}; {self.dormant_elements} of {self._total} "
-                "elements are dormant")
-        if self.dormant_elements:
-            which = ", ".join(f"group {g} ({c} of {hi - lo})" for g, (c, (lo, hi)) in enumerate(zip(counts, self._ranges))
-                              if c)
-            line += (" (sqrt(v) <= eps: no gradient reached them) and take no momentum step, only weight decay: "
-                     + which)
-        logger.info(line)
+        groups = len(counts)
+        logger.info(self._core_text("onebit_freeze_report", self._who.encode(), ctypes.c_int64(step),
+                                    (ctypes.c_size_t * groups)(*counts),
+                                    (ctypes.c_size_t * groups)(*(hi - lo for lo, hi in self._ranges)),
+                                    ctypes.c_size_t(groups)))
 
     def _warn_if_averaged_twice(self, local):
         """First full-precision step without the DDP hook: if the gradients came in already equal on

@@ -254,6 +254,36 @@ TEST(FrozenVariance, FreezeReportNamesTheDormantElementsByGroup) {
   }
 }
 
+// The C core's texts are written as snprintf writes: cut to the buffer, NUL-terminated, the whole
+// length told. A compressed step's failure names the step and stage, and for NaN or Inf the causes.
+TEST(FrozenVariance, TheCoresTextsFitAnyBuffer) {
+  const std::size_t dormant[] = {1}, counts[] = {9};
+  char text[16];
+  std::size_t length = 0;
+  ASSERT_EQ(onebit_freeze_report("w", 4, dormant, counts, 1, text, sizeof(text), &length), ONEBIT_SUCCESS);
+  EXPECT_STREQ(text, "w: variance fro");
+  const std::string whole =
+      "w: variance frozen from step 4; 1 of 9 elements are dormant (sqrt(v) <= eps: no gradient "
+      "reached them) and take no momentum step, only weight decay: group 0 (1 of 9)";
+  EXPECT_EQ(length, whole.size());
+  std::vector<char> room(whole.size() + 1, 'x');
+  ASSERT_EQ(onebit_freeze_report("w", 4, dormant, counts, 1, room.data(), room.size(), &length), ONEBIT_SUCCESS);
+  EXPECT_EQ(std::string(room.data()), whole);
+  EXPECT_EQ(onebit_freeze_report("w", 4, dormant, counts, 1, nullptr, 0, &length), ONEBIT_SUCCESS);
+  EXPECT_EQ(length, whole.size());
+  EXPECT_EQ(onebit_freeze_report("w", 4, nullptr, counts, 1, text, sizeof(text), &length), ONEBIT_INVALID_ARGUMENT);
+  const CallError numeric = step_failure(ONEBIT_NUMERIC_ERROR, "a scale is NaN or Inf", "w", 7, "compression stage");
+  EXPECT_EQ(numeric.code(), ONEBIT_NUMERIC_ERROR);
+  EXPECT_EQ(std::string(numeric.what())
+                .rfind("w step 7 (compression stage): a scale is NaN or Inf. A momentum turned "
+                       "non-finite",
+                       0),
+            0u)
+      << numeric.what();
+  const CallError timeout = step_failure(ONEBIT_TIMEOUT, "rank 1 did not answer", "w", 7, "compression stage");
+  EXPECT_STREQ(timeout.what(), "w step 7 (compression stage): rank 1 did not answer");
+}
+
 TEST(FrozenVariance, OnebitAdamHoldsDormantAndClipsTheRest) {
   const AdamConfig c{0.01f, 0.9f, 0.999f, kEps, 0.1f, 0};
   const float bound = bound_of(c.beta1, c.beta2);
