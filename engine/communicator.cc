@@ -28,8 +28,10 @@ const CommSetup& within_rank_limit(const CommSetup& setup) {
 // (CommSetup::local_size); otherwise ONEBIT_LOCAL_SIZE, else torchrun's LOCAL_WORLD_SIZE, for a
 // communicator of the job's whole world only: a subgroup's ranks are not numbered host by host.
 // A value onebit's own variable (or the caller) sets must fit, or the communicator is refused;
-// torchrun's, which the user did not set for onebit, falls back to flat with a warning.
-int resolve_local_size(int requested, int rank, int size) {
+// torchrun's, which the user did not set for onebit, falls back to flat with a warning. `say`:
+// log what was decided (a communicator's making does; a question asked again, as a checkpoint's
+// layout is, does not repeat it).
+int resolve_local_size(int requested, int rank, int size, bool say = true) {
   std::string from = "the communicator's local_size";
   long long local = requested;
   bool explicit_value = true;
@@ -45,14 +47,15 @@ int resolve_local_size(int requested, int rank, int size) {
       if (local < 0) return 1;
     }
     if (env_world >= 0 && env_world != size) {
-      ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": ", from, "=", local, " is for the job's ", env_world,
-                 " ranks; this communicator of ", size, " compresses flat");
+      if (say)
+        ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": ", from, "=", local, " is for the job's ", env_world,
+                   " ranks; this communicator of ", size, " compresses flat");
       return 1;
     }
   }
   auto refuse = [&](const std::string& why) {
     if (explicit_value) fail(ONEBIT_INVALID_ARGUMENT, "rank ", rank, "/", size, ": ", from, "=", local, " ", why);
-    ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", from, "=", local, " ", why, "; compressing flat");
+    if (say) ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", from, "=", local, " ", why, "; compressing flat");
     return 1;
   };
   if (local < 1) return refuse("is not a number of ranks per host (1 or more)");
@@ -69,7 +72,7 @@ int resolve_local_size(int requested, int rank, int size) {
                     ": the ranks are not numbered host by host (h*L ... h*L+L-1)");
     }
   }
-  if (local > 1 && local < size) {
+  if (say && local > 1 && local < size) {
     ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": hierarchical compression, ", local, " ranks per host (", from, "), ",
                size / local, " hosts");
   }
@@ -153,7 +156,7 @@ Communicator::Communicator(std::unique_ptr<Transport> transport, int local_size)
 }
 
 int Communicator::ranks_per_host_from_environment(int rank, int size) {
-  const int local = resolve_local_size(0, rank, size);
+  const int local = resolve_local_size(0, rank, size, /*say=*/false);
   return local > 1 && local < size ? local : 1;
 }
 

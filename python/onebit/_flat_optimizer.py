@@ -656,7 +656,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """(ranks, ranks per host) of this optimizer's compressed calls: the chunks each rank's error
         feedback belongs to. Ranks per host as the C core takes them from the environment (1: flat;
         the device path compresses flat)."""
-        if self._device.type == "cuda":
+        if self._device.type == "cuda" or self._world == 1:
             return self._world, 1
         local = ctypes.c_int()
         _check(self._lib, self._lib.onebit_local_size_from_env(self._rank, self._world, ctypes.byref(local)))
