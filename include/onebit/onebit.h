@@ -330,7 +330,8 @@ ONEBIT_API int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_f
  * of counts[g] elements of group g (onebit_dormant_count, or its device twin, per group).
  * onebit_step_failure_text: the message of a compressed step that failed with `code` and the
  * message `error`, "<who> step S (<stage>): <error>", and for ONEBIT_NUMERIC_ERROR the likely
- * causes (docs/usage.md, "A step fails on NaN or Inf"). */
+ * causes (docs/usage.md, "A step fails on NaN or Inf"). Like every call, a successful one clears
+ * onebit_last_error(): take the failed call's message (`error`) before asking for the text. */
 ONEBIT_API onebit_result_t onebit_freeze_report(const char* who, int64_t step, const size_t* dormant,
                                                 const size_t* counts, size_t groups, char* text, size_t text_size,
                                                 size_t* length);

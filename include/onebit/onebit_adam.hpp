@@ -69,7 +69,7 @@ class OnebitAdam {
   struct Checkpoint {
     std::int64_t step = 0;
     std::vector<float> m, v;
-    std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+    std::vector<float> worker_error, server_error;  // this rank's; zeros before the first compressed call
     std::int64_t freeze_step = kNotRecorded;        // as decided (automatic freeze: -1 while undecided)
     std::vector<float> v_then;                      // automatic freeze: v at its last measurement
     std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in

@@ -55,7 +55,7 @@ class OnebitLamb {
     std::int64_t freeze_step = kNotRecorded;  // the one it was saved under (resume_rules.hpp)
     std::vector<float> m, v, v_fresh;
     std::vector<onebit_lamb_layer_t> layers;
-    std::vector<float> worker_error, server_error;  // this rank's; empty before the first compressed step
+    std::vector<float> worker_error, server_error;  // this rank's; zeros before the first compressed call
     std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in
   };
 

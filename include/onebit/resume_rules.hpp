@@ -62,15 +62,17 @@ inline std::pair<std::int64_t, std::int64_t> compression_layout(onebit_comm_t co
 // Why a checkpoint's error feedback (`worker`, `server`, saved by a job of `saved_size` ranks,
 // `saved_local` per host) cannot be loaded into tag `name` on `comm` now, or "": the C core's
 // refusals (onebit_tag_state_check: another count, a tag that has already run;
-// onebit_tag_state_check_layout: another layout). None at all (saved before the first compressed
-// call) always fits.
+// onebit_tag_state_check_layout: another layout). None at all fits any tag; zeros and no server
+// error (saved before the first compressed call: a fresh tag's state, onebit_tag_state_load) fit
+// any layout.
 inline std::string error_state_unfit(onebit_comm_t comm, const std::string& name, const std::vector<float>& worker,
                                      const std::vector<float>& server, std::int64_t saved_size,
                                      std::int64_t saved_local) {
   if (worker.empty() && server.empty()) return "";
   if (onebit_tag_state_check(name.c_str(), worker.size()) != ONEBIT_SUCCESS) return onebit_last_error();
+  const bool fresh = server.empty() && std::all_of(worker.begin(), worker.end(), [](float e) { return e == 0.0f; });
+  if (fresh || saved_size == kNotRecorded) return "";  // kNotRecorded: filled by hand, or saved before the field
   const auto layout = compression_layout(comm);
-  if (saved_size == kNotRecorded) return "";  // a Checkpoint filled by hand, or from before the layout was recorded
   const int saved_local_size = saved_local == kNotRecorded ? 0 : static_cast<int>(saved_local);
   const onebit_result_t fits = onebit_tag_state_check_layout(
       static_cast<int>(saved_size), saved_local_size, static_cast<int>(layout.first), static_cast<int>(layout.second));

@@ -60,7 +60,7 @@ class ZeroOneAdam {
     std::int64_t var_freeze_step = kNotRecorded, var_update_scaler = kNotRecorded, local_step_scaler = kNotRecorded,
                  local_step_clipper = kNotRecorded;
     std::vector<float> m, v, u, params_at_sync, lrs;                    // lrs: one per group
-    std::vector<float> worker_error, server_error;                      // this rank's; empty before any compressed call
+    std::vector<float> worker_error, server_error;                      // this rank's; zeros before any compressed call
     std::int64_t world_size = kNotRecorded, local_size = kNotRecorded;  // the layout it was saved in
   };
 

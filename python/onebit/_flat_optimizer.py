@@ -341,18 +341,20 @@ class _FlatOptimizer(torch.optim.Optimizer):
                     p.grad.mul_(inverse)
             # Kept until the step is taken: a step that fails after this, retried by GradScaler on
             # the same gradients (it sets grad_scale again), must not unscale them twice.
-            self._unscaled_gradients = [(p.grad, None if p.grad is None else p.grad._version) for p in self._params()]
+            self._unscaled_gradients = [None if p.grad is None else (weakref.ref(p.grad), p.grad._version)
+                                        for p in self._params()]
         return False
 
     def _unscaled_already(self):
         """Whether every parameter's gradient is the very tensor, at the same version, that this
         optimizer unscaled in a step that then failed: a gradient replaced or changed in place (a
-        backward pass, zero_grad) no longer is. (The tensors are held, so none can be new at the
-        same address.)"""
+        backward pass, zero_grad) no longer is. Weak references: a gradient dropped since is not
+        kept alive, and a dead reference is not the same tensor."""
         kept = self._unscaled_gradients
-        return kept is not None and len(kept) == len(list(self._params())) and all(
-            p.grad is grad and (grad is None or grad._version == version)
-            for p, (grad, version) in zip(self._params(), kept))
+        params = list(self._params())
+        return kept is not None and len(kept) == len(params) and all(
+            (p.grad is None) if k is None else (p.grad is k[0]() and p.grad._version == k[1])
+            for p, k in zip(params, kept))
 
     def _refuse_differing_scales(self, scale, scale_bits):
         """On a step whose gradients DDP averaged while scaled (ZeroOneAdam's variance steps, which
@@ -711,9 +713,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
         state_dict["state"] = {}  # torch's per-parameter state, if any (adam_state_dict()'s): the part is onebit's
         if saved is not None and "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        dropped = saved is not None and reset_error_feedback and any(map(_holds_error_feedback, saved["parts"].values()))
         if saved is not None and reset_error_feedback:
             saved = self._without_error_feedback(saved)
-        part = None if saved is None else saved["parts"].get(self._rank, saved["parts"].get("every"))
+        part = None if saved is None else self._part_for_this_rank(saved, any_rank=reset_error_feedback)
         refusal = self._refusal_of(saved, part)
         rows = self._every_rank([int(refusal is not None), int(refusal is None and part is None)])
         if refusal is not None:
@@ -730,23 +733,33 @@ class _FlatOptimizer(torch.optim.Optimizer):
                              f"{saved['saved_by']} alone in the compression stage without consolidate_state_dict(). "
                              "Load each rank's own file, or save with optimizer.consolidate_state_dict() on every "
                              "rank first (onebit.integrations do)")
+        if dropped and self._rank == 0:
+            logger.warning(f"{self._who}.load_state_dict(reset_error_feedback=True): the checkpoint's error feedback "
+                           f"(saved by a job of {saved['world_size']} ranks) is dropped; the compressed steps that "
+                           "follow do not repay the compression error it held, a small one-off perturbation of the "
+                           "momentum (docs/usage.md, \"Restarting a job\")")
         return state_dict, part
 
     def _without_error_feedback(self, saved):
-        """`saved` with every part's error feedback dropped (load_state_dict(reset_error_feedback=True)),
-        and a part for this rank if it had none (the lowest rank's: m, v and the schedule are every
-        rank's). Rank 0 warns once of what it costs, if there was any to drop."""
-        if any(map(_holds_error_feedback, saved["parts"].values())) and self._rank == 0:
-            logger.warning(f"{self._who}.load_state_dict(reset_error_feedback=True): the checkpoint's error feedback "
-                           f"(saved by a job of {saved['world_size']} ranks) is dropped; "
-                           "the compressed steps that follow do not repay the compression error it held, a small "
-                           "one-off perturbation of the momentum (docs/usage.md, \"Restarting a job\")")
-        empty = torch.zeros(0)
-        parts = {key: dict(p, worker_error=empty, server_error=empty, compressed=False)
-                 for key, p in saved["parts"].items()}
-        if self._rank not in parts and "every" not in parts and parts:
-            parts[self._rank] = parts[min(parts, key=lambda key: (not isinstance(key, int), key))]
-        return dict(saved, parts=parts)
+        """`saved` with every part's error feedback dropped (load_state_dict(reset_error_feedback=True));
+        a rank it holds no part of then takes the lowest rank's (_part_for_this_rank)."""
+        # Zeros of the tag's count, as a save before the first compressed call holds: a fresh state,
+        # which a tag that has already run refuses (onebit_tag_state_check) — its own feedback would
+        # stay, not be dropped.
+        fresh = dict(worker_error=torch.zeros(self._total), server_error=torch.zeros(0), compressed=False)
+        return dict(saved, parts={key: dict(p, **fresh) for key, p in saved["parts"].items()})
+
+    def _part_for_this_rank(self, saved, any_rank=False):
+        """This rank's part of `saved`, the one every rank shares, or — from a checkpoint without
+        error feedback (saved before the first compressed call, or its feedback dropped) loaded
+        into a job of another size, or with `any_rank` — the lowest rank's: m, v and the schedule
+        are every rank's. None: none fits (a rank-0-only save of the compression stage)."""
+        parts = saved["parts"]
+        part = parts.get(self._rank, parts.get("every"))
+        if part is None and parts and (any_rank or saved["world_size"] != self._world) and not any(
+                map(_holds_error_feedback, parts.values())):
+            part = parts[min(parts, key=lambda key: (not isinstance(key, int), key))]
+        return part
 
     def _refusal_of(self, saved, part):
         """Why this optimizer cannot load the "onebit" entry `saved` of a state_dict (this rank's
@@ -763,16 +776,21 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if crc is not None and crc != mine:
             return (f"the checkpoint's parameters have other shapes (CRC-32 of the shapes {crc}, this optimizer's "
                     f"{mine}): saved for another model, or with the parameters in another order")
-        if any(map(_holds_error_feedback, saved["parts"].values())) and self._lib.onebit_tag_state_check_layout(
-                saved["world_size"], saved.get("local_size", 0), *self._layout()):
-            return self._lib.onebit_last_error().decode()
+        if any(map(_holds_error_feedback, saved["parts"].values())):
+            try:
+                layout = self._layout()
+            except OnebitError as error:  # ONEBIT_LOCAL_SIZE that does not fit this rank: said on every rank
+                return str(error)
+            if self._lib.onebit_tag_state_check_layout(saved["world_size"], saved.get("local_size", 0), *layout):
+                return self._lib.onebit_last_error().decode()
         if part is None:
             return None
         if part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
         worker, server = part["worker_error"].numel(), part["server_error"].numel()
+        # None at all (a checkpoint of onebit 0.2 saved before the first compressed call) loads anywhere.
         if (worker or server) and self._lib.onebit_tag_state_check(self._name.encode(), ctypes.c_size_t(worker)):
-            return self._lib.onebit_last_error().decode()  # none at all: saved before the first compressed call
+            return self._lib.onebit_last_error().decode()
         return self._schedule_refusal(part)
 
     def _schedule_refusal(self, part):

@@ -854,6 +854,35 @@ std::function<void(int, onebit_comm_t)> loaded_into_another_layout(float* p, Con
   };
 }
 
+// A checkpoint of 2 warmup steps (no compressed call yet: its worker error is zeros), its recorded
+// layout changed to 2 hosts of 2 ranks: it loads into 2 flat ranks, as a fresh state fits any layout.
+template <typename Shim, typename Config>
+std::function<void(int, onebit_comm_t)> warmup_into_another_layout(float* p, Config config) {
+  return [=](int rank, onebit_comm_t comm) {
+    typename Shim::Checkpoint saved;
+    {
+      Shim shim(comm, {{p, kTotal, config}});
+      const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
+      for (int t = 0; t < 2; ++t) shim.step({g.data()});
+      saved = shim.save();
+    }
+    saved.world_size = 4;
+    saved.local_size = 2;
+    Shim shim(comm, {{p, kTotal, config}});
+    shim.load(saved);
+    throw_unless(shim.steps() == 2, "the warmup checkpoint did not load");
+  };
+}
+
+TEST(ResumeRules, AWarmupCheckpointLoadsIntoAnyLayout) {
+  std::vector<float> p(kTotal, 0.0f);
+  const Outcome loaded{ONEBIT_SUCCESS, ""};
+  const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 100};
+  expect_on_ranks(warmup_into_another_layout<OnebitAdam>(p.data(), adam_config), {loaded, loaded});
+  expect_on_ranks(warmup_into_another_layout<OnebitLamb>(p.data(), lamb_config(0)), {loaded, loaded});
+  expect_on_ranks(warmup_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0)), {loaded, loaded});
+}
+
 TEST(ResumeRules, ErrorFeedbackOfAnotherLayoutIsRefusedOnEveryRank) {
   std::vector<float> p(kTotal, 0.0f);
   const Outcome refused{ONEBIT_INVALID_ARGUMENT,

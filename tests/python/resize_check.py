@@ -8,7 +8,8 @@ three optimizers, through real torch.distributed (Debian's torch, gloo, libonebi
            crash loop for an elastic restart); the compression-stage one is refused on every rank
            naming both layouts, with nothing changed; with reset_error_feedback=True it loads —
            m, v and the step are the checkpoint's, no error feedback — rank 0 warns once, and the
-           ranks train on bitwise equal.
+           ranks train on bitwise equal; into an optimizer whose compressed calls have run, the
+           reset load is refused (its own feedback would stay, not be dropped).
   relaid   4 ranks, flat (ONEBIT_LOCAL_SIZE=1): the compression-stage checkpoint is refused on
            every rank naming "4 ranks, 2 per host" and "4 ranks, flat" (before: loaded without a
            word, its error feedback applied to other chunks).
@@ -104,6 +105,13 @@ def resized(rank, torch, dist, onebit, tmp):
         rank0 = flat.clone()
         dist.broadcast(rank0, 0)
         require(torch.equal(flat, rank0), f"{kind}: after the reset load the ranks differ")
+        # Its compressed calls have run now: a reset load would keep their error feedback, not drop it.
+        try:
+            optimizer.load_state_dict(saved["compressed"], reset_error_feedback=True)
+        except ValueError as error:
+            require("has already run" in str(error), f"{kind}: the refusal does not say 'has already run': {error}")
+        else:
+            raise CheckFailed(f"{kind}: a reset load into an optimizer whose compressed calls ran was taken")
         optimizer.close()
 
 

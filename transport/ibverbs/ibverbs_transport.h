@@ -67,8 +67,6 @@ class IbverbsTransport final : public Transport {
   TransportStats stats() const override;
   void abort(onebit_result_t code, const std::string& why) override;
 
-  // "mlx5_0:1 (RoCE, GID index 3)", for logs and onebit-info.
-
  private:
   struct Device;
   struct Peer;
