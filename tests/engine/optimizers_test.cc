@@ -834,16 +834,18 @@ std::function<void(int, onebit_comm_t)> loaded_after_compressed_calls(float* p, 
   };
 }
 
-// A checkpoint of 5 steps, its recorded layout changed to 2 hosts of 2 ranks, loaded into a fresh
-// shim of 2 ranks, flat: its error feedback belongs to other chunks; every rank refuses.
+// A checkpoint of `steps` steps on 2 flat ranks, its recorded layout changed to 2 hosts of 2 ranks,
+// loaded into a fresh shim of 2 flat ranks. With error feedback in it (past the first compressed
+// call) every rank refuses: it belongs to other chunks. Without (warmup: zeros, a fresh state) it
+// loads, whatever the layout.
 template <typename Shim, typename Config>
-std::function<void(int, onebit_comm_t)> loaded_into_another_layout(float* p, Config config) {
+std::function<void(int, onebit_comm_t)> loaded_into_another_layout(float* p, Config config, int steps) {
   return [=](int rank, onebit_comm_t comm) {
     typename Shim::Checkpoint saved;
     {
       Shim shim(comm, {{p, kTotal, config}});
       const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
-      for (int t = 0; t < 5; ++t) shim.step({g.data()});
+      for (int t = 0; t < steps; ++t) shim.step({g.data()});
       saved = shim.save();
     }
     throw_unless(saved.world_size == 2 && saved.local_size == 1, "the layout saved is not 2 ranks, flat");
@@ -851,26 +853,7 @@ std::function<void(int, onebit_comm_t)> loaded_into_another_layout(float* p, Con
     saved.local_size = 2;
     Shim shim(comm, {{p, kTotal, config}});
     shim.load(saved);
-  };
-}
-
-// A checkpoint of 2 warmup steps (no compressed call yet: its worker error is zeros), its recorded
-// layout changed to 2 hosts of 2 ranks: it loads into 2 flat ranks, as a fresh state fits any layout.
-template <typename Shim, typename Config>
-std::function<void(int, onebit_comm_t)> warmup_into_another_layout(float* p, Config config) {
-  return [=](int rank, onebit_comm_t comm) {
-    typename Shim::Checkpoint saved;
-    {
-      Shim shim(comm, {{p, kTotal, config}});
-      const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
-      for (int t = 0; t < 2; ++t) shim.step({g.data()});
-      saved = shim.save();
-    }
-    saved.world_size = 4;
-    saved.local_size = 2;
-    Shim shim(comm, {{p, kTotal, config}});
-    shim.load(saved);
-    throw_unless(shim.steps() == 2, "the warmup checkpoint did not load");
+    throw_unless(shim.steps() == steps, "the checkpoint did not load");
   };
 }
 
@@ -878,9 +861,9 @@ TEST(ResumeRules, AWarmupCheckpointLoadsIntoAnyLayout) {
   std::vector<float> p(kTotal, 0.0f);
   const Outcome loaded{ONEBIT_SUCCESS, ""};
   const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 100};
-  expect_on_ranks(warmup_into_another_layout<OnebitAdam>(p.data(), adam_config), {loaded, loaded});
-  expect_on_ranks(warmup_into_another_layout<OnebitLamb>(p.data(), lamb_config(0)), {loaded, loaded});
-  expect_on_ranks(warmup_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0)), {loaded, loaded});
+  expect_on_ranks(loaded_into_another_layout<OnebitAdam>(p.data(), adam_config, 2), {loaded, loaded});
+  expect_on_ranks(loaded_into_another_layout<OnebitLamb>(p.data(), lamb_config(0), 2), {loaded, loaded});
+  expect_on_ranks(loaded_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0), 2), {loaded, loaded});
 }
 
 TEST(ResumeRules, ErrorFeedbackOfAnotherLayoutIsRefusedOnEveryRank) {
@@ -889,9 +872,9 @@ TEST(ResumeRules, ErrorFeedbackOfAnotherLayoutIsRefusedOnEveryRank) {
                         "saved by a job of 4 ranks, 2 per host, loading into one of 2 ranks, flat: each rank's error "
                         "feedback belongs to the chunks"};
   const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
-  expect_on_ranks(loaded_into_another_layout<OnebitAdam>(p.data(), adam_config), {refused, refused});
-  expect_on_ranks(loaded_into_another_layout<OnebitLamb>(p.data(), lamb_config(0)), {refused, refused});
-  expect_on_ranks(loaded_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0)), {refused, refused});
+  expect_on_ranks(loaded_into_another_layout<OnebitAdam>(p.data(), adam_config, 5), {refused, refused});
+  expect_on_ranks(loaded_into_another_layout<OnebitLamb>(p.data(), lamb_config(0), 5), {refused, refused});
+  expect_on_ranks(loaded_into_another_layout<ZeroOneAdam>(p.data(), zero_one_config(0), 5), {refused, refused});
 }
 
 TEST(ResumeRules, ACheckpointIntoAShimWhoseTagHasRunIsRefusedOnEveryRank) {
