@@ -42,8 +42,10 @@
     "memory segment in /dev/shm (sized like the tagged buffer per rank; if it cannot be made, "    \
     "a warning and the transport instead). 0: through the transport.")                             \
   X(Root, Str, "ROOT", "",                                                                         \
-    "host:port where rank 0 serves the bootstrap, for onebit_comm_init_env. Empty: "               \
-    "MASTER_ADDR and ONEBIT_ROOT_PORT.")                                                           \
+    "host:port where rank 0 serves the bootstrap of the job's whole world: onebit_comm_init_env, " \
+    "the torch backend's default group, the Gloo door's world context (subgroups take a free "     \
+    "port). Empty: MASTER_ADDR and ONEBIT_ROOT_PORT for the C API, a free port on MASTER_ADDR "    \
+    "for the torch doors.")                                                                        \
   X(RootPort, Int, "ROOT_PORT", "29511",                                                           \
     "Bootstrap port used with MASTER_ADDR when ONEBIT_ROOT is unset. Not MASTER_PORT (29500 by "   \
     "default), which the framework's own store holds, and not torchrun's 29400.")                  \

@@ -3,14 +3,17 @@
 // optimizer_abi.cc.
 #include "onebit/onebit.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "common/params.h"
 #include "engine/communicator.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
+#include "transport/tcp/bootstrap.h"
 #include "transport/tcp/root_listener.h"
 
 namespace onebit {
@@ -114,6 +117,27 @@ onebit_result_t onebit_root_listen(const char* where, char* root, size_t root_si
                  " cannot hold an address of ", where, " with its port (give 64 bytes)");
     const std::string bound = tcp::open_root_listener(wanted).to_string();
     std::snprintf(root, root_size, "%s", bound.c_str());
+  });
+}
+
+onebit_result_t onebit_root_check(int rank, const char* root, int64_t timeout_ms) {
+  return onebit::abi_guard("onebit_root_check", [&] {
+    ONEBIT_CHECK(root != nullptr, ONEBIT_INVALID_ARGUMENT, "root is NULL");
+    ONEBIT_CHECK(timeout_ms >= 0, ONEBIT_INVALID_ARGUMENT, "timeout_ms ", timeout_ms, " must not be negative");
+    namespace tcp = onebit::transport::tcp;
+    const tcp::Address address = tcp::parse_host_port(root, "root");
+    const std::int64_t wanted = timeout_ms > 0 ? timeout_ms : tcp::kRootCheckWindow.count();
+    const auto window = std::chrono::milliseconds(std::min<std::int64_t>(wanted, onebit::param::TimeoutMs()));
+    tcp::check_root_reachable(rank, address, window);
+  });
+}
+
+onebit_result_t onebit_root_close(const char* root) {
+  return onebit::abi_guard("onebit_root_close", [&] {
+    ONEBIT_CHECK(root != nullptr, ONEBIT_INVALID_ARGUMENT, "root is NULL");
+    namespace tcp = onebit::transport::tcp;
+    ONEBIT_CHECK(static_cast<bool>(tcp::take_root_listener(tcp::parse_host_port(root, "root"))),
+                 ONEBIT_INVALID_ARGUMENT, "no listener is held at ", root, " (onebit_root_listen opens one)");
   });
 }
 

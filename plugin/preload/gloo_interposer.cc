@@ -22,11 +22,14 @@
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/crypto.h"
 #include "common/error.h"
@@ -38,6 +41,7 @@
 #include "plugin/capi/abi_guard.h"
 #include "transport/gloo/gloo_transport.h"
 #include "transport/gloo/libgloo.h"
+#include "transport/tcp/bootstrap.h"
 #include "transport/tcp/root_listener.h"
 #include "transport/tcp/socket.h"
 
@@ -143,37 +147,60 @@ GlooDoor& door() {
 
 // What rank 0 tells every rank of a gloo context before onebit's TCP bootstrap: where the root is,
 // and the communicator's identity and secret — random, so that only this context's ranks can join
-// (transport/tcp/bootstrap.h), whatever else runs on the host.
+// (transport/tcp/bootstrap.h), whatever else runs on the host. Rank 0 listens at `root` before it
+// sends it; when it cannot, `root` is empty and `failure` says why, so every rank fails now.
 struct Invitation {
   char root[256] = {0};
   char identity[48] = {0};
   char secret[72] = {0};
+  char failure[512] = {0};
 };
 
-// ONEBIT_ROOT serves the first context's communicator; later contexts (subgroups) take a free port
-// on its host, so that two communicators never wait at one address.
-Invitation invitation_from_rank_0() {
-  static std::atomic<bool> root_taken{false};
-  const bool root_taken_before = root_taken.exchange(true);
+// Each rank's answer to the invitation (empty text: it reaches the root), gathered by rank 0, and
+// rank 0's verdict sent back: the answers of the ranks that cannot, one result code for all.
+struct Answer {
+  std::int32_t code = ONEBIT_SUCCESS;
+  char text[1024] = {0};
+};
+
+// Whether this context is the job's first whole world, as seen from its rank 0: the launcher's
+// rank 0 and world size (without a launcher: the first context). Only that one takes ONEBIT_ROOT,
+// or a port on MASTER_ADDR's host; any other (a subgroup, whose rank 0 may run anywhere, or a later
+// world) takes a free port on this host's address on the route there, so that two communicators
+// never compete for one address.
+bool first_world_of_job(const ::gloo::Context& context) {
+  static std::atomic<bool> served{false};
+  std::string from;
+  const int job_rank = launcher_rank(&from), job_size = launcher_world_size(&from);
+  if (job_rank > 0 || (job_size > 0 && context.size != job_size)) return false;
+  return !served.exchange(true);
+}
+
+// Rank 0's root, listened on now and held for the communicator (root_listener.h).
+std::string listen_for_root(const ::gloo::Context& context) {
+  namespace tcp = transport::tcp;
+  const bool first_world = first_world_of_job(context);
+  if (first_world && !param::Root().empty()) {
+    return tcp::open_root_listener(tcp::parse_host_port(param::Root(), "ONEBIT_ROOT")).to_string();
+  }
+  const std::string master = launcher_master_addr();
+  const std::string master_host = !master.empty() ? master : "127.0.0.1";
+  const bool ipv6 = master_host.find(':') != std::string::npos;
+  tcp::Address any = param::Root().empty()
+                         ? tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
+                         : tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
+  if (!first_world) any = tcp::address_toward(any);
+  any.set_port(0);
+  return tcp::open_root_listener(any).to_string();
+}
+
+Invitation invitation_from_rank_0(const ::gloo::Context& context) {
   Invitation invitation;
-  if (!param::Root().empty() && !root_taken_before) {
-    std::snprintf(invitation.root, sizeof(invitation.root), "%s", param::Root().c_str());
-  } else {
-    const std::string master = launcher_master_addr();
-    const std::string master_host = !master.empty() ? master : "127.0.0.1";
-    const bool ipv6 = master_host.find(':') != std::string::npos;
-    transport::tcp::Address any =
-        param::Root().empty()
-            ? transport::tcp::parse_host_port(ipv6 ? "[" + master_host + "]:0" : master_host + ":0", "MASTER_ADDR")
-            : transport::tcp::parse_host_port(param::Root(), "ONEBIT_ROOT");
-    // A later context's rank 0 need not run on that host: it listens on its own address on the
-    // route there, which every rank of the job reaches.
-    if (root_taken_before) any = transport::tcp::address_toward(any);
-    any.set_port(0);
-    // A port the kernel picks on rank 0's host, held open for the communicator (root_listener.h):
-    // no other process can take it before the bootstrap serves there.
-    const transport::tcp::Address root = transport::tcp::open_root_listener(any);
-    std::snprintf(invitation.root, sizeof(invitation.root), "%s", root.to_string().c_str());
+  try {
+    std::snprintf(invitation.root, sizeof(invitation.root), "%s", listen_for_root(context).c_str());
+  } catch (const Error& error) {
+    std::snprintf(invitation.failure, sizeof(invitation.failure),
+                  "rank 0 cannot serve the bootstrap root of gloo context (%d ranks): %s", context.size, error.what());
   }
   std::uint8_t id[8], secret[32];
   crypto::random_bytes(id, sizeof(id));
@@ -184,30 +211,94 @@ Invitation invitation_from_rank_0() {
   return invitation;
 }
 
-std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
-                                            std::chrono::milliseconds timeout) {
+// Rank 0 sends `value` to every rank (part `part` of onebit's topology messages), or every rank
+// sends its `value` to rank 0 (`gathered`: one per rank, rank 0's own left as it is).
+template <typename T>
+void over_pairs(transport::gloo::GlooTransport& pairs, const ::gloo::Context& context, std::uint32_t tag,
+                std::uint16_t part, T* value, std::vector<T>* gathered, std::chrono::milliseconds timeout,
+                const char* what) {
+  const wire::MessageKey key{0, 0, wire::Kind::kTopology, part};
+  const wire::CallShape shape{sizeof(T), 0, 0};
+  std::vector<Request> requests(context.rank == 0 ? context.size - 1 : 1);
+  std::vector<Request*> all;
+  for (int peer = 1; context.rank == 0 && peer < context.size; ++peer) {
+    T* at = gathered != nullptr ? &(*gathered)[peer] : value;
+    if (gathered != nullptr) {
+      pairs.irecv(requests[peer - 1], peer, tag, key, shape, at, sizeof(T));
+    } else {
+      pairs.isend(requests[peer - 1], peer, tag, key, shape, at, sizeof(T));
+    }
+    all.push_back(&requests[peer - 1]);
+  }
+  if (context.rank != 0) {
+    if (gathered != nullptr) {
+      pairs.isend(requests[0], 0, tag, key, shape, value, sizeof(T));
+    } else {
+      pairs.irecv(requests[0], 0, tag, key, shape, value, sizeof(T));
+    }
+    all.push_back(&requests[0]);
+  }
+  pairs.wait_all(all, Clock::now() + timeout, [what](const Request&) { return std::string(what); });
+}
+
+// Rank 0's verdict on the ranks' answers: the failures, named, under the first one's code.
+Answer verdict(const std::vector<Answer>& answers) {
+  Answer verdict;
+  std::string text;
+  for (const Answer& answer : answers) {
+    if (answer.code == ONEBIT_SUCCESS) continue;
+    if (verdict.code == ONEBIT_SUCCESS) verdict.code = answer.code;
+    text += (text.empty() ? "" : "; ") + std::string(answer.text, strnlen(answer.text, sizeof(answer.text)));
+  }
+  std::snprintf(verdict.text, sizeof(verdict.text), "%s", text.c_str());
+  return verdict;
+}
+
+// The invitation, and every rank's agreement that it reaches the root, over the context's own pairs
+// under onebit's slot prefix and the intercepted call's tag (whose own gloo traffic never happens).
+// Throws the same error on every rank when rank 0 cannot serve a root or a rank cannot reach it.
+Invitation invitation_agreed(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
+                             std::chrono::milliseconds timeout) {
   Invitation invitation;
-  if (context->rank == 0) invitation = invitation_from_rank_0();
-  // Rank 0 sends it to every rank over the context's own pairs, under onebit's slot prefix and the
-  // intercepted call's tag (whose own gloo traffic never happens).
+  if (context->rank == 0) invitation = invitation_from_rank_0(*context);
+  Answer mine, agreed;
   try {
     transport::gloo::GlooTransport pairs(context.get());
-    const wire::MessageKey key{0, 0, wire::Kind::kTopology, 1};
-    const wire::CallShape shape{sizeof(Invitation), 0, 0};
-    std::vector<Request> requests(context->rank == 0 ? context->size - 1 : 1);
-    std::vector<Request*> all;
-    for (int peer = 1; context->rank == 0 && peer < context->size; ++peer) {
-      pairs.isend(requests[peer - 1], peer, tag, key, shape, &invitation, sizeof(invitation));
-      all.push_back(&requests[peer - 1]);
-    }
+    over_pairs<Invitation>(pairs, *context, tag, 1, &invitation, nullptr, timeout, "rank 0's invitation");
+    if (invitation.failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, invitation.failure);
     if (context->rank != 0) {
-      pairs.irecv(requests[0], 0, tag, key, shape, &invitation, sizeof(invitation));
-      all.push_back(&requests[0]);
+      try {
+        transport::tcp::check_root_reachable(context->rank,
+                                             transport::tcp::parse_host_port(invitation.root, "rank 0's root"),
+                                             std::min(timeout, transport::tcp::kRootCheckWindow));
+      } catch (const Error& error) {
+        mine.code = error.code();
+        std::snprintf(mine.text, sizeof(mine.text), "%s", error.what());
+      }
     }
-    pairs.wait_all(all, Clock::now() + timeout, [](const Request&) { return std::string("rank 0's invitation"); });
+    std::vector<Answer> answers(context->rank == 0 ? context->size : 0);
+    over_pairs(pairs, *context, tag, 2, &mine, &answers, timeout, "the ranks' answers to the invitation");
+    if (context->rank == 0) agreed = verdict(answers);
+    over_pairs<Answer>(pairs, *context, tag, 3, &agreed, nullptr, timeout, "rank 0's verdict on the invitation");
   } catch (const Error& error) {
+    if (context->rank == 0 && invitation.root[0] != '\0') {
+      transport::tcp::take_root_listener(transport::tcp::parse_host_port(invitation.root, "rank 0's root"));
+    }
     fail(error.code(), "joining onebit's TCP transport over the gloo context failed: ", error.what());
   }
+  if (agreed.code != ONEBIT_SUCCESS) {
+    if (context->rank == 0) {
+      transport::tcp::take_root_listener(transport::tcp::parse_host_port(invitation.root, "rank 0's root"));
+    }
+    fail(static_cast<onebit_result_t>(agreed.code), "joining onebit's TCP transport over the gloo context (",
+         context->size, " ranks) failed: ", agreed.text);
+  }
+  return invitation;
+}
+
+std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
+                                            std::chrono::milliseconds timeout) {
+  const Invitation invitation = invitation_agreed(context, tag, timeout);
   CommSetup setup;
   setup.rank = context->rank;
   setup.size = context->size;

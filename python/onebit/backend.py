@@ -11,10 +11,11 @@ PyPI"). A backend registered with torch.distributed needs no interposition:
 Every call goes to a gloo backend made on the same store (so untagged calls, and their Work, are
 gloo's own), except all_reduce of a tagged tensor (onebit.tag; float32, float16 or bfloat16; SUM or
 AVG), which runs onebit's compressed allreduce over onebit's own TCP transport (libonebit.so's C
-API): rank 0 serves the bootstrap at ONEBIT_ROOT (first group), or on a port the kernel picks and
-libonebit holds open for it (onebit_root_listen) on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1
-when unset), and sends it to the group's other ranks over the gloo backend, with a random identity
-and secret for the group (_invitation).
+API): rank 0 listens for the bootstrap at ONEBIT_ROOT (the default group), or on a port the kernel
+picks on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1 when unset), held open by libonebit
+(onebit_root_listen), and sends it to the group's other ranks over the gloo backend, with a random
+identity and secret for the group; every rank's answer to whether it reaches it is agreed before
+the bootstrap (_invitation).
 
 The backend object is the native one (csrc/c10d_backend.cc, built at first use by _native.py)
 around this module's _Compression, or where that cannot be built the Python OnebitBackend below
@@ -281,10 +282,7 @@ def _gloo_half(store, rank, size, timeout):
     return gloo
 
 
-_root_taken = False  # ONEBIT_ROOT's port serves this process's first onebit group only
-
-
-def _invitation(gloo, rank):
+def _invitation(gloo, rank, size):
     """Where the bootstrap root is, and the communicator's identity and secret: drawn at random by
     rank 0 and broadcast over this group's gloo half, connected by now, so that only this group's
     ranks can join (transport/tcp/bootstrap.h) — not another job, group or attempt on the same
@@ -293,8 +291,9 @@ def _invitation(gloo, rank):
     Not through the store: a store outlives the ranks that wrote to it. torchrun keeps one across
     restarts (_gloo_half), so a rank of the next attempt could read the dead attempt's root before
     rank 0 wrote the new one, and retry it until the group's timeout, silent. What came over the
-    group came from this attempt. A rank 0 that cannot serve a root says why to every rank."""
-    global _root_taken
+    group came from this attempt. Rank 0 listens before it sends the address; one that cannot says
+    why to every rank, and every rank's answer to whether it reaches the root is agreed before the
+    bootstrap (_reached_by_every_rank): a root no rank can serve or reach fails every rank now."""
     invitation = torch.zeros(_INVITATION_BYTES, dtype=torch.uint8)
     failure = None
     if rank == 0:
@@ -302,8 +301,7 @@ def _invitation(gloo, rank):
             words = (_root_address(), f"torch process group {os.urandom(8).hex()}", os.urandom(32).hex())
         except Exception as error:  # sent on, so that the other ranks fail now, not at the timeout
             failure, words = error, ("", "rank 0 could not serve the bootstrap root", str(error))
-        _write_invitation(invitation, words)
-    _root_taken = True
+        _write_bytes(invitation, "\n".join(words))
     with returned_by_gloo(invitation):  # rank 0 raises its failure right after (_gloo_threads)
         gloo.broadcast([invitation], dist.BroadcastOptions()).wait()  # from rank 0 (rootRank's default)
     if failure is not None:
@@ -311,30 +309,56 @@ def _invitation(gloo, rank):
     root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
     if not root:
         raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
+    _reached_by_every_rank(gloo, rank, size, root)
     return root, identity, secret
 
 
-def _write_invitation(invitation, words):
-    written = "\n".join(words).encode()[:_INVITATION_BYTES]  # only an error's message can be longer
-    invitation[:len(written)] = torch.frombuffer(bytearray(written), dtype=torch.uint8)
+def _reached_by_every_rank(gloo, rank, size, root):
+    """Every rank's answer to whether it reaches rank 0's root (onebit_root_check: a connection,
+    closed at once), agreed over the gloo half: a rank that cannot — a loopback address sent to
+    another host, a firewall — fails every rank now with its reason, instead of failing itself at
+    the timeout while rank 0 waits for it. Each rank writes its answer into its own row; a SUM
+    (gloo has no allgather into one tensor on every torch) gives every rank every row."""
+    lib = _library()
+    answers = torch.zeros(size, _ANSWER_BYTES, dtype=torch.uint8)
+    if rank != 0 and lib.onebit_root_check(rank, root.encode(), 0) != 0:
+        _write_bytes(answers[rank], lib.onebit_last_error().decode(errors="replace"))
+    options = dist.AllreduceOptions()
+    options.reduceOp = dist.ReduceOp.SUM
+    with returned_by_gloo(answers):
+        gloo.allreduce([answers], options).wait()
+    failures = [text for text in (bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in answers) if text]
+    if failures:
+        if rank == 0:
+            lib.onebit_root_close(root.encode())
+        raise OnebitError(OnebitError.SYSTEM_ERROR, f"onebit backend: rank {rank}: no bootstrap for these {size} "
+                          f"ranks: {'; '.join(failures)}")
 
 
-_INVITATION_BYTES = 512  # root address (under 128: onebit_root_listen's buffer, or ONEBIT_ROOT), identity, secret
+def _write_bytes(tensor, text):
+    written = text.encode()[:tensor.numel()]  # only an error's message can be longer
+    tensor[:len(written)] = torch.frombuffer(bytearray(written), dtype=torch.uint8)
+
+
+_INVITATION_BYTES = 512  # root address (under 128: onebit_root_listen's buffer), identity, secret
+_ANSWER_BYTES = 512  # onebit_root_check's message: the address, the reason, a hint
 
 
 def _root_address():
-    """Rank 0's bootstrap root: ONEBIT_ROOT for this process's first group, else a port the kernel
-    picks (_listen_for_root)."""
+    """Rank 0's bootstrap root, listening before its address is sent (_listen_for_root):
+    ONEBIT_ROOT for the default process group (the job's whole world, made while none is
+    initialized), else a port the kernel picks — on ONEBIT_ROOT's or MASTER_ADDR's host for the
+    default group, whose rank 0 runs there (torchrun's rule), and for a subgroup, whose rank 0 may
+    run anywhere, on this host's address on the route there. Two groups never compete for one
+    address."""
     configured = os.environ.get("ONEBIT_ROOT")
-    if configured and not _root_taken:
-        if len(configured) > 256:
-            raise ValueError(f"ONEBIT_ROOT is {len(configured)} characters long: host:port expected")
-        return configured
-    # The first group's rank 0 runs on MASTER_ADDR's host (torchrun's rule). A later group (a
-    # subgroup) takes a port the kernel picks for its own rank 0, on that host's address on the
-    # route to ONEBIT_ROOT's or MASTER_ADDR's, so that two groups never wait at one address.
+    if configured and len(configured) > 256:
+        raise ValueError(f"ONEBIT_ROOT is {len(configured)} characters long: host:port expected")
+    default_group = not dist.is_initialized()
+    if configured and default_group:
+        return _listen_for_root(configured)
     host = configured.rsplit(":", 1)[0].strip("[]") if configured else (os.environ.get("MASTER_ADDR") or "127.0.0.1")
-    if _root_taken:
+    if not default_group:
         host = _address_toward(host)
     return _listen_for_root(f"[{host}]:0" if ":" in host else f"{host}:0")
 
@@ -353,7 +377,7 @@ class _Compression:
         self._gloo = gloo  # shut down by close(), with the communicator
         self._rank = rank  # split() finds its place among the child's ranks
         self._comm = ctypes.c_void_p()
-        root, identity, secret = _invitation(gloo, rank)
+        root, identity, secret = _invitation(gloo, rank, size)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
         _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                             ctypes.byref(config)))

@@ -1,7 +1,12 @@
 // Who may join a job through the shipped C ABI: strangers and old-protocol peers at the bootstrap
 // root are ignored, ONEBIT_AUTH_KEY keeps a different key out.
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <sched.h>
+#include <sys/socket.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -152,6 +157,89 @@ TEST(Access, ARootListenedForAheadIsHeldAndServedByTheCommunicator) {
   });
   EXPECT_EQ(outcomes[0].exit_code, 0) << outcomes[0].reason;
   EXPECT_EQ(outcomes[1].exit_code, 0) << outcomes[1].reason;
+}
+
+// onebit_root_check: whether a rank reaches the root rank 0 published. A held listener answers; a
+// closed one (onebit_root_close) is ONEBIT_TIMEOUT within the window asked, naming the rank, the
+// address and — for a loopback address — why another host's rank cannot reach it; a root whose
+// host answers nothing (here a listener whose backlog is full, so the kernel drops the SYNs, as a
+// firewall does) says so with the firewall hint. Bad input is refused naming it.
+std::string first_outward_ipv4() {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = all; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_LOOPBACK) ||
+        !(i->ifa_flags & IFF_UP)) {
+      continue;
+    }
+    char text[INET_ADDRSTRLEN];
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof(text));
+    found = text;
+  }
+  ::freeifaddrs(all);
+  return found;
+}
+
+// A listener on `host` that accepts nothing and whose accept queue is full: later SYNs are dropped.
+int silent_listener(const std::string& host, std::string* root) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  ::inet_pton(AF_INET, host.c_str(), &address.sin_addr);
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 || ::listen(listener, 0) != 0) {
+    return -1;
+  }
+  socklen_t length = sizeof(address);
+  ::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length);
+  *root = host + ":" + std::to_string(ntohs(address.sin_port));
+  // Connect until one does not complete: the queue is full from then on.
+  const timeval wait{0, 200000};
+  for (int i = 0; i < 16; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &wait, sizeof(wait));
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+      ::close(fd);
+      return listener;
+    }
+  }
+  return -1;
+}
+
+TEST(Access, ARanksCheckOfAPublishedRootNamesTheAddressAndWhyItCannotReachIt) {
+  char root[64] = {0};
+  ASSERT_EQ(onebit_root_listen("127.0.0.1:0", root, sizeof(root)), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(onebit_root_check(1, root, 2000), ONEBIT_SUCCESS) << onebit_last_error();
+
+  ASSERT_EQ(onebit_root_close(root), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(onebit_root_check(3, root, 300), ONEBIT_TIMEOUT);
+  const std::string closed = onebit_last_error();
+  for (const std::string& part :
+       {std::string("rank 3 cannot reach rank 0's bootstrap root at ") + root, std::string("Connection refused"),
+        std::string("only ranks on rank 0's host find the root there")}) {
+    EXPECT_NE(closed.find(part), std::string::npos) << "missing '" << part << "' in: " << closed;
+  }
+  EXPECT_EQ(onebit_root_close(root), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find(std::string("no listener is held at ") + root), std::string::npos)
+      << onebit_last_error();
+
+  const std::string host = first_outward_ipv4();
+  if (!host.empty()) {
+    std::string silent;
+    const int listener = silent_listener(host, &silent);
+    ASSERT_GE(listener, 0) << "could not fill a listener's queue on " << host;
+    EXPECT_EQ(onebit_root_check(2, silent.c_str(), 500), ONEBIT_TIMEOUT);
+    const std::string text = onebit_last_error();
+    EXPECT_NE(text.find("rank 2 cannot reach rank 0's bootstrap root at " + silent), std::string::npos) << text;
+    EXPECT_NE(text.find("a firewall between the hosts"), std::string::npos) << text;
+    ::close(listener);
+  }
+
+  EXPECT_EQ(onebit_root_check(1, nullptr, 0), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_root_check(1, "127.0.0.1:1", -1), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("timeout_ms -1"), std::string::npos) << onebit_last_error();
+  EXPECT_EQ(onebit_root_check(1, "no port here", 0), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_root_close(nullptr), ONEBIT_INVALID_ARGUMENT);
 }
 
 }  // namespace

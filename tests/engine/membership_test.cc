@@ -150,6 +150,43 @@ TEST(Membership, TwoJobsOnOneRootAddressNeverCrossJoin) {
   expect_other_communicator_refused(a, b, "master 127.0.0.1:29500", "master 127.0.0.1:29600");
 }
 
+// ONEBIT_ROOT held by another communicator's root (another job's, whose rank 1 is late), so that
+// this job's rank 0 cannot bind it: this job's rank 1, with a timeout of 5 minutes, is told within
+// a few tries (10 s) that the address is another communicator's, both named — not at its timeout.
+// The harness gives it 40 s.
+TEST(Membership, ARootAddressHeldByAnotherCommunicatorIsNamedWithinSeconds) {
+  LaunchEnv job, other;
+  other.master_port = "29600";
+  const int port = free_port();
+  SharedMemory shared(2 * sizeof(Record));
+  auto* records = shared.as<Record>();
+  Signal other_root_up;
+  auto outcomes = run_ranks(
+      2,
+      [&](int process) {
+        if (process == 0) {  // the other job's rank 0, serving its root until its own 15 s timeout
+          other.apply(0, 2, port, 15000);
+          onebit_comm_t comm = nullptr;
+          char root[64];
+          RANK_FAILS_IF(onebit_root_listen(root_at(port).c_str(), root, sizeof(root)) != ONEBIT_SUCCESS, 6);
+          other_root_up.raise();
+          records[0].set(onebit_comm_init_env(&comm));
+          return 0;
+        }
+        RANK_FAILS_IF(!other_root_up.wait(), 7);
+        job.apply(1, 2, port, 300000);
+        onebit_comm_t comm = nullptr;
+        records[1].set(onebit_comm_init_env(&comm));
+        return 0;
+      },
+      std::chrono::seconds(40));
+  for (int p = 0; p < 2; ++p) ASSERT_EQ(outcomes[p].exit_code, 0) << "process " << p << " " << outcomes[p].reason;
+  expect_record(records[1], ONEBIT_MISMATCH,
+                {"serves communicator 'master 127.0.0.1:29600", "not this rank's 'master 127.0.0.1:29500",
+                 "give each job its own ONEBIT_ROOT"});
+  EXPECT_EQ(records[0].code, ONEBIT_TIMEOUT) << records[0].message;
+}
+
 TEST(Membership, AClusterWideAuthKeyDoesNotMakeTwoJobsOne) {
   LaunchEnv a, b;
   a.auth_key = b.auth_key = "one-key-for-the-whole-cluster";

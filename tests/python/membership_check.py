@@ -24,24 +24,41 @@
   unservable-root  rank 0 cannot open the bootstrap root (MASTER_ADDR is no address of its host, and
                 no ONEBIT_ROOT): rank 0 raises naming the address, and every other rank raises at
                 once passing rank 0's reason on — not after the group's timeout.
+  root-taken    ONEBIT_ROOT is held by another process (a listener the driver opened there, which
+                accepts and says nothing): every rank raises naming the address and "Address
+                already in use" — on the backend in init_process_group, on the Gloo door at the
+                first tagged all_reduce. The groups' timeout is an hour, longer than the driver
+                waits: a rank that waited for a root would fail the mode.
+  subgroup-roots  under a launcher's RANK and WORLD_SIZE, with ONEBIT_ROOT set and the world group
+                plain gloo, three rounds of two disjoint onebit subgroups {0,1} and {2,3}, each
+                round's first tagged call at once: each sums exactly. Only the job's world takes
+                ONEBIT_ROOT — here held by another process all along, so a subgroup that took it
+                would fail. Before, both subgroups' rank 0 took it, and one of them lost the race.
+  loopback-root  ranks 0, 1 on one host and 2, 3 on another (two network namespaces joined by a
+                link), MASTER_ADDR=127.0.0.1: rank 0 publishes a root on its loopback. Every rank
+                raises naming the address, the ranks that cannot reach it and why (a loopback
+                address), instead of ranks 2 and 3 dialling their own loopback until the timeout
+                while rank 0 waits for them. Needs root (skipped otherwise).
 
     PYTHON tests/python/membership_check.py BUILD_DIR [preload|onebit] [MODE ...]
 
 The preload door runs with ONEBIT_TRANSPORT=tcp, so that its communicators bootstrap over TCP, and
-takes `subgroups` and `freed-tag` only. `strided-view`: Debian's torch 1.13 hands gloo a strided
+takes `subgroups`, `freed-tag`, `root-taken`, `subgroup-roots` and `loopback-root`. `strided-view`: Debian's torch 1.13 hands gloo a strided
 view's memory as if it were contiguous, with or without onebit (plain gloo sums buf[0:8] there), and
 gloo::allreduce — all the Gloo door sees — carries no strides to tell. `stale-store` and
 `unservable-root` are the backend's bootstrap: the Gloo door's travels over gloo's context at the
 first tagged call, never through a store.
 """
+import contextlib
 import os
 import socket
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
 sys.path.insert(0, HERE)
-from modes import require, rank_or_driver  # noqa: E402
+from modes import Skipped, require, rank_or_driver  # noqa: E402
 
 WORLD = 4
 
@@ -217,12 +234,114 @@ def unservable_root(mode, rank, torch, dist, onebit, tmp):
 unservable_root.makes_its_groups = True
 
 
+def _error_of_first_group(rank, torch, dist, onebit, tmp, name):
+    """The error the job's first onebit communicator raises on this rank (None if it formed): the
+    backend's in init_process_group, the Gloo door's at the first tagged all_reduce. An hour's
+    timeout: a rank that waits for a root is killed by the driver, failing the mode."""
+    import datetime
+    preload = "LD_PRELOAD" in os.environ
+    try:
+        dist.init_process_group("gloo" if preload else "onebit", init_method=f"file://{os.path.join(tmp, name)}",
+                                rank=rank, world_size=WORLD, timeout=datetime.timedelta(hours=1))
+        if preload:
+            tagged = torch.ones(1024)
+            onebit.tag(tagged, name)
+            dist.all_reduce(tagged)
+        return None
+    except Exception as error:  # noqa: BLE001 — which one each rank raises is what is checked
+        return f"{type(error).__name__}: {error}"
+
+
+def root_taken(mode, rank, torch, dist, onebit, tmp):
+    root = os.environ["ONEBIT_ROOT"]
+    message = _error_of_first_group(rank, torch, dist, onebit, tmp, "root-taken")
+    require(message is not None, f"the group formed though ONEBIT_ROOT={root} is another process's")
+    for want in (root, "Address already in use"):
+        require(want in message, f"the error does not say '{want}': {message}")
+    print(f"rank {rank}: {message.splitlines()[0][:240]}", flush=True)
+
+
+root_taken.makes_its_groups = True
+
+
+def subgroup_roots(mode, rank, torch, dist, onebit, tmp):
+    import datetime
+    dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'subgroup-roots')}", rank=rank,
+                            world_size=WORLD, timeout=datetime.timedelta(hours=1))
+    backend = "gloo" if "LD_PRELOAD" in os.environ else "onebit"
+    want = 3.0 if rank < 2 else 7.0
+    for round in range(3):
+        halves = [dist.new_group([0, 1], backend=backend), dist.new_group([2, 3], backend=backend)]
+        half = torch.full((1024,), float(rank + 1))
+        onebit.tag(half, f"half-{round}")
+        dist.all_reduce(half, group=halves[rank // 2])
+        require(torch.equal(half, torch.full_like(half, want)),
+                f"round {round}: subgroup {rank // 2} sum {half[:3].tolist()}, want {want}")
+        onebit.untag(half)
+    compressed = onebit.stats()["compressed_calls"]
+    require(compressed == 3, f"{compressed} compressed calls, want 3 (one per round)")
+    print(f"rank {rank}: three rounds of subgroups beside each other, each sum {want}, compressed", flush=True)
+
+
+subgroup_roots.makes_its_groups = True
+
+
+def loopback_root(mode, rank, torch, dist, onebit, tmp):
+    if os.geteuid() != 0:
+        raise Skipped("loopback-root needs root for network namespaces")
+    message = _error_of_first_group(rank, torch, dist, onebit, tmp, "loopback-root")
+    require(message is not None, "the group formed with its root on rank 0's loopback and ranks on another host")
+    for want in ("127.0.0.1:", "rank 2 cannot reach rank 0's bootstrap root", "rank 3 cannot reach",
+                 "only ranks on rank 0's host find the root there"):
+        require(want in message, f"the error does not say '{want}': {message}")
+    print(f"rank {rank}: {message.splitlines()[0][:240]}", flush=True)
+
+
+loopback_root.makes_its_groups = True
+
+
 CASES = {"subgroups": subgroups, "freed-tag": freed_tag, "strided-view": strided_view, "stale-store": stale_store,
-         "unservable-root": unservable_root}
+         "unservable-root": unservable_root, "root-taken": root_taken, "subgroup-roots": subgroup_roots,
+         "loopback-root": loopback_root}
 _ROOTS = {}
+_HELD = []  # the listeners root-taken's and subgroup-roots' ONEBIT_ROOT are held by, for the driver's life
+
+
+@contextlib.contextmanager
+def two_hosts(mode):
+    """For loopback-root: ranks 0, 1 in one network namespace and 2, 3 in another, joined by a
+    veth link (10.233.0.1 and .2 on eth0; gloo told to use it); the command wraps each rank's."""
+    if mode != "loopback-root":
+        yield None
+        return
+    if os.geteuid() != 0:  # the ranks skip
+        yield None
+        return
+    hosts = [f"onebit-mem-{os.getpid()}-{h}" for h in range(2)]
+    try:
+        for h, ns in enumerate(hosts):
+            subprocess.run(["ip", "netns", "add", ns], check=True)
+        subprocess.run(["ip", "link", "add", "eth0", "netns", hosts[0], "type", "veth", "peer", "name", "eth0",
+                        "netns", hosts[1]], check=True)
+        for h, ns in enumerate(hosts):
+            for args in (["addr", "add", f"10.233.0.{h + 1}/24", "dev", "eth0"], ["link", "set", "eth0", "up"],
+                         ["link", "set", "lo", "up"]):
+                subprocess.run(["ip", "-n", ns, *args], check=True)
+        yield lambda rank, argv: ["ip", "netns", "exec", hosts[rank // 2], *argv]
+    finally:
+        for ns in hosts:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
 
 
 def rank_env(mode, rank, env):
+    env = dict(env, RANK=str(rank), WORLD_SIZE=str(WORLD)) if mode == "subgroup-roots" else env
+    if mode == "loopback-root":  # rank 0 publishes 127.0.0.1: no ONEBIT_ROOT, MASTER_ADDR on the loopback
+        env = {key: value for key, value in env.items() if key != "ONEBIT_ROOT"}
+        return dict(env, MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="eth0", ONEBIT_TRANSPORT="tcp",
+                    OMP_NUM_THREADS="1")
+    if mode in ("root-taken", "subgroup-roots") and mode not in _ROOTS:
+        _HELD.append(socket.create_server(("127.0.0.1", 0)))
+        _ROOTS[mode] = f"127.0.0.1:{_HELD[-1].getsockname()[1]}"
     if mode == "unservable-root":  # rank 0 listens on MASTER_ADDR's host, here an address of no host (RFC 5737;
         # a host with net.ipv4.ip_nonlocal_bind=1 would bind it, and the ranks then fail at the timeout)
         env = {key: value for key, value in env.items() if key != "ONEBIT_ROOT"}
@@ -235,4 +354,5 @@ def rank_env(mode, rank, env):
 
 
 if __name__ == "__main__":
-    sys.exit(rank_or_driver(__file__, CASES, list(CASES), WORLD, rank_env=rank_env, doc=__doc__))
+    sys.exit(rank_or_driver(__file__, CASES, list(CASES), WORLD, rank_env=rank_env, around_mode=two_hosts,
+                            doc=__doc__))

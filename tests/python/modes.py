@@ -8,6 +8,7 @@ through one of two doors —
 and a check named by the script (`CheckFailed` from `require`, never a bare assert, which python
 -O would drop). The script's rank entry is `SCRIPT rank MODE DOOR RANK STORE TMP`.
 """
+import contextlib
 import os
 import subprocess
 import sys
@@ -109,9 +110,11 @@ def collect(procs, seconds):
     return outputs, codes
 
 
-def run_modes(script, argv, modes, world, check=None, rank_env=None, doc=""):
+def run_modes(script, argv, modes, world, check=None, rank_env=None, around_mode=None, doc=""):
     """The driver's main: `argv` is BUILD_DIR [preload|onebit] [MODE ...]. Runs each mode's ranks
-    (their environment from `rank_env(mode, rank, env)` if given), fails a mode whose ranks do not
+    (their environment from `rank_env(mode, rank, env)` if given; inside `around_mode(mode)`, a
+    context manager, if given, whose value — when not None — makes each rank's command:
+    `value(rank, argv)`, e.g. in a network namespace of its own), fails a mode whose ranks do not
     all exit 0 or whose `check(mode, outputs)` raises CheckFailed (outputs: each rank's (stdout,
     stderr)), and prints the closing 'N passed, N failed' line. Returns the exit code (77: skip)."""
     if len(argv) < 1 or not os.path.isdir(argv[0]):
@@ -130,10 +133,12 @@ def run_modes(script, argv, modes, world, check=None, rank_env=None, doc=""):
     with tempfile.TemporaryDirectory() as tmp:
         for mode in modes:
             store = os.path.join(tmp, f"store-{mode}")
-            procs = [subprocess.Popen([sys.executable, script, "rank", mode, door, str(rank), store, tmp],
-                                      env=rank_env(mode, rank, env) if rank_env else env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True) for rank in range(world)]
-            outputs, codes = collect(procs, RANKS_SECONDS)
+            with around_mode(mode) if around_mode else contextlib.nullcontext() as command:
+                procs = [subprocess.Popen((command or (lambda rank, argv: argv))(
+                    rank, [sys.executable, script, "rank", mode, door, str(rank), store, tmp]),
+                    env=rank_env(mode, rank, env) if rank_env else env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True) for rank in range(world)]
+                outputs, codes = collect(procs, RANKS_SECONDS)
             try:
                 require(codes == [0] * world, f"exit codes {codes}")
                 if check is not None:

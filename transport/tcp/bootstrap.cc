@@ -3,6 +3,8 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,8 +20,11 @@ namespace {
 constexpr auto kReplyGrace = std::chrono::seconds(2);
 // A connection gets this long to send its hello; the root serves others meanwhile (gate.h).
 constexpr auto kHelloGrace = std::chrono::milliseconds(5000);
-// How often a rank that found another communicator's root at its address tries again.
+// How often a rank that found another communicator's root at its address tries again, and for how
+// long: its own rank 0 cannot bind an address another root holds, so the wait only helps when that
+// root is about to finish — beyond a few tries it is a configuration error, said as one.
 constexpr auto kOtherRootRetry = std::chrono::milliseconds(1000);
+constexpr auto kOtherRootPatience = std::chrono::seconds(10);
 
 std::uint64_t little_endian64(const std::uint8_t* p) {
   std::uint64_t value = 0;
@@ -317,7 +322,8 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
                                    const Address& root, const std::string& ifname, Deadline deadline,
                                    const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join) {
   const std::string root_name = "the bootstrap root at " + root.to_string();
-  std::string other_root;  // the last root of another communicator found at this address
+  std::string other_root;                // the last root of another communicator found at this address
+  Deadline other_root_until = deadline;  // patience with it, from the first sighting
   auto fail_other_root = [&] {
     fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " serves communicator ", other_root, ", not this rank's ",
          credentials.describe(),
@@ -325,7 +331,7 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
          "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
   };
   for (;;) {
-    if (!other_root.empty() && Clock::now() >= deadline) fail_other_root();
+    if (!other_root.empty() && Clock::now() >= other_root_until) fail_other_root();
     Fd fd;
     wire::BootstrapChallenge challenge;
     try {
@@ -359,13 +365,14 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
     if (!same_identity(challenge.identity, credentials.identity)) {
       // Not our root (it has been told who we are, and logs it): leave, and look again later.
       if (other_root.empty()) {
+        other_root_until = std::min<Deadline>(deadline, Clock::now() + kOtherRootPatience);
         ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " serves communicator ",
-                   describe(challenge.identity), ", not this rank's ", credentials.describe(),
-                   "; trying again until the timeout");
+                   describe(challenge.identity), ", not this rank's ", credentials.describe(), "; trying again for ",
+                   std::chrono::duration_cast<std::chrono::seconds>(other_root_until - Clock::now()).count(), " s");
       }
       other_root = describe(challenge.identity);
       fd.reset();
-      const auto pause = std::min<Deadline>(deadline, Clock::now() + kOtherRootRetry) - Clock::now();
+      const auto pause = std::min<Deadline>(other_root_until, Clock::now() + kOtherRootRetry) - Clock::now();
       if (pause.count() > 0)
         ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));
       continue;
@@ -382,6 +389,27 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
       fail(error.code(), "bootstrap: no answer from ", root_name, ": ", error.what());
     }
   }
+}
+
+void check_root_reachable(int rank, const Address& root, std::chrono::milliseconds window) {
+  Fd connection;
+  const int err = connect_until(root, Clock::now() + window, &connection);
+  if (err == 0) return;
+  std::string hint;
+  if (root.local_only()) {
+    hint = "; " + root.to_string() +
+           " is each host's own loopback, so only ranks on rank 0's host find the root there: give rank 0 an "
+           "address every host reaches (MASTER_ADDR, or ONEBIT_ROOT=host:port; on Debian a host name may resolve to "
+           "127.0.1.1 through /etc/hosts)";
+  } else if (err == ETIMEDOUT) {
+    hint =
+        "; rank 0 listens there already, so nothing answering is a firewall between the hosts or a route that "
+        "does not reach rank 0 (ONEBIT_ROOT=host:port picks a port you can open)";
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof(seconds), "%.1f", std::chrono::duration<double>(window).count());
+  fail(connect_failure_code(err), "rank ", rank, " cannot reach rank 0's bootstrap root at ", root.to_string(), ": ",
+       errno_text(err), " for ", seconds, " s", hint);
 }
 
 BootstrapResult read_root_reply(int fd, int size, Deadline deadline, const wire::BootstrapHello& hello,

@@ -22,6 +22,7 @@
 // attempts and anything that does not speak the protocol, not someone who knows the identity.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -81,6 +82,17 @@ void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials&
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
                                    const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join = 0);
+
+// For a root published by rank 0 once it listens (root_listener.h), before the bootstrap: whether
+// this rank reaches it — a connection within `window`, closed at once (the root's gate logs it at
+// INFO only). Throws Error naming `rank`, the address and the reason, with a hint for a loopback
+// address (another host's rank dials its own) and for silence (a firewall). A framework asks this
+// on every rank and agrees on the answers over its own channel, so that every rank fails at once,
+// not the unreachable ones at the timeout and rank 0 waiting for them.
+void check_root_reachable(int rank, const Address& root, std::chrono::milliseconds window);
+// The window a framework gives it: a root that listens already answers in milliseconds; the rest
+// is margin for a loaded host.
+constexpr std::chrono::milliseconds kRootCheckWindow{5000};
 
 // The hello a rank sends in answer to `challenge` (split out so tests can replay one).
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,

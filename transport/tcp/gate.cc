@@ -17,8 +17,12 @@ Gate::Gate(int listen_fd, std::size_t record_size, std::chrono::milliseconds gra
 
 Gate::~Gate() = default;
 
-void Gate::drop(std::size_t index, const std::string& why) {
-  ONEBIT_LOG(WARN, owner_, ": closed a ", pending_[index].who, ": ", why);
+void Gate::drop(std::size_t index, const std::string& why, bool quiet) {
+  if (quiet) {
+    ONEBIT_LOG(INFO, owner_, ": closed a ", pending_[index].who, ": ", why);
+  } else {
+    ONEBIT_LOG(WARN, owner_, ": closed a ", pending_[index].who, ": ", why);
+  }
   pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(index));
 }
 
@@ -42,8 +46,8 @@ void Gate::accept_waiting() {
       p.greeting = greeting_();
       // A fresh socket's send buffer takes a greeting of a few hundred bytes whole.
       const ssize_t sent = ::send(fd.get(), p.greeting.data(), p.greeting.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent != static_cast<ssize_t>(p.greeting.size())) {
-        ONEBIT_LOG(WARN, owner_, ": closed a ", p.who, ": could not send it the greeting (", errno_text(errno), ")");
+      if (sent != static_cast<ssize_t>(p.greeting.size())) {  // gone already: a check that it listens
+        ONEBIT_LOG(INFO, owner_, ": closed a ", p.who, ": could not send it the greeting (", errno_text(errno), ")");
         continue;
       }
     }
@@ -104,7 +108,7 @@ std::optional<Gate::Arrival> Gate::next(Deadline deadline) {
       try {
         if (!read_some(pending_[i])) continue;
       } catch (const Error& error) {
-        drop(i, error.what());
+        drop(i, error.what(), pending_[i].have == 0);
         continue;
       }
       Pending done = std::move(pending_[i]);

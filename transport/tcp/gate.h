@@ -4,8 +4,9 @@
 // root (bootstrap.h) and every data listener (connection.h) take their connections through one.
 //
 // A connection that closes, errs or misses its deadline before its record is complete is logged and
-// closed. At most kMaxPending connections wait at once; further ones stay in the kernel's backlog
-// until one of those is done (none is pushed out: a flood delays a rank, it cannot evict it).
+// closed: at WARN, or at INFO when it sent nothing and closed (a reachability check, a port scan). At most kMaxPending
+// connections wait at once; further ones stay in the kernel's backlog until one of those is done (none is pushed out: a
+// flood delays a rank, it cannot evict it).
 #pragma once
 
 #include <chrono>
@@ -54,7 +55,7 @@ class Gate {
   void accept_waiting();
   // Reads what `p` has for us; true when its record is complete. Throws Error when it failed.
   bool read_some(Pending& p);
-  void drop(std::size_t index, const std::string& why);
+  void drop(std::size_t index, const std::string& why, bool quiet = false);
 
   int listen_fd_;
   std::size_t record_size_;

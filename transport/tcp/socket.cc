@@ -56,6 +56,19 @@ bool wait_for(int fd, short events, Deadline deadline) {
 
 }  // namespace
 
+bool Address::local_only() const {
+  if (storage.ss_family == AF_INET) {
+    const std::uint32_t ip = ntohl(reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr.s_addr);
+    return ip >> 24 == 127 || ip == 0;
+  }
+  if (storage.ss_family == AF_INET6) {
+    const in6_addr& ip = reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&ip)) return ip.s6_addr[12] == 127 || (ip.s6_addr32[3] == 0);
+    return IN6_IS_ADDR_LOOPBACK(&ip) || IN6_IS_ADDR_UNSPECIFIED(&ip);
+  }
+  return false;
+}
+
 std::string Address::to_string() const {
   char host[INET6_ADDRSTRLEN] = "?";
   if (storage.ss_family == AF_INET) {
@@ -172,7 +185,7 @@ Fd listen_on(const Address& address, int backlog) {
   return fd;
 }
 
-Fd connect_to(const Address& address, Deadline deadline, const std::string& peer_name) {
+int connect_until(const Address& address, Deadline deadline, Fd* connected) {
   int last_error = 0;
   do {
     Fd fd(::socket(address.storage.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
@@ -192,7 +205,8 @@ Fd connect_to(const Address& address, Deadline deadline, const std::string& peer
     if (rc == 0) {
       const int flags = ::fcntl(fd.get(), F_GETFL);
       ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
-      return fd;
+      *connected = std::move(fd);
+      return 0;
     }
     if (last_error != ECONNREFUSED && last_error != ETIMEDOUT && last_error != EINTR && last_error != ECONNRESET &&
         last_error != EHOSTUNREACH && last_error != ENETUNREACH) {
@@ -202,8 +216,20 @@ Fd connect_to(const Address& address, Deadline deadline, const std::string& peer
     pollfd none{-1, 0, 0};
     ::poll(&none, 0, remaining_ms(deadline) < 20 ? remaining_ms(deadline) : 20);
   } while (Clock::now() < deadline);
-  fail(last_error == ETIMEDOUT || last_error == ECONNREFUSED ? ONEBIT_TIMEOUT : ONEBIT_SYSTEM_ERROR,
-       "cannot connect to ", peer_name, " at ", address.to_string(), ": ", errno_text(last_error));
+  return last_error;
+}
+
+onebit_result_t connect_failure_code(int err) {
+  return err == ETIMEDOUT || err == ECONNREFUSED ? ONEBIT_TIMEOUT : ONEBIT_SYSTEM_ERROR;
+}
+
+Fd connect_to(const Address& address, Deadline deadline, const std::string& peer_name) {
+  Fd fd;
+  const int err = connect_until(address, deadline, &fd);
+  if (err != 0)
+    fail(connect_failure_code(err), "cannot connect to ", peer_name, " at ", address.to_string(), ": ",
+         errno_text(err));
+  return fd;
 }
 
 Fd accept_until(int listen_fd, Deadline deadline) {

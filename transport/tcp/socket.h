@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "onebit/onebit.h"
 
 namespace onebit::transport::tcp {
 
@@ -47,6 +48,9 @@ struct Address {
   std::string to_string() const;  // "10.0.0.1:1234" or "[::1]:1234"
   std::uint16_t port() const;
   void set_port(std::uint16_t port);
+  // A loopback (127.0.0.0/8, ::1) or unspecified (0.0.0.0, ::) address: one that reaches this
+  // host's own loopback whatever host it is dialled from, so names no host to another.
+  bool local_only() const;
 };
 
 // "Connection refused (errno 111)"; for EMFILE/ENFILE also the descriptors open and the limit.
@@ -69,6 +73,10 @@ Fd listen_on(const Address& address, int backlog);
 
 // Connects, retrying refused connections until the deadline (the other side may not listen yet).
 Fd connect_to(const Address& address, Deadline deadline, const std::string& peer_name);
+// As connect_to, returning the last errno instead of throwing it (0: `connected` holds the socket),
+// for a caller that words the failure itself; connect_failure_code is the code connect_to throws.
+int connect_until(const Address& address, Deadline deadline, Fd* connected);
+onebit_result_t connect_failure_code(int err);
 
 // Accepts one connection before the deadline; an empty Fd on timeout.
 Fd accept_until(int listen_fd, Deadline deadline);
