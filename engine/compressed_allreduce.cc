@@ -36,12 +36,17 @@ using round_layout::kResultHead;
 
 namespace {
 
-// Every server's verdict before anything is written: a member's non-finite input, or a non-finite
-// server scale, fails the call alike on every rank with nothing changed.
-void check_verdicts(const std::string& where, const Tag& tag, const RoundScratch& round, const ChunkGeometry& geometry,
+// Every server's verdict before anything is written: ranks whose settings for the call differ, a
+// member's non-finite input, or a non-finite server scale fails the call alike on every rank with
+// nothing changed.
+void check_verdicts(const std::string& where, Tag& tag, const RoundScratch& round, const ChunkGeometry& geometry,
                     std::uint64_t seq) {
   round_layout::check_verdicts(
       round.results.data(), geometry,
+      [&](int, std::int32_t member) {
+        fail(ONEBIT_MISMATCH, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", member,
+             "'s settings for this call differ from rank 0's — ", settings_mismatch_hint(tag));
+      },
       [&](int, std::int32_t member) {
         fail(ONEBIT_NUMERIC_ERROR, where, ": allreduce of tag '", tag.name, "' (call ", seq, "): rank ", member,
              "'s input holds NaN or Inf (its worker scale is not finite); no buffer or error state changed on any "
@@ -97,7 +102,7 @@ class Communicator::Round {
       post_receives();  // first, so that messages land in place, not in the transport's unexpected store
       worker_passes(worker);
       marks[1] = Clock::now();
-      send_worker_scale();
+      send_worker_head();
       comm_.transport_->wait_all(scratch_.stage1, comm_.call_deadline(), describe());
       marks[2] = Clock::now();
       server_passes();
@@ -149,7 +154,9 @@ class Communicator::Round {
     st_.server[1].resize(length(me_));
     scratch_.packed.resize(kernels::packed_bytes(n_) + 8);
     scratch_.received.resize(world_ * geometry_.chunk_bytes());
+    scratch_.worker_heads.resize(world_ * round_layout::kWorkerHead);
     scratch_.scales.resize(world_);
+    scratch_.settings.resize(world_);
     scratch_.results.resize(world_ * result_stride_);
     // Per peer: worker blocks of my chunk in, its scale in, its server blocks and scale in; my
     // worker blocks of its chunk out, my scale out, my server blocks and scale out.
@@ -211,17 +218,18 @@ class Communicator::Round {
                   scratch_.received.data() + p * chunk_bytes + (block_begin(me_, b) - begin(me_)) / 8,
                   kernels::packed_bytes(block_length(me_, b)), true);
       }
-      post_recv(p, wire::Kind::kWorkerScale, 0, &scratch_.scales.data()[p], sizeof(float), true);
+      post_recv(p, wire::Kind::kWorkerHead, 0, scratch_.worker_heads.data() + p * round_layout::kWorkerHead,
+                round_layout::kWorkerHead, true);
       for (std::size_t b = 0; b < blocks_of(length(p)); ++b) {
         post_recv(p, wire::Kind::kServerResult, b, result_of(p) + kResultHead + (block_begin(p, b) - begin(p)) / 8,
                   kernels::packed_bytes(block_length(p, b)), false);
       }
-      post_recv(p, wire::Kind::kServerScale, 0, result_of(p), kResultHead, false);
+      post_recv(p, wire::Kind::kServerHead, 0, result_of(p), kResultHead, false);
     }
   }
 
   // 1. Worker stage: block by block in worker order, each block's bits sent to its server once
-  // packed; then (send_worker_scale) the worker scale to every member.
+  // packed; then (send_worker_head) the worker scale and the settings digest to every member.
   void worker_passes(const RoundWorker& worker) {
     const std::vector<round_layout::Block> order = round_layout::worker_order(geometry_, me_);
     const float* e_prev = st_.worker[st_.current].data();
@@ -239,11 +247,32 @@ class Communicator::Round {
     result_.worker_scale = std::isfinite(sum_squares) ? kernels::scale_from_sum_squares(sum_squares, n_) : NAN;
   }
 
-  void send_worker_scale() {
-    scratch_.scales.data()[me_] = result_.worker_scale;
+  void send_worker_head() {
+    std::uint8_t* mine = scratch_.worker_heads.data() + me_ * round_layout::kWorkerHead;
+    const std::uint64_t settings = tag_.settings_digest();
+    std::memset(mine, 0, round_layout::kWorkerHead);
+    std::memcpy(mine, &result_.worker_scale, 4);
+    std::memcpy(mine + 8, &settings, 8);
     for (int p = 0; p < world_; ++p) {
-      if (p != me_) post_send(p, wire::Kind::kWorkerScale, 0, &scratch_.scales.data()[me_], sizeof(float));
+      if (p != me_) post_send(p, wire::Kind::kWorkerHead, 0, mine, round_layout::kWorkerHead);
     }
+  }
+
+  // Every member's worker scale and settings digest, out of the heads.
+  void read_worker_heads() {
+    for (int p = 0; p < world_; ++p) {
+      const std::uint8_t* head = scratch_.worker_heads.data() + p * round_layout::kWorkerHead;
+      std::memcpy(&scratch_.scales.data()[p], head, 4);
+      std::memcpy(&scratch_.settings[p], head + 8, 8);
+    }
+  }
+
+  // The first member whose settings digest is not member 0's, or -1.
+  std::int32_t first_unlike_member() const {
+    for (int p = 1; p < world_; ++p) {
+      if (scratch_.settings[p] != scratch_.settings[0]) return p;
+    }
+    return -1;
   }
 
   // The first member whose worker scale is not finite, or -1.
@@ -258,6 +287,7 @@ class Communicator::Round {
   // block, each block's bits sent to every member as it is done; then (send_server_head) the head:
   // the scale and the verdict.
   void server_passes() {
+    read_worker_heads();
     first_bad_ = first_non_finite_member();
     std::uint8_t* mine = result_of(me_);
     for (int p = 0; p < world_; ++p) {
@@ -287,10 +317,10 @@ class Communicator::Round {
 
   void send_server_head() {
     std::uint8_t* mine = result_of(me_);
-    std::memcpy(mine, &result_.server_scale, 4);
-    std::memcpy(mine + 4, &first_bad_, 4);
+    round_layout::write_result_head(
+        mine, round_layout::ResultHead{result_.server_scale, first_bad_, first_unlike_member(), scratch_.settings[0]});
     for (int p = 0; p < world_; ++p) {
-      if (p != me_) post_send(p, wire::Kind::kServerScale, 0, mine, kResultHead);
+      if (p != me_) post_send(p, wire::Kind::kServerHead, 0, mine, kResultHead);
     }
   }
 

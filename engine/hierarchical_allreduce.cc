@@ -419,10 +419,13 @@ class Communicator::HostCall {
   }
 
   // Every rail's results, in local-index order: the same verdict, in the same order, on every rank.
+  // Settings are compared within each rail (against its member on host 0, rank q) and across the
+  // rails (rank q's against rank 0's, from the heads), so every rank is compared with rank 0.
   void check_verdicts() const {
     for (int q = 0; q < local_size_; ++q) {
       round_layout::check_verdicts(
           results_of(q), rails_[q],
+          [&](int, std::int32_t host) { unlike_settings(static_cast<int>(host) * local_size_ + q, q); },
           [&](int, std::int32_t bad) {
             fail(ONEBIT_NUMERIC_ERROR, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_,
                  "): the input of host ", bad, " (ranks ", bad * local_size_, "..", bad * local_size_ + local_size_ - 1,
@@ -434,7 +437,14 @@ class Communicator::HostCall {
                  "): the scale of rank ", p * local_size_ + q, " (server of rail ", q, ") is ", scale,
                  "; no buffer or error state changed on any rank");
           });
+      const std::uint64_t reference = round_layout::result_head(results_of(q), rails_[q], 0).reference;
+      if (reference != round_layout::result_head(results_of(0), rails_[0], 0).reference) unlike_settings(q, 0);
     }
+  }
+
+  [[noreturn]] void unlike_settings(int rank, int reference_rank) const {
+    fail(ONEBIT_MISMATCH, comm_.where(), ": allreduce of tag '", tag_.name, "' (call ", seq_, "): rank ", rank,
+         "'s settings for this call differ from rank ", reference_rank, "'s — ", settings_mismatch_hint(tag_));
   }
 
   // Every rail's results into its shard of the caller's buffer.

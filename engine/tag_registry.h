@@ -75,6 +75,20 @@ struct Tag {
   std::map<std::uint64_t, std::unique_ptr<DeviceState>> device_states;  // by the front door's communicator id
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
+  // What every rank must share for the tag's next calls (an optimizer's lr, betas, step, stage),
+  // set by onebit_tag_set_step_settings: its digest travels in each worker head and a difference
+  // fails the call on every rank; the text names this rank's values in that error. 0: none set.
+  std::mutex settings_mutex;
+  std::uint64_t settings = 0;
+  std::string settings_text;
+  std::uint64_t settings_digest() {
+    std::lock_guard<std::mutex> lock(settings_mutex);
+    return settings;
+  }
+  std::string settings_said() {
+    std::lock_guard<std::mutex> lock(settings_mutex);
+    return settings_text.empty() ? std::string("none set") : settings_text;
+  }
   // A state restored from a checkpoint, applied by the tag's first call on a communicator.
   std::vector<float> restored_worker, restored_server;
   bool restored = false;

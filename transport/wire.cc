@@ -32,12 +32,12 @@ WireAddress get_address(Reader& r) {
 const char* kind_name(Kind kind) {
   switch (kind) {
     case Kind::kWorkerBits: return "worker bits";
-    case Kind::kWorkerScale: return "worker scale";
+    case Kind::kWorkerHead: return "worker head";
     case Kind::kServerResult: return "server result";
     case Kind::kRingReduce: return "ring reduce-scatter";
     case Kind::kRingGather: return "ring allgather";
     case Kind::kAbort: return "abort";
-    case Kind::kServerScale: return "server scale";
+    case Kind::kServerHead: return "server head";
     case Kind::kHostReduce: return "host reduce";
     case Kind::kHostGather: return "host gather";
     case Kind::kTopology: return "topology";

@@ -16,8 +16,8 @@
 namespace onebit::wire {
 
 // 2: the bootstrap binds its records to the communicator's identity, challenge first (version 1
-// had neither).
-constexpr std::uint16_t kProtocolVersion = 2;
+// had neither). 3: the compressed call's worker and server heads carry the settings digest.
+constexpr std::uint16_t kProtocolVersion = 3;
 constexpr std::uint32_t kHelloMagic = 0x4F424831;          // "OBH1": data-connection handshake
 constexpr std::uint32_t kBootstrapMagic = 0x4F424231;      // "OBB1": rank <-> root exchange
 constexpr std::uint32_t kMessageMagic = 0x4F424D31;        // "OBM1": a message segment
@@ -190,13 +190,13 @@ struct NetMessageHeader {
 
 // What a message is, within one collective call.
 enum class Kind : std::uint8_t {
-  kWorkerBits = 1,    // compressed stage 1: block `part` of the sender's bits of the receiver's chunk
-  kWorkerScale = 2,   // compressed stage 1: the sender's worker scale (NaN if its input was not finite)
+  kWorkerBits = 1,  // compressed stage 1: block `part` of the sender's bits of the receiver's chunk
+  kWorkerHead = 2,  // compressed stage 1: the sender's worker scale (NaN if its input was not finite), settings digest
   kServerResult = 3,  // compressed stage 2: block `part` of the sending server's result bits
   kRingReduce = 4,    // ring reduce-scatter step `part`
   kRingGather = 5,    // ring allgather step `part`
   kAbort = 6,         // the sender failed: the payload is its error text; it closes next
-  kServerScale = 7,   // compressed stage 2: the sending server's scale and first non-finite rank
+  kServerHead = 7,    // compressed stage 2: the sending server's scale, verdicts and reference settings digest
   kHostReduce = 8,    // hierarchical: block `part` of the sender's input for the receiver's shard
   kHostGather = 9,    // hierarchical: the sender's rail results (every server's scale and bits)
   kTopology = 10,     // hierarchical, once per communicator: the sender's ranks per host

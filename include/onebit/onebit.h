@@ -184,6 +184,16 @@ ONEBIT_API onebit_result_t onebit_tag_detach(void* ptr);
 /* Calls and payload bytes sent by the compressed allreduces of tag `name`, over all communicators. */
 ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent);
 
+/* The settings every rank must share for tag `name`'s next compressed allreduces — an optimizer's
+ * learning rate, betas, eps, weight decay, step and stage: `count` values named by `keys` (a key
+ * may carry text, e.g. "stage: compression since step 20", with value 0). Their digest travels in
+ * each call's worker messages, at no extra message: when the ranks' digests differ the call fails
+ * on every rank with ONEBIT_MISMATCH naming the first rank that differs and, on each rank, its own
+ * values, with no buffer or error state changed. A tag with none set (count 0) is not compared,
+ * nor is a call of the NCCL door's device path. The settings stay until set again. */
+ONEBIT_API onebit_result_t onebit_tag_set_step_settings(const char* name, const char* const* keys, const double* values,
+                                                        size_t count);
+
 /* Checkpoints of error feedback. A tag's state on this rank is its worker error (the tag's count
  * floats) and its server error (the floats of this rank's chunk, which depend on the world size).
  * Save writes the true errors (zeros before the first call); the tag must have been used on at most

@@ -137,12 +137,13 @@ class OnebitAdam {
                                                 m_before_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
                                                 groups_[i].count));
       }
+      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
+      share_step_settings(name_, groups_, step_, stage);
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
         const std::string message = onebit_last_error();
         std::copy(m_before_.begin(), m_before_.end(), m_.begin());
-        throw step_failure(reduced, message, "onebit::OnebitAdam", step_,
-                           "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
+        throw step_failure(reduced, message, "onebit::OnebitAdam", step_, stage);
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         check(onebit_adam_apply_step(&groups_[i].config, groups_[i].params, m_.data() + layout_.offset(i),

@@ -120,13 +120,14 @@ class OnebitLamb {
         check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o,
                                              grad_.data() + o, groups_[i].count));
       }
+      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
+      share_step_settings(name_, groups_, step_, stage);
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
         const std::string message = onebit_last_error();
         std::copy(m_last_.begin(), m_last_.end(), m_.begin());
         layers_ = layers_before;
-        throw step_failure(reduced, message, "onebit::OnebitLamb", step_,
-                           "compression stage since step " + std::to_string(groups_[0].config.freeze_step));
+        throw step_failure(reduced, message, "onebit::OnebitLamb", step_, stage);
       }
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         const std::size_t o = layout_.offset(i);

@@ -71,6 +71,34 @@ inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, const
   }
 }
 
+// What every rank must share for a compressed step — each group's lr, betas, eps and weight decay
+// (the three optimizers' configs begin alike), the step and the stage — given to the tag
+// (onebit_tag_set_step_settings), which compares them across ranks inside the call at no extra
+// message: ranks that differ fail it on every rank with ONEBIT_MISMATCH, nothing changed.
+template <typename Group>
+void share_step_settings(const std::string& tag, const std::vector<Group>& groups, std::int64_t step,
+                         const std::string& stage) {
+  std::vector<std::string> keys;
+  std::vector<double> values;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    const auto& c = groups[i].config;
+    const std::string group = "group " + std::to_string(i) + " ";
+    const float settings[] = {c.lr, c.beta1, c.beta2, c.eps, c.weight_decay};
+    const char* names[] = {"lr", "betas[0]", "betas[1]", "eps", "weight_decay"};
+    for (int k = 0; k < 5; ++k) {
+      keys.push_back(group + names[k]);
+      values.push_back(settings[k]);
+    }
+  }
+  keys.push_back("step");
+  values.push_back(static_cast<double>(step));
+  keys.push_back("stage: " + stage);
+  values.push_back(0.0);
+  std::vector<const char*> texts;
+  for (const std::string& key : keys) texts.push_back(key.c_str());
+  check_call(onebit_tag_set_step_settings(tag.c_str(), texts.data(), values.data(), values.size()));
+}
+
 }  // namespace onebit
 
 #endif  // ONEBIT_RANK_AGREEMENT_HPP_

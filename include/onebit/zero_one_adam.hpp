@@ -218,6 +218,7 @@ class ZeroOneAdam {
 
   // The tagged buffer (a gradient, or u) averaged 1-bit compressed; a failure names the step.
   void compressed_average(const char* stage) {
+    share_step_settings(name_, groups_, schedule_.step, stage);
     const onebit_result_t reduced = onebit_allreduce(comm_, buffer_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);
     if (reduced != ONEBIT_SUCCESS)
       throw step_failure(reduced, onebit_last_error(), "onebit::ZeroOneAdam", schedule_.step, stage);

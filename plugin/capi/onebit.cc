@@ -4,12 +4,16 @@
 #include "onebit/onebit.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
 
+#include "common/log.h"
 #include "common/params.h"
+#include "common/siphash.h"
 #include "engine/communicator.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "plugin/capi/abi_guard.h"
@@ -57,6 +61,11 @@ onebit_result_t onebit_cpu_kernels(const char** name) {
 }  // extern "C"
 
 // ---- communicators, tags, allreduce ----
+
+namespace {
+// A fixed key: the settings digest tells equal settings from unequal ones, it keeps no secret.
+constexpr onebit::SipKey kSettingsKey = {0x6f6e65626974u, 0x73657474696e6773u};
+}  // namespace
 
 struct onebit_comm {
   std::unique_ptr<onebit::Communicator> impl;
@@ -233,6 +242,32 @@ onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* by
     onebit::TagRegistry::instance().drop_aborted_states(*tag);
     *calls = tag->calls_made();
     *bytes_sent = tag->bytes_sent;
+  });
+}
+
+onebit_result_t onebit_tag_set_step_settings(const char* name, const char* const* keys, const double* values,
+                                             size_t count) {
+  return onebit::abi_guard("onebit_tag_set_step_settings", [&] {
+    ONEBIT_CHECK(name != nullptr, ONEBIT_INVALID_ARGUMENT, "name is NULL");
+    ONEBIT_CHECK(count == 0 || (keys != nullptr && values != nullptr), ONEBIT_INVALID_ARGUMENT,
+                 "keys or values is NULL with count ", count);
+    auto tag = onebit::TagRegistry::instance().find_name(name);
+    ONEBIT_CHECK(tag != nullptr, ONEBIT_INVALID_ARGUMENT, "no tag named '", name, "'");
+    std::string text, material;
+    for (size_t i = 0; i < count; ++i) {
+      ONEBIT_CHECK(keys[i] != nullptr, ONEBIT_INVALID_ARGUMENT, "keys[", i, "] is NULL");
+      char value[32];  // the shortest text that reads back as the same double
+      const auto written = std::to_chars(value, value + sizeof(value), values[i]);
+      const bool text_only = values[i] == 0.0 && std::strchr(keys[i], ':') != nullptr;  // "stage: ..."
+      text += (i ? ", " : "") + std::string(keys[i]) + (text_only ? "" : " " + std::string(value, written.ptr));
+      material.append(keys[i]).push_back('\0');
+      material.append(reinterpret_cast<const char*>(&values[i]), sizeof(double));
+    }
+    // Never 0 once set, so that "none set" and a set of settings never compare equal.
+    const std::uint64_t digest = count == 0 ? 0 : onebit::siphash24(kSettingsKey, material.data(), material.size()) | 1;
+    std::lock_guard<std::mutex> lock(tag->settings_mutex);
+    tag->settings = digest;
+    tag->settings_text = onebit::printable(text);
   });
 }
 

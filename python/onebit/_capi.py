@@ -114,6 +114,7 @@ PROTOTYPES = {
     "onebit_tag_stats": (_result, (c_char_p, POINTER(c_uint64), POINTER(c_uint64))),
     "onebit_tag_state_size": (_result, (c_char_p, POINTER(c_size_t), POINTER(c_size_t))),
     "onebit_tag_state_check": (_result, (c_char_p, c_size_t)),
+    "onebit_tag_set_step_settings": (_result, (c_char_p, POINTER(c_char_p), POINTER(c_double), c_size_t)),
     "onebit_tag_state_check_layout": (_result, (c_int, c_int, c_int, c_int)),
     "onebit_tag_state_save": (_result, (c_char_p, _data, _data)),
     "onebit_tag_state_load": (_result, (c_char_p, _data, c_size_t, _data, c_size_t)),

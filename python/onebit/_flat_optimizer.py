@@ -115,6 +115,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         # to), SENT (on the others), else None. A step drops it: the parts are of the step before.
         self._consolidated = None
         self._warned_rank_state = False  # _warn_rank_state_only said it
+        self._settings_keys = None  # _share_step_settings's last keys, and their C array
         self._compressed = False  # a compressed all_reduce has run: the ranks' error feedback differs
 
     def _zeros(self):
@@ -525,6 +526,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if self._world > 1:
             before = None if self._checked_compression else stats()["compressed_calls"]
             averages = self._backend_averages(buffer)
+            self._share_step_settings(step, stage)
             try:
                 if averages:
                     dist.all_reduce(buffer, op=dist.ReduceOp.AVG, group=self._group)
@@ -537,6 +539,35 @@ class _FlatOptimizer(torch.optim.Optimizer):
             self._compressed = True
             if before is not None:
                 self._warn_if_not_compressed(before, step, buffer)
+
+    def _share_step_settings(self, step, stage):
+        """What every rank must share for this compressed all_reduce — each group's numeric
+        hyper-parameters (those the optimizer's defaults name: lr, betas, eps, weight decay), the
+        step and the stage — handed to the C core with the tag (onebit_tag_set_step_settings),
+        which compares them across ranks inside the call, at no extra message: a rank whose
+        scheduler stepped alone, or skipped where GradScaler lowered its per-rank scale, fails the
+        call on every rank with nothing changed, instead of the replicas drifting apart. Not on the
+        device path, which does not compare them."""
+        if self._device.type != "cpu":
+            return
+        keys, values = [], []
+        for g, group in enumerate(self.param_groups):
+            for key in sorted(self.defaults):
+                value = group.get(key)
+                items = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+                for i, item in enumerate(items):
+                    if isinstance(item, torch.Tensor) and item.numel() == 1:
+                        item = item.item()
+                    if isinstance(item, (int, float)) and not isinstance(item, bool):
+                        keys.append(f"group {g} {key}" + (f"[{i}]" if len(items) > 1 else ""))
+                        values.append(float(item))
+        keys += ["step", f"stage: {stage}"]
+        values += [float(step), 0.0]
+        if keys != self._settings_keys:
+            self._settings_keys = keys
+            self._settings_key_array = (ctypes.c_char_p * len(keys))(*(key.encode() for key in keys))
+        _check(self._lib, self._lib.onebit_tag_set_step_settings(
+            self._name.encode(), self._settings_key_array, (ctypes.c_double * len(values))(*values), len(values)))
 
     def _backend_averages(self, buffer):
         """Whether this all_reduce can return the average itself (op AVG), saving the pass of div_

@@ -169,6 +169,81 @@ TEST(Errors, NaNInATaggedBufferFailsEveryRankAndChangesNothing) {
   }
 }
 
+// Ranks whose step settings differ (onebit_tag_set_step_settings: one rank's scheduler stepped)
+// fail that call on every rank with ONEBIT_MISMATCH naming the rank and, on each rank, its own
+// values, with every buffer and error state unchanged: the call retried with equal settings gives
+// bit for bit what a job that never failed gives. `local_size` 2 runs it hierarchically (2 hosts of
+// 2), where `differing` {1, 3} (local rank 1 on both hosts) agree within each rail and are caught
+// only by comparing the rails.
+struct SettingsCase {
+  int world, local_size;
+  std::vector<int> differing;
+  std::string says;  // in every rank's error
+};
+
+std::vector<float> last_outputs_of_settings_job(const SettingsCase& c, bool differ, RankRecords* records) {
+  const std::size_t n = 3000;
+  SharedMemory shared(c.world * n * sizeof(float));
+  auto* outputs = shared.as<float>();
+  const int port = free_port();
+  auto outcomes = run_ranks(
+      c.world,
+      [&](int rank) {
+        ::setenv("ONEBIT_LOCAL_SIZE", std::to_string(c.local_size).c_str(), 1);
+        onebit_comm_t comm = join_loopback(rank, c.world, port, 60000);
+        std::vector<float> buffer = input(rank, 0, n, 3);
+        RANK_FAILS_IF(onebit_tag("m", buffer.data(), n, ONEBIT_FLOAT32) != ONEBIT_SUCCESS, 2);
+        const char* keys[] = {"group 0 lr", "step", "stage: compression"};
+        double values[] = {0.001, 7, 0};
+        RANK_FAILS_IF(onebit_tag_set_step_settings("m", keys, values, 3) != ONEBIT_SUCCESS, 3);
+        RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 4);
+        const std::vector<float> next = input(rank, 1, n, 3);
+        std::copy(next.begin(), next.end(), buffer.begin());
+        values[1] = 8;
+        if (differ) {
+          const bool odd_one = std::count(c.differing.begin(), c.differing.end(), rank) > 0;
+          if (odd_one) values[0] = 0.5;
+          onebit_tag_set_step_settings("m", keys, values, 3);
+          (*records)[rank].set(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG));
+          RANK_FAILS_IF(buffer != next, 5);  // untouched
+          values[0] = 0.001;
+        }
+        RANK_FAILS_IF(onebit_tag_set_step_settings("m", keys, values, 3) != ONEBIT_SUCCESS, 6);
+        RANK_FAILS_IF(onebit_allreduce(comm, buffer.data(), n, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 7);
+        std::copy(buffer.begin(), buffer.end(), outputs + rank * n);
+        onebit_comm_destroy(comm);
+        return 0;
+      },
+      std::chrono::seconds(60));
+  for (int r = 0; r < c.world; ++r) EXPECT_EQ(outcomes[r].exit_code, 0) << "rank " << r << ": " << outcomes[r].reason;
+  return std::vector<float>(outputs, outputs + c.world * n);
+}
+
+void expect_settings_mismatch_fails_every_rank(const SettingsCase& c) {
+  RankRecords records(c.world), unused(c.world);
+  const std::vector<float> after_failure = last_outputs_of_settings_job(c, true, &records);
+  const std::vector<float> never_failed = last_outputs_of_settings_job(c, false, &unused);
+  for (int r = 0; r < c.world; ++r) {
+    const bool odd_one = std::count(c.differing.begin(), c.differing.end(), r) > 0;
+    const std::string message = records[r].message;
+    EXPECT_EQ(records[r].code, ONEBIT_MISMATCH) << "rank " << r << ": " << message;
+    for (const std::string& part : {c.says,
+                                    std::string(odd_one ? "This rank's: group 0 lr 0.5, step 8, stage: compression"
+                                                        : "This rank's: group 0 lr 0.001, step 8, stage: compression"),
+                                    std::string("No buffer or error state changed on any rank")}) {
+      EXPECT_NE(message.find(part), std::string::npos) << "rank " << r << " misses '" << part << "': " << message;
+    }
+  }
+  EXPECT_TRUE(after_failure == never_failed) << "the call retried after the refused one differs from a job's that "
+                                                "never failed";
+}
+
+TEST(Errors, RanksWhoseStepSettingsDifferFailTheCallOnEveryRankAndChangeNothing) {
+  expect_settings_mismatch_fails_every_rank({3, 1, {2}, "rank 2's settings for this call differ from rank 0's"});
+  expect_settings_mismatch_fails_every_rank({4, 2, {3}, "rank 3's settings for this call differ from rank 1's"});
+  expect_settings_mismatch_fails_every_rank({4, 2, {1, 3}, "rank 1's settings for this call differ from rank 0's"});
+}
+
 TEST(Errors, CountMismatchAcrossRanksNamesBothSides) {
   const int world = 2;
   RankRecords records(world);

@@ -633,6 +633,37 @@ TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
       "onebit::OnebitLamb::load: the ranks disagree on the checkpoint's step: rank 0 has 12, rank 1 has 9");
 }
 
+// Ranks given different learning rates (which construction does not compare: a scheduler may change
+// them) take their warmup steps; the first compressed step — whose settings travel with the call
+// (share_step_settings) — fails on both ranks with ONEBIT_MISMATCH naming rank 1, instead of the
+// replicas parting silently.
+template <typename Optimizer, typename Config>
+void expect_first_compressed_step_refused(const std::function<Config(int rank)>& config) {
+  expect_on_both_ranks(
+      [&](int rank, onebit_comm_t comm) {
+        std::vector<float> p(kTotal, 0.5f), g(kTotal, 0.25f);
+        Optimizer optimizer(comm, {{p.data(), kTotal, config(rank)}});
+        for (int t = 0; t < 40; ++t) optimizer.step({g.data()});
+      },
+      ONEBIT_MISMATCH, "rank 1's settings for this call differ from rank 0's");
+}
+
+TEST(RankAgreement, ShimsWithDifferentLearningRatesFailTheirFirstCompressedStepOnEveryRank) {
+  expect_first_compressed_step_refused<OnebitAdam, onebit_adam_config_t>(
+      [](int rank) { return onebit_adam_config_t{rank == 0 ? 1e-3f : 2e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 2}; });
+  expect_first_compressed_step_refused<OnebitLamb, onebit_lamb_config_t>([](int rank) {
+    onebit_lamb_config_t c = lamb_config(0);
+    c.freeze_step = 2;
+    c.lr *= rank == 0 ? 1.0f : 2.0f;
+    return c;
+  });
+  expect_first_compressed_step_refused<ZeroOneAdam, onebit_zero_one_adam_config_t>([](int rank) {
+    onebit_zero_one_adam_config_t c = zero_one_config(0);
+    c.weight_decay = rank == 0 ? 0.0f : 0.01f;
+    return c;
+  });
+}
+
 // A checkpoint's schedule goes on under the settings it was saved with (resume_rules.hpp): a freeze
 // step may move only from a checkpoint before the freeze under both; 0/1 Adam's scalers and clipper
 // not at all. Refused on every rank by name, nothing loaded (before: OnebitLamb and ZeroOneAdam did

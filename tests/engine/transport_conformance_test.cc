@@ -317,7 +317,7 @@ TEST_P(TransportContract, APeerThatLeavesFailsAPendingReceiveNamingIt) {
     std::uint32_t word = 0;
     Request receive;
     const std::optional<Error> error = failure_of([&] {
-      t->irecv(receive, 1, 0, wire::MessageKey{2, 0, wire::Kind::kWorkerScale, 0}, wire::CallShape{1, 0, 1}, &word,
+      t->irecv(receive, 1, 0, wire::MessageKey{2, 0, wire::Kind::kWorkerHead, 0}, wire::CallShape{1, 0, 1}, &word,
                sizeof(word));
       ranks.arrive_and_wait();
       t->wait_all({&receive}, far_deadline(), describe);

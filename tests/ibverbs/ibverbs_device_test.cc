@@ -171,7 +171,7 @@ TEST_P(VerbsTransport, AMissingPeerIsATimeoutNamingIt) {
     if (rank == 1) return;  // posts nothing and leaves
     std::uint8_t byte = 0;
     Request r;
-    t.irecv(r, 1, 0, wire::MessageKey{1, 0, wire::Kind::kWorkerScale, 0}, wire::CallShape{1, 0, 1}, &byte, 1);
+    t.irecv(r, 1, 0, wire::MessageKey{1, 0, wire::Kind::kWorkerHead, 0}, wire::CallShape{1, 0, 1}, &byte, 1);
     try {
       t.wait_all({&r}, Clock::now() + std::chrono::milliseconds(2000), describe);
       ADD_FAILURE() << "expected a failure";
@@ -188,7 +188,7 @@ TEST_P(VerbsTransport, AMissingPeerIsATimeoutNamingIt) {
 TEST_P(VerbsTransport, APeerThatLeavesAfterItsLastMessageIsNotAnError) {
   run_ranks(2, [](int rank, IbverbsTransport& t) {
     std::uint32_t value = rank == 1 ? 42 : 0;
-    const wire::MessageKey key{2, 0, wire::Kind::kWorkerScale, 0};
+    const wire::MessageKey key{2, 0, wire::Kind::kWorkerHead, 0};
     Request r;
     if (rank == 1) {
       t.isend(r, 0, 0, key, wire::CallShape{1, 0, 1}, &value, 4);
@@ -201,7 +201,7 @@ TEST_P(VerbsTransport, APeerThatLeavesAfterItsLastMessageIsNotAnError) {
     // Whether or not rank 1's end has been seen yet, nothing is lost and nothing failed; a later
     // message to it fails, naming it, instead of hanging.
     Request late;
-    t.isend(late, 1, 0, wire::MessageKey{2, 1, wire::Kind::kWorkerScale, 0}, wire::CallShape{1, 0, 1}, &value, 4);
+    t.isend(late, 1, 0, wire::MessageKey{2, 1, wire::Kind::kWorkerHead, 0}, wire::CallShape{1, 0, 1}, &value, 4);
     try {
       t.wait_all({&late}, Clock::now() + std::chrono::seconds(5), describe);
       ADD_FAILURE() << "a send to a rank that left cannot complete";

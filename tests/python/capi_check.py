@@ -61,7 +61,7 @@ def parse_headers(paths):
 
 def _problem_with(ctype, declared, capi, enums, opaque):
     """Why the ctypes type `declared` does not match the C type `ctype`, or None."""
-    text = ctype.replace("const ", "").replace(" *", "*").strip()
+    text = re.sub(r"\s+", " ", re.sub(r"\bconst\b", "", ctype)).replace(" *", "*").strip()  # "const char* const*"
     depth = text.count("*")
     base = text.replace("*", "").strip()
     if depth == 0:

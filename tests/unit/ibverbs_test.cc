@@ -376,7 +376,7 @@ TEST(Rendezvous, APeerOfferingFarMoreThanAnySendAskedForIsNamed) {
 
 TEST(Rendezvous, WritesThatWereNeverOfferedOrOfTheWrongSizeAreErrors) {
   Rendezvous receiver(1, 0);
-  Request r = request(false, wire::MessageKey{0, 1, wire::Kind::kWorkerScale, 0}, 4);
+  Request r = request(false, wire::MessageKey{0, 1, wire::Kind::kWorkerHead, 0}, 4);
   const wire::ClearToSend offer = receiver.post_receive(r, 0x10, 1);
   EXPECT_NE(error_of([&] { receiver.write_arrived(offer.recv_id + 1, 4); }, ONEBIT_REMOTE_ERROR).find("never offered"),
             std::string::npos);
