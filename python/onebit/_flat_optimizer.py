@@ -6,8 +6,10 @@ the public optimizers are onebit.OnebitAdam, onebit.ZeroOneAdam and onebit.Onebi
 """
 from __future__ import annotations
 
+import collections
 import ctypes
 import gc
+import hashlib
 import importlib
 import pickle
 import struct
@@ -25,6 +27,7 @@ from ._logging import logger
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
 _SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
+_ERROR_FEEDBACK = ("worker_error", "server_error")  # a part's own error feedback: never kept once for all
 
 # What the optimizers take as `params`, as torch.optim.Optimizer does: tensors, or parameter groups
 # (dicts with "params" and any of the optimizer's per-group hyper-parameters).
@@ -111,8 +114,9 @@ class _FlatOptimizer(torch.optim.Optimizer):
         for p, (lo, hi) in zip(self._params(), self._slices):
             self._flat[lo:hi].copy_(p.data.reshape(-1))
         self._warned_no_gradient = False
-        # consolidate_state_dict() since the last step: every rank's part (on the rank it gathered
-        # to), SENT (on the others), else None. A step drops it: the parts are of the step before.
+        # consolidate_state_dict() since the last step: (what every rank holds alike, every rank's
+        # part of the rest) on the rank it gathered to, SENT on the others, else None. A step drops
+        # it: the parts are of the step before.
         self._consolidated = None
         self._warned_rank_state = False  # _warn_rank_state_only said it
         self._settings_keys = None  # _share_step_settings's last keys, and their C array
@@ -634,24 +638,53 @@ class _FlatOptimizer(torch.optim.Optimizer):
         next step resumes every rank — what HF Trainer, Accelerate and Lightning need, which save the
         optimizer from rank 0 only. A collective: every rank calls it (torch's
         ZeroRedundancyOptimizer has the same call); onebit.integrations call it before each save.
-        The parts travel one at a time, rank by rank to `to` (CPU tensors once there; under NCCL
-        through this optimizer's device), so none is held twice on the way."""
+
+        What every rank holds bit for bit alike (m, v, the counters: every rank applies the same
+        averaged update) is kept once, rank `to`'s: the ranks compare each field's digest in one
+        small all_reduce, and each sends rank `to` only its error feedback and the fields that
+        differ on some rank (ZeroOneAdam's m and u between syncs). The parts travel one at a time,
+        rank by rank to `to`, their tensors sent as they are into tensors of their own (CPU tensors
+        once there; under NCCL through this optimizer's device): rank `to` holds its own part and
+        the others' error feedback, what the file holds, and no copy on the way."""
         part = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._onebit_state().items()}
-        if self._world == 1:
-            self._consolidated = [part]
-            return
+        keys = sorted(part)  # the same on every rank: the optimizer's settings are agreed at construction
+        rows = self._every_rank([bits for k in keys for bits in _digest(part[k])])
+        differing = {k for j, k in enumerate(keys) if len({(row[2 * j], row[2 * j + 1]) for row in rows}) > 1}
+        own = {k: v for k, v in part.items() if k in differing or k in _ERROR_FEEDBACK}
         if self._rank != to:
-            self._send_object(part, to)
+            self._send_part(own, to)
             self._consolidated = _SENT
             return
-        self._consolidated = [part if r == to else self._receive_object(r) for r in range(self._world)]
+        shared = {k: v for k, v in part.items() if k not in own}
+        del part
+        self._consolidated = (shared, [own if r == to else self._receive_part(r) for r in range(self._world)])
 
     def _global_rank(self, rank):
         return rank if self._group is None else dist.get_global_rank(self._group, rank)
 
+    def _send_part(self, part, to):
+        """`part` to rank `to` of the group: its other fields pickled with each tensor's shape and
+        dtype in their place, then each tensor as it is (point to point on the group's own backend,
+        on this optimizer's device; torch 1.13 has no send_object_list)."""
+        tensors = [v for v in part.values() if isinstance(v, torch.Tensor)]
+        self._send_object({k: _TensorOf(v.shape, v.dtype) if isinstance(v, torch.Tensor) else v
+                           for k, v in part.items()}, to)
+        for tensor in tensors:
+            if tensor.numel():  # gloo sends no empty tensor; the receiver makes it from its shape
+                dist.send(tensor.contiguous().to(self._device), self._global_rank(to), group=self._group)
+
+    def _receive_part(self, rank):
+        part = self._receive_object(rank)
+        for key, value in part.items():
+            if isinstance(value, _TensorOf):
+                tensor = torch.empty(value.shape, dtype=value.dtype, device=self._device)
+                if tensor.numel():
+                    dist.recv(tensor, self._global_rank(rank), group=self._group)
+                part[key] = tensor.cpu()
+        return part
+
     def _send_object(self, value, to):
-        """`value` pickled to rank `to` of the group: its length, then its bytes (point to point on
-        the group's own backend, on this optimizer's device; torch 1.13 has no send_object_list)."""
+        """`value` pickled to rank `to` of the group: its length, then its bytes."""
         data = torch.frombuffer(bytearray(pickle.dumps(value)), dtype=torch.uint8)
         dist.send(torch.tensor([data.numel()], dtype=torch.int64, device=self._device), self._global_rank(to),
                   group=self._group)
@@ -667,12 +700,15 @@ class _FlatOptimizer(torch.optim.Optimizer):
     def state_dict(self) -> Dict[str, Any]:
         """torch's state_dict() plus "onebit": the parts of the ranks this state dict can resume —
         every rank's after consolidate_state_dict() (on the rank it gathered to, until the next
-        step), the one every rank shares before the first compressed all_reduce, else this rank's
-        own (then each rank saves and loads its own file; said once, as a rank-0-only save of it
-        cannot resume the other ranks)."""
+        step; what every rank holds alike under "shared", once, and each rank's part the rest: its
+        error feedback), the one every rank shares before the first compressed all_reduce, else
+        this rank's own (then each rank saves and loads its own file; said once, as a rank-0-only
+        save of it cannot resume the other ranks)."""
         state = torch.optim.Optimizer.state_dict(self)
-        if isinstance(self._consolidated, list):
-            parts = dict(enumerate(self._consolidated))
+        consolidated = {}
+        if isinstance(self._consolidated, tuple):
+            shared, parts = self._consolidated
+            parts, consolidated = dict(enumerate(parts)), dict(shared=shared)
         else:
             part = self._onebit_state()
             if self._world == 1 or self._same_on_every_rank(part):
@@ -682,7 +718,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
                 if self._consolidated is not _SENT:  # a rank that sent its part to the saving rank is not warned
                     self._warn_rank_state_only()
         state["onebit"] = dict(world_size=self._world, local_size=self._layout()[1], saved_by=self._rank, parts=parts,
-                               optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32())
+                               optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32(), **consolidated)
         return state
 
     def _layout(self):
@@ -744,6 +780,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
         state_dict["state"] = {}  # torch's per-parameter state, if any (adam_state_dict()'s): the part is onebit's
         if saved is not None and "parts" not in saved:  # a checkpoint of onebit 0.2: one rank's part
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
+        if saved is not None and "shared" in saved:  # consolidated: what every rank holds alike is kept once
+            saved = dict(saved, parts={key: dict(saved["shared"], **part) for key, part in saved["parts"].items()})
         dropped = saved is not None and reset_error_feedback and any(map(_holds_error_feedback, saved["parts"].values()))
         if saved is not None and reset_error_feedback:
             saved = self._without_error_feedback(saved)
@@ -878,6 +916,21 @@ def _holds_error_feedback(part):
     """Whether a checkpoint's part holds error feedback: a server error, or a worker error not all
     zeros (a tag saved before its first compressed call has zeros, as a fresh one starts from)."""
     return part["server_error"].numel() > 0 or bool(part["worker_error"].any())
+
+
+def _digest(value):
+    """A checkpoint field's digest as two int64s, for the ranks to compare in an integer all_reduce: of
+    a tensor's dtype, shape and bytes, of any other value's pickle. 128 bits of SHA-1 (the fastest
+    of hashlib's here): fields that differ are not taken for the same by chance."""
+    if isinstance(value, torch.Tensor):
+        digest = hashlib.sha1(repr((value.dtype, tuple(value.shape))).encode(), usedforsecurity=False)
+        digest.update(value.detach().contiguous().reshape(-1).view(torch.uint8).numpy())
+    else:
+        digest = hashlib.sha1(pickle.dumps(value, protocol=4), usedforsecurity=False)
+    return struct.unpack("<2q", digest.digest()[:16])
+
+
+_TensorOf = collections.namedtuple("_TensorOf", "shape dtype")  # a tensor _send_part sends after the pickle
 
 
 def _float_bits(value):

@@ -3,7 +3,8 @@ three optimizers, through real torch.distributed (Debian's torch, gloo, libonebi
 
   save     4 ranks as 2 hosts of 2 (ONEBIT_LOCAL_SIZE=2, hierarchical compression): a checkpoint
            in warmup (the state every rank shares) and one in the compression stage, consolidated
-           to rank 0 (every rank's error feedback), each saved by rank 0 alone as the trainers do.
+           to rank 0 (every rank's error feedback; m, v and what else every rank holds alike
+           kept once), each saved by rank 0 alone as the trainers do.
   resized  2 ranks, flat: the warmup checkpoint loads and training goes on (before: refused, a
            crash loop for an elastic restart); the compression-stage one is refused on every rank
            naming both layouts, with nothing changed; with reset_error_feedback=True it loads —
@@ -55,9 +56,22 @@ def save(rank, torch, dist, onebit, tmp):
         if rank == 0:
             compressed = optimizer.state_dict()
             require(compressed["onebit"]["local_size"] == 2, f"{kind}: the layout is not recorded: {compressed['onebit']}")
+            held_once(torch, compressed["onebit"], kind)
             torch.save({"warmup": warmup, "compressed": compressed, "model": model.state_dict()},
                        os.path.join(tmp, f"{kind}.pt"))
         optimizer.close()
+
+
+def held_once(torch, saved, kind):
+    """m and v (and LAMB's v_fresh, 0/1 Adam's u and parameters at the last sync: every rank's alike
+    right after a sync) kept once for the 4 ranks; each rank's part its error feedback alone."""
+    shared = saved.get("shared", {})
+    once = {"OnebitAdam": ["m", "v"], "OnebitLamb": ["m", "v", "v_fresh"],
+            "ZeroOneAdam": ["m", "params_at_sync", "u", "v"]}
+    require(sorted(k for k, v in shared.items() if torch.is_tensor(v)) == once[kind],
+            f"{kind}: the tensors kept once are {sorted(shared)}, not {once[kind]}")
+    for r, part in saved["parts"].items():
+        require(sorted(part) == ["rank", "server_error", "worker_error"], f"{kind}: rank {r}'s part holds {sorted(part)}")
 
 
 def refused_on_every_rank(torch, optimizer, state, words, kind):
@@ -93,7 +107,7 @@ def resized(rank, torch, dist, onebit, tmp):
         optimizer.load_state_dict(saved["compressed"], reset_error_feedback=True)
         part = optimizer.state_dict()["onebit"]["parts"]
         mine = part.get(rank, part.get("every"))
-        want = saved["compressed"]["onebit"]["parts"][rank]
+        want = saved["compressed"]["onebit"]["shared"]
         for key in ("m", "v"):
             require(torch.equal(mine[key], want[key]), f"{kind}: {key} is not the checkpoint's")
         require(not mine["worker_error"].any() and mine["server_error"].numel() == 0, f"{kind}: error feedback kept")
