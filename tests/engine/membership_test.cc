@@ -5,10 +5,14 @@
 // sums. Ranks join through the C API; strangers are written with the library's own wire records.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -185,6 +189,52 @@ TEST(Membership, ARootAddressHeldByAnotherCommunicatorIsNamedWithinSeconds) {
                 {"serves communicator 'master 127.0.0.1:29600", "not this rank's 'master 127.0.0.1:29500",
                  "give each job its own ONEBIT_ROOT"});
   EXPECT_EQ(records[0].code, ONEBIT_TIMEOUT) << records[0].message;
+}
+
+// ONEBIT_ROOT held by a program that accepts and says nothing (no onebit root: it never sends the
+// challenge): a rank with a timeout of 5 minutes names it within a few tries (10 s).
+TEST(Membership, ARootAddressHeldBySomethingSilentIsNamedWithinSeconds) {
+  const int port = free_port();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int silent = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(silent, 16), 0);
+  RankRecords records(1);
+  auto outcomes = run_ranks(
+      1,
+      [&](int) {
+        LaunchEnv().apply(1, 2, port, 300000);
+        onebit_comm_t comm = nullptr;
+        records[0].set(onebit_comm_init_env(&comm));
+        return 0;
+      },
+      std::chrono::seconds(40));
+  ::close(silent);
+  ASSERT_EQ(outcomes[0].exit_code, 0) << outcomes[0].reason;
+  expect_record(records[0], ONEBIT_MISMATCH,
+                {"the bootstrap root at " + root_at(port) + " accepted the connection and sent no bootstrap challenge",
+                 "it is not a onebit root", "program holds the address"});
+}
+
+// Rank 0 of a job the launcher spreads over hosts (LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2) refuses to
+// serve the bootstrap on a loopback address, naming it, instead of waiting for ranks that cannot
+// reach it.
+TEST(Membership, RankZeroRefusesALoopbackRootWhenRanksRunOnOtherHosts) {
+  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  LaunchEnv().apply(0, 2, free_port(), 300000);
+  onebit_comm_t comm = nullptr;
+  EXPECT_EQ(onebit_comm_init_env(&comm), ONEBIT_INVALID_ARGUMENT);
+  const std::string message = onebit_last_error();
+  EXPECT_NE(message.find("is a loopback address, but LOCAL_WORLD_SIZE=1 of WORLD_SIZE=2 says ranks run on other "
+                         "hosts"),
+            std::string::npos)
+      << message;
+  ::unsetenv("LOCAL_WORLD_SIZE");
+  ::unsetenv("WORLD_SIZE");
 }
 
 TEST(Membership, AClusterWideAuthKeyDoesNotMakeTwoJobsOne) {

@@ -25,6 +25,9 @@ constexpr auto kHelloGrace = std::chrono::milliseconds(5000);
 // root is about to finish — beyond a few tries it is a configuration error, said as one.
 constexpr auto kOtherRootRetry = std::chrono::milliseconds(1000);
 constexpr auto kOtherRootPatience = std::chrono::seconds(10);
+// A root greets each connection at once (gate.h); a listener silent this long after accepting is
+// not a onebit root — another program holds the address — and is treated as another root is.
+constexpr auto kChallengeWindow = std::chrono::seconds(5);
 
 std::uint64_t little_endian64(const std::uint8_t* p) {
   std::uint64_t value = 0;
@@ -325,22 +328,38 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
   std::string other_root;                // the last root of another communicator found at this address
   Deadline other_root_until = deadline;  // patience with it, from the first sighting
   auto fail_other_root = [&] {
-    fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " serves communicator ", other_root, ", not this rank's ",
-         credentials.describe(),
-         ": another job, process group or attempt holds the address (give each job its "
+    fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " ", other_root,
+         ": another job, process group, attempt or program holds the address (give each job its "
          "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
   };
   for (;;) {
     if (!other_root.empty() && Clock::now() >= other_root_until) fail_other_root();
     Fd fd;
     wire::BootstrapChallenge challenge;
+    bool connected = false;
+    const Deadline attempt_start = Clock::now();
     try {
       fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
+      connected = true;
       std::uint8_t bytes[wire::BootstrapChallenge::kSize];
-      read_all(fd.get(), bytes, sizeof(bytes), deadline, root_name);
+      read_all(fd.get(), bytes, sizeof(bytes), std::min<Deadline>(deadline, Clock::now() + kChallengeWindow),
+               root_name);
       challenge = wire::BootstrapChallenge::decode(bytes, root_name);
     } catch (const Error& error) {
-      if (other_root.empty() || error.code() != ONEBIT_TIMEOUT) throw;
+      if (error.code() != ONEBIT_TIMEOUT) throw;
+      if (connected && Clock::now() < deadline) {  // accepted, then silent: not a onebit root (yet?)
+        if (other_root.empty()) {
+          other_root_until = std::min<Deadline>(deadline, attempt_start + kOtherRootPatience);
+          ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " accepted but sent no bootstrap challenge in ",
+                     kChallengeWindow.count(), " s; trying again for ",
+                     std::chrono::duration_cast<std::chrono::seconds>(other_root_until - Clock::now()).count(), " s");
+        }
+        other_root = "accepted the connection and sent no bootstrap challenge for " +
+                     std::to_string(kChallengeWindow.count()) + " s: it is not a onebit root";
+        fd.reset();
+        continue;
+      }
+      if (other_root.empty()) throw;
       fail_other_root();
     }
     if (!*data_listener) {
@@ -370,7 +389,8 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
                    describe(challenge.identity), ", not this rank's ", credentials.describe(), "; trying again for ",
                    std::chrono::duration_cast<std::chrono::seconds>(other_root_until - Clock::now()).count(), " s");
       }
-      other_root = describe(challenge.identity);
+      other_root =
+          "serves communicator " + describe(challenge.identity) + ", not this rank's " + credentials.describe();
       fd.reset();
       const auto pause = std::min<Deadline>(other_root_until, Clock::now() + kOtherRootRetry) - Clock::now();
       if (pause.count() > 0)

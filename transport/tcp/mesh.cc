@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/launcher.h"
 #include "common/log.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
@@ -33,11 +34,27 @@ std::string descriptor_user(int rank, int size, int sockets) {
          (rank == 0 ? "; as the bootstrap root, one connection from each rank" : "") + ")";
 }
 
+// A root that rank 0 would bind on a loopback address while the launcher puts ranks of this
+// communicator (its whole world) on other hosts: none of them can reach it, so an error now, on
+// rank 0, rather than its wait for ranks that never come. (They cannot be told: with no channel
+// but the root, they wait for it until their timeout.)
+void refuse_loopback_root_across_hosts(const Address& root, int size) {
+  std::string local_from, world_from;
+  const int local = launcher_local_world_size(&local_from), world = launcher_world_size(&world_from);
+  if (!root.local_only() || local <= 0 || local >= size || world != size) return;
+  fail(ONEBIT_INVALID_ARGUMENT, "rank 0: the bootstrap root ", root.to_string(), " is a loopback address, but ",
+       local_from, "=", local, " of ", world_from, "=", world,
+       " says ranks run on other hosts, which cannot reach it: set ONEBIT_ROOT or MASTER_ADDR to an address of this "
+       "host that the others reach (Debian's /etc/hosts resolves the host's own name to 127.0.1.1)");
+}
+
 // The listener rank 0 serves the root on: the one opened for it ahead (root_listener.h), else one
 // bound here.
-Fd root_listener(const Address& root) {
+Fd root_listener(const Address& root, int size) {
   Fd listener = take_root_listener(root);
-  return listener ? std::move(listener) : listen_on(root, 1024);
+  if (listener) return listener;
+  refuse_loopback_root_across_hosts(root, size);
+  return listen_on(root, 1024);
 }
 
 // Room for this rank's descriptors, or an error — which every rank learns at once: rank 0 short of
@@ -52,7 +69,7 @@ void make_room_or_refuse(int rank, int size, int sockets, const Address& root, c
     ONEBIT_LOG(WARN, error.what(), "; telling the other ranks, then failing");
     try {
       if (rank == 0) {
-        refuse_at_root(root_listener(root), size, deadline, credentials, error.code(), error.what());
+        refuse_at_root(root_listener(root, size), size, deadline, credentials, error.code(), error.what());
       } else {
         Fd unused;
         exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials, &unused,
@@ -83,7 +100,7 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   // than a timeout everywhere.
   std::thread root_service;
   if (rank == 0) {
-    Fd listener = root_listener(root);
+    Fd listener = root_listener(root, size);
     root_service =
         std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
           try {
