@@ -93,6 +93,7 @@ CommSetup CommSetup::from_environment() {
   ONEBIT_CHECK(setup.size >= 1, ONEBIT_INVALID_ARGUMENT,
                "no world size in the environment: set ONEBIT_WORLD_SIZE (or run under torchrun, mpirun or srun)");
   setup.root = param::Root();
+  setup.root_served_at_once = true;
   if (setup.root.empty()) {
     const std::string host = launcher_master_addr();
     ONEBIT_CHECK(!host.empty(), ONEBIT_INVALID_ARGUMENT,
@@ -126,6 +127,7 @@ transport::tcp::TransportOptions transport_options(const CommSetup& setup) {
   }
   options.membership.secret = setup.secret;
   options.max_unexpected_bytes = static_cast<std::uint64_t>(param::UnexpectedMb()) << 20;
+  options.root_served_at_once = setup.root_served_at_once;
   return options;
 }
 

@@ -54,6 +54,8 @@ struct CommSetup {
   // Ranks per host for hierarchical compression; 0: ONEBIT_LOCAL_SIZE, else torchrun's
   // LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md).
   int local_size = 0;
+  // Rank 0 binds the root and serves it in one go (no listener opened ahead): from_environment's.
+  bool root_served_at_once = false;
   static CommSetup from_environment();
 };
 

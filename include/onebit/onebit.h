@@ -118,15 +118,18 @@ ONEBIT_API onebit_result_t onebit_comm_init_config(onebit_comm_t* comm, int rank
  * again). A listener no communicator takes stays open until the process ends. */
 ONEBIT_API onebit_result_t onebit_root_listen(const char* where, char* root, size_t root_size);
 
-/* Whether this rank reaches the root rank 0 published (onebit_root_listen, then the launcher's own
- * channel): a connection within timeout_ms (0: 5 s, at most ONEBIT_TIMEOUT_MS), closed at once.
- * Fails naming `rank`, the address and the reason (ONEBIT_TIMEOUT: nothing answered; a loopback
- * address that rank 0 published to another host says so). Rank 0 listens before it publishes, so
- * an unreachable root is an error now, not a late rank 0: ask it on every rank other than 0 and
- * agree on the answers over the same channel before onebit_comm_init*, so that every rank fails
- * within seconds naming the address, instead of rank 0 waiting out the timeout for ranks that
- * never arrive (onebit's torch backend and Gloo door do; docs/reliability.md). */
-ONEBIT_API onebit_result_t onebit_root_check(int rank, const char* root, int64_t timeout_ms);
+/* Whether this rank (of `size`) reaches the root rank 0 published (onebit_root_listen, then the
+ * launcher's own channel): a connection within timeout_ms (0: 5 s, at most ONEBIT_TIMEOUT_MS),
+ * closed at once. Fails naming `rank`, the address and the reason (ONEBIT_TIMEOUT: nothing
+ * answered; a loopback address that rank 0 published to another host says so). Rank 0 listens
+ * before it publishes, so an unreachable root is an error now, not a late rank 0: ask it on every
+ * rank other than 0 and agree on the answers over the same channel before onebit_comm_init*, so
+ * that every rank fails within seconds naming the address, instead of rank 0 waiting out the
+ * timeout for ranks that never arrive (onebit's torch backend and Gloo door do; docs/reliability.md).
+ * At most 32 ranks, spread evenly over 1..size-1, connect; the others return ONEBIT_SUCCESS at once:
+ * nothing accepts the checks' connections until the bootstrap serves, and the kernel's accept queue
+ * they wait in may hold as few as 128 (net.core.somaxconn before Linux 5.4). */
+ONEBIT_API onebit_result_t onebit_root_check(int rank, int size, const char* root, int64_t timeout_ms);
 
 /* Closes the listener onebit_root_listen opened at `root` (the address it wrote) when no
  * communicator will be made there after all (a rank could not reach it). ONEBIT_INVALID_ARGUMENT

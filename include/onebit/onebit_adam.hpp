@@ -132,13 +132,13 @@ class OnebitAdam {
       }
     } else {
       if (step_ == groups_[0].config.freeze_step) report_freeze(comm_, "onebit::OnebitAdam", step_, frozen_variance());
+      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
+      share_step_settings(name_, groups_, step_, stage);  // before anything changes: it may throw
       for (std::size_t i = 0; i < groups_.size(); ++i) {
         check(onebit_adam_momentum_step_keeping(&groups_[i].config, m_.data() + layout_.offset(i),
                                                 m_before_.data() + layout_.offset(i), grad_.data() + layout_.offset(i),
                                                 groups_[i].count));
       }
-      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
-      share_step_settings(name_, groups_, step_, stage);
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
         const std::string message = onebit_last_error();

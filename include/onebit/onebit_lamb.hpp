@@ -110,6 +110,8 @@ class OnebitLamb {
                                            groups_[i].count));
       }
     } else {
+      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
+      share_step_settings(name_, groups_, step_, stage);  // before anything changes: it may throw
       const std::vector<onebit_lamb_layer_t> layers_before = layers_;
       if (layers_[0].scaling_coeff == 0) {  // the first compression step
         report_freeze(comm_, "onebit::OnebitLamb", step_, layout_.frozen_variance(v_.data(), groups_));
@@ -120,8 +122,6 @@ class OnebitLamb {
         check_call(onebit_lamb_momentum_step(&groups_[i].config, layers_.data() + i, m_.data() + o, m_last_.data() + o,
                                              grad_.data() + o, groups_[i].count));
       }
-      const std::string stage = "compression stage since step " + std::to_string(groups_[0].config.freeze_step);
-      share_step_settings(name_, groups_, step_, stage);
       const onebit_result_t reduced = onebit_allreduce(comm_, m_.data(), total_, ONEBIT_FLOAT32, ONEBIT_AVG);  // tagged
       if (reduced != ONEBIT_SUCCESS) {
         const std::string message = onebit_last_error();

@@ -129,12 +129,15 @@ onebit_result_t onebit_root_listen(const char* where, char* root, size_t root_si
   });
 }
 
-onebit_result_t onebit_root_check(int rank, const char* root, int64_t timeout_ms) {
+onebit_result_t onebit_root_check(int rank, int size, const char* root, int64_t timeout_ms) {
   return onebit::abi_guard("onebit_root_check", [&] {
     ONEBIT_CHECK(root != nullptr, ONEBIT_INVALID_ARGUMENT, "root is NULL");
     ONEBIT_CHECK(timeout_ms >= 0, ONEBIT_INVALID_ARGUMENT, "timeout_ms ", timeout_ms, " must not be negative");
+    ONEBIT_CHECK(rank >= 1 && rank < size, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " of ", size,
+                 ": the ranks other than 0 check the root");
     namespace tcp = onebit::transport::tcp;
     const tcp::Address address = tcp::parse_host_port(root, "root");
+    if (!tcp::checks_root(rank, size)) return;
     const std::int64_t wanted = timeout_ms > 0 ? timeout_ms : tcp::kRootCheckWindow.count();
     const auto window = std::chrono::milliseconds(std::min<std::int64_t>(wanted, onebit::param::TimeoutMs()));
     tcp::check_root_reachable(rank, address, window);
@@ -259,7 +262,9 @@ onebit_result_t onebit_tag_set_step_settings(const char* name, const char* const
       char value[32];  // the shortest text that reads back as the same double
       const auto written = std::to_chars(value, value + sizeof(value), values[i]);
       const bool text_only = values[i] == 0.0 && std::strchr(keys[i], ':') != nullptr;  // "stage: ..."
-      text += (i ? ", " : "") + std::string(keys[i]) + (text_only ? "" : " " + std::string(value, written.ptr));
+      if (i > 0) text.append(", ");  // appends, not "a" + std::string: GCC 12 warns falsely there
+      text.append(keys[i]);
+      if (!text_only) text.append(" ").append(value, written.ptr);
       material.append(keys[i]).push_back('\0');
       material.append(reinterpret_cast<const char*>(&values[i]), sizeof(double));
     }

@@ -241,16 +241,30 @@ void over_pairs(transport::gloo::GlooTransport& pairs, const ::gloo::Context& co
   pairs.wait_all(all, Clock::now() + timeout, [what](const Request&) { return std::string(what); });
 }
 
-// Rank 0's verdict on the ranks' answers: the failures, named, under the first one's code.
+// Text a peer wrote into a fixed field, read no further than the field (snprintf ends it with a NUL,
+// but the bytes came over the wire).
+template <std::size_t N>
+std::string field_text(const char (&field)[N]) {
+  return std::string(field, strnlen(field, N));
+}
+
+// Rank 0's verdict on the ranks' answers: which cannot reach the root (the first 16 named) and the
+// first one's reason, under its code.
 Answer verdict(const std::vector<Answer>& answers) {
   Answer verdict;
-  std::string text;
-  for (const Answer& answer : answers) {
-    if (answer.code == ONEBIT_SUCCESS) continue;
-    if (verdict.code == ONEBIT_SUCCESS) verdict.code = answer.code;
-    text += (text.empty() ? "" : "; ") + std::string(answer.text, strnlen(answer.text, sizeof(answer.text)));
+  std::vector<int> failed;
+  for (int r = 0; r < static_cast<int>(answers.size()); ++r) {
+    if (answers[r].code != ONEBIT_SUCCESS) failed.push_back(r);
   }
-  std::snprintf(verdict.text, sizeof(verdict.text), "%s", text.c_str());
+  if (failed.empty()) return verdict;
+  verdict.code = answers[failed[0]].code;
+  std::string named;
+  for (std::size_t i = 0; i < failed.size() && i < 16; ++i)
+    named.append(i ? ", " : "").append(std::to_string(failed[i]));
+  if (failed.size() > 16) named.append(", ...");
+  std::snprintf(verdict.text, sizeof(verdict.text),
+                "rank(s) %s (%zu of %zu) cannot reach the root; rank %d's reason: %s", named.c_str(), failed.size(),
+                answers.size(), failed[0], field_text(answers[failed[0]].text).c_str());
   return verdict;
 }
 
@@ -265,12 +279,12 @@ Invitation invitation_agreed(const std::shared_ptr<::gloo::Context>& context, st
   try {
     transport::gloo::GlooTransport pairs(context.get());
     over_pairs<Invitation>(pairs, *context, tag, 1, &invitation, nullptr, timeout, "rank 0's invitation");
-    if (invitation.failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, invitation.failure);
-    if (context->rank != 0) {
+    if (invitation.failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, field_text(invitation.failure));
+    if (context->rank != 0 && transport::tcp::checks_root(context->rank, context->size)) {
       try {
-        transport::tcp::check_root_reachable(context->rank,
-                                             transport::tcp::parse_host_port(invitation.root, "rank 0's root"),
-                                             std::min(timeout, transport::tcp::kRootCheckWindow));
+        transport::tcp::check_root_reachable(
+            context->rank, transport::tcp::parse_host_port(field_text(invitation.root), "rank 0's root"),
+            std::min(timeout, transport::tcp::kRootCheckWindow));
       } catch (const Error& error) {
         mine.code = error.code();
         std::snprintf(mine.text, sizeof(mine.text), "%s", error.what());
@@ -291,7 +305,7 @@ Invitation invitation_agreed(const std::shared_ptr<::gloo::Context>& context, st
       transport::tcp::take_root_listener(transport::tcp::parse_host_port(invitation.root, "rank 0's root"));
     }
     fail(static_cast<onebit_result_t>(agreed.code), "joining onebit's TCP transport over the gloo context (",
-         context->size, " ranks) failed: ", agreed.text);
+         context->size, " ranks) failed: ", field_text(agreed.text));
   }
   return invitation;
 }
@@ -302,13 +316,19 @@ std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Contex
   CommSetup setup;
   setup.rank = context->rank;
   setup.size = context->size;
-  setup.root = invitation.root;
-  setup.identity = invitation.identity;
-  setup.secret = invitation.secret;
+  setup.root = field_text(invitation.root);
+  setup.identity = field_text(invitation.identity);
+  setup.secret = field_text(invitation.secret);
   setup.timeout_ms = timeout.count();
   ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", setup.rank, " of ", setup.size,
              "): joining onebit's TCP transport at ", setup.root, " as ", setup.identity);
-  return std::make_unique<Communicator>(setup);
+  try {
+    return std::make_unique<Communicator>(setup);
+  } catch (...) {  // a root listener the communicator did not take would hold the port until exit
+    if (setup.rank == 0)
+      transport::tcp::take_root_listener(transport::tcp::parse_host_port(setup.root, "rank 0's root"));
+    throw;
+  }
 }
 
 // This context's communicator, made on first use. Every rank makes the same tagged calls in the

@@ -99,7 +99,7 @@ PROTOTYPES = {
     "onebit_comm_init": (_result, (POINTER(_comm), c_int, c_int, c_char_p)),
     "onebit_comm_init_config": (_result, (POINTER(_comm), c_int, c_int, c_char_p, POINTER(Config))),
     "onebit_root_listen": (_result, (c_char_p, POINTER(c_char), c_size_t)),
-    "onebit_root_check": (_result, (c_int, c_char_p, c_int64)),
+    "onebit_root_check": (_result, (c_int, c_int, c_char_p, c_int64)),
     "onebit_root_close": (_result, (c_char_p,)),
     "onebit_comm_init_env": (_result, (POINTER(_comm),)),
     "onebit_comm_destroy": (_result, (_comm,)),

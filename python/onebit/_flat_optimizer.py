@@ -555,16 +555,19 @@ class _FlatOptimizer(torch.optim.Optimizer):
         if self._device.type != "cpu":
             return
         keys, values = [], []
-        for g, group in enumerate(self.param_groups):
-            for key in sorted(self.defaults):
-                value = group.get(key)
-                items = tuple(value) if isinstance(value, (tuple, list)) else (value,)
-                for i, item in enumerate(items):
-                    if isinstance(item, torch.Tensor) and item.numel() == 1:
-                        item = item.item()
-                    if isinstance(item, (int, float)) and not isinstance(item, bool):
-                        keys.append(f"group {g} {key}" + (f"[{i}]" if len(items) > 1 else ""))
-                        values.append(float(item))
+        try:
+            for g, group in enumerate(self.param_groups):
+                for key in sorted(self.defaults):
+                    value = group.get(key)
+                    items = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+                    for i, item in enumerate(items):
+                        if isinstance(item, torch.Tensor) and item.numel() == 1:
+                            item = item.item()
+                        if isinstance(item, (int, float)) and not isinstance(item, bool):
+                            keys.append(f"group {g} {key}" + (f"[{i}]" if len(items) > 1 else ""))
+                            values.append(float(item))
+        except Exception as error:  # noqa: BLE001 — said as this rank's settings, not raised before the collective
+            keys, values = [f"settings unreadable: {type(error).__name__}: {error}"], [0.0]
         keys += ["step", f"stage: {stage}"]
         values += [float(step), 0.0]
         if keys != self._settings_keys:

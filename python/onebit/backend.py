@@ -309,7 +309,12 @@ def _invitation(gloo, rank, size):
     root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
     if not root:
         raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
-    _reached_by_every_rank(gloo, rank, size, root)
+    try:
+        _reached_by_every_rank(gloo, rank, size, root)
+    except BaseException:
+        if rank == 0:  # no communicator will take the listener
+            _library().onebit_root_close(root.encode())
+        raise
     return root, identity, secret
 
 
@@ -321,18 +326,19 @@ def _reached_by_every_rank(gloo, rank, size, root):
     (gloo has no allgather into one tensor on every torch) gives every rank every row."""
     lib = _library()
     answers = torch.zeros(size, _ANSWER_BYTES, dtype=torch.uint8)
-    if rank != 0 and lib.onebit_root_check(rank, root.encode(), 0) != 0:
+    if rank != 0 and lib.onebit_root_check(rank, size, root.encode(), 0) != 0:
         _write_bytes(answers[rank], lib.onebit_last_error().decode(errors="replace"))
     options = dist.AllreduceOptions()
     options.reduceOp = dist.ReduceOp.SUM
     with returned_by_gloo(answers):
         gloo.allreduce([answers], options).wait()
-    failures = [text for text in (bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in answers) if text]
-    if failures:
-        if rank == 0:
-            lib.onebit_root_close(root.encode())
+    texts = [bytes(row.tolist()).rstrip(b"\0").decode(errors="replace") for row in answers]
+    failed = [r for r, text in enumerate(texts) if text]
+    if failed:
+        named = ", ".join(map(str, failed[:16])) + (", ..." if len(failed) > 16 else "")
         raise OnebitError(OnebitError.SYSTEM_ERROR, f"onebit backend: rank {rank}: no bootstrap for these {size} "
-                          f"ranks: {'; '.join(failures)}")
+                          f"ranks: rank(s) {named} ({len(failed)} of {size}) cannot reach the root; rank "
+                          f"{failed[0]}'s reason: {texts[failed[0]]}")
 
 
 def _write_bytes(tensor, text):
@@ -379,8 +385,13 @@ class _Compression:
         self._comm = ctypes.c_void_p()
         root, identity, secret = _invitation(gloo, rank, size)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
-        _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
-                                                            ctypes.byref(config)))
+        try:
+            _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
+                                                                ctypes.byref(config)))
+        except BaseException:
+            if rank == 0:  # a root listener the communicator did not take would hold the port until exit
+                self._lib.onebit_root_close(root.encode())
+            raise
         self._lock = threading.Lock()  # forwarded-call counters
         self._compressed_calls = _CompressedCallQueue()
         self.forwarded_calls = 0

@@ -219,24 +219,6 @@ TEST(Membership, ARootAddressHeldBySomethingSilentIsNamedWithinSeconds) {
                  "it is not a onebit root", "program holds the address"});
 }
 
-// Rank 0 of a job the launcher spreads over hosts (LOCAL_WORLD_SIZE 1 of WORLD_SIZE 2) refuses to
-// serve the bootstrap on a loopback address, naming it, instead of waiting for ranks that cannot
-// reach it.
-TEST(Membership, RankZeroRefusesALoopbackRootWhenRanksRunOnOtherHosts) {
-  ::setenv("LOCAL_WORLD_SIZE", "1", 1);
-  ::setenv("WORLD_SIZE", "2", 1);
-  LaunchEnv().apply(0, 2, free_port(), 300000);
-  onebit_comm_t comm = nullptr;
-  EXPECT_EQ(onebit_comm_init_env(&comm), ONEBIT_INVALID_ARGUMENT);
-  const std::string message = onebit_last_error();
-  EXPECT_NE(message.find("is a loopback address, but LOCAL_WORLD_SIZE=1 of WORLD_SIZE=2 says ranks run on other "
-                         "hosts"),
-            std::string::npos)
-      << message;
-  ::unsetenv("LOCAL_WORLD_SIZE");
-  ::unsetenv("WORLD_SIZE");
-}
-
 TEST(Membership, AClusterWideAuthKeyDoesNotMakeTwoJobsOne) {
   LaunchEnv a, b;
   a.auth_key = b.auth_key = "one-key-for-the-whole-cluster";

@@ -25,8 +25,9 @@ constexpr auto kHelloGrace = std::chrono::milliseconds(5000);
 // root is about to finish — beyond a few tries it is a configuration error, said as one.
 constexpr auto kOtherRootRetry = std::chrono::milliseconds(1000);
 constexpr auto kOtherRootPatience = std::chrono::seconds(10);
-// A root greets each connection at once (gate.h); a listener silent this long after accepting is
-// not a onebit root — another program holds the address — and is treated as another root is.
+// A root greets each connection at once (gate.h): where rank 0 serves the root as soon as it binds
+// it, a listener silent this long after accepting is not a onebit root — another program holds the
+// address — and is treated as another root is.
 constexpr auto kChallengeWindow = std::chrono::seconds(5);
 
 std::uint64_t little_endian64(const std::uint8_t* p) {
@@ -323,7 +324,8 @@ void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials&
 
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
-                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join) {
+                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join,
+                                   bool root_served_at_once) {
   const std::string root_name = "the bootstrap root at " + root.to_string();
   std::string other_root;                // the last root of another communicator found at this address
   Deadline other_root_until = deadline;  // patience with it, from the first sighting
@@ -342,8 +344,9 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
       fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
       connected = true;
       std::uint8_t bytes[wire::BootstrapChallenge::kSize];
-      read_all(fd.get(), bytes, sizeof(bytes), std::min<Deadline>(deadline, Clock::now() + kChallengeWindow),
-               root_name);
+      const Deadline challenge_by =
+          root_served_at_once ? std::min<Deadline>(deadline, Clock::now() + kChallengeWindow) : deadline;
+      read_all(fd.get(), bytes, sizeof(bytes), challenge_by, root_name);
       challenge = wire::BootstrapChallenge::decode(bytes, root_name);
     } catch (const Error& error) {
       if (error.code() != ONEBIT_TIMEOUT) throw;
@@ -409,6 +412,11 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
       fail(error.code(), "bootstrap: no answer from ", root_name, ": ", error.what());
     }
   }
+}
+
+bool checks_root(int rank, int size) {
+  const int stride = std::max(1, (size - 1 + kRootCheckers - 1) / kRootCheckers);
+  return rank >= 1 && (rank - 1) % stride == 0;
 }
 
 void check_root_reachable(int rank, const Address& root, std::chrono::milliseconds window) {

@@ -79,9 +79,13 @@ void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials&
 // address, or a stale one) is left and tried again until the deadline, then named in the error.
 // `cannot_join` (wire::kShortOfDescriptors) tells the root that this rank cannot join: the root
 // fails the bootstrap for every rank, naming it, and this call throws the root's error.
+// `root_served_at_once`: rank 0 serves the root as soon as it listens (TransportOptions), so a
+// listener silent for 5 s is another program, left and named as another root is; otherwise it may
+// be rank 0 listening ahead and not serving yet, and is waited for.
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
-                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join = 0);
+                                   const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join = 0,
+                                   bool root_served_at_once = false);
 
 // For a root published by rank 0 once it listens (root_listener.h), before the bootstrap: whether
 // this rank reaches it — a connection within `window`, closed at once (the root's gate logs it at
@@ -93,6 +97,13 @@ void check_root_reachable(int rank, const Address& root, std::chrono::millisecon
 // The window a framework gives it: a root that listens already answers in milliseconds; the rest
 // is margin for a loaded host.
 constexpr std::chrono::milliseconds kRootCheckWindow{5000};
+// Whether rank `rank` of `size` is one of the at most kRootCheckers that check: nothing accepts
+// the checks' connections until the bootstrap serves, so they wait in the kernel's accept queue,
+// which may hold as few as 128 (net.core.somaxconn before Linux 5.4). Spread evenly over 1..size-1,
+// so that ranks on other hosts than rank 0's are among them whenever there are any (torchrun
+// numbers ranks host by host).
+constexpr int kRootCheckers = 32;
+bool checks_root(int rank, int size);
 
 // The hello a rank sends in answer to `challenge` (split out so tests can replay one).
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,

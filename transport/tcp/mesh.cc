@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "common/error.h"
-#include "common/launcher.h"
 #include "common/log.h"
 #include "transport/tcp/bootstrap.h"
 #include "transport/tcp/connection.h"
@@ -34,46 +33,27 @@ std::string descriptor_user(int rank, int size, int sockets) {
          (rank == 0 ? "; as the bootstrap root, one connection from each rank" : "") + ")";
 }
 
-// A root that rank 0 would bind on a loopback address while the launcher puts ranks of this
-// communicator (its whole world) on other hosts: none of them can reach it, so an error now, on
-// rank 0, rather than its wait for ranks that never come. (They cannot be told: with no channel
-// but the root, they wait for it until their timeout.)
-void refuse_loopback_root_across_hosts(const Address& root, int size) {
-  std::string local_from, world_from;
-  const int local = launcher_local_world_size(&local_from), world = launcher_world_size(&world_from);
-  if (!root.local_only() || local <= 0 || local >= size || world != size) return;
-  fail(ONEBIT_INVALID_ARGUMENT, "rank 0: the bootstrap root ", root.to_string(), " is a loopback address, but ",
-       local_from, "=", local, " of ", world_from, "=", world,
-       " says ranks run on other hosts, which cannot reach it: set ONEBIT_ROOT or MASTER_ADDR to an address of this "
-       "host that the others reach (Debian's /etc/hosts resolves the host's own name to 127.0.1.1)");
-}
-
-// The listener rank 0 serves the root on: the one opened for it ahead (root_listener.h), else one
-// bound here.
-Fd root_listener(const Address& root, int size) {
-  Fd listener = take_root_listener(root);
-  if (listener) return listener;
-  refuse_loopback_root_across_hosts(root, size);
-  return listen_on(root, 1024);
-}
+// The listener rank 0 serves the root on: the one opened for it ahead (root_listener.h), taken by
+// connect_mesh before anything can fail (so that no failure leaves it held), else one bound here.
+Fd root_listener(const Address& root, Fd held) { return held ? std::move(held) : listen_on(root, 1024); }
 
 // Room for this rank's descriptors, or an error — which every rank learns at once: rank 0 short of
 // them still serves the root, answering every rank with its reason; another rank tells the root,
 // which fails the bootstrap for all. (Alone, the first left the others waiting for a root that
 // never answered, the others left the root and their peers waiting, until the timeout.)
 void make_room_or_refuse(int rank, int size, int sockets, const Address& root, const TransportOptions& options,
-                         Deadline deadline, const Credentials& credentials) {
+                         Deadline deadline, const Credentials& credentials, Fd* held) {
   try {
     make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
   } catch (const Error& error) {
     ONEBIT_LOG(WARN, error.what(), "; telling the other ranks, then failing");
     try {
       if (rank == 0) {
-        refuse_at_root(root_listener(root, size), size, deadline, credentials, error.code(), error.what());
+        refuse_at_root(root_listener(root, std::move(*held)), size, deadline, credentials, error.code(), error.what());
       } else {
         Fd unused;
         exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials, &unused,
-                           wire::kShortOfDescriptors);
+                           wire::kShortOfDescriptors, options.root_served_at_once);
       }
     } catch (const Error& telling) {
       // Expected of a rank that is not 0: the root's answer, the bootstrap failed naming this rank.
@@ -86,11 +66,12 @@ void make_room_or_refuse(int rank, int size, int sockets, const Address& root, c
 }  // namespace
 
 Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets) {
+  Fd held = rank == 0 ? take_root_listener(root) : Fd();
   ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
                " must be in 1..64");
   const Deadline deadline = Clock::now() + options.timeout;
   const Credentials credentials(options.membership);
-  make_room_or_refuse(rank, size, sockets, root, options, deadline, credentials);
+  make_room_or_refuse(rank, size, sockets, root, options, deadline, credentials, &held);
   Mesh mesh;
   mesh.sockets.resize(size);
   auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };
@@ -100,7 +81,7 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   // than a timeout everywhere.
   std::thread root_service;
   if (rank == 0) {
-    Fd listener = root_listener(root, size);
+    Fd listener = root_listener(root, std::move(held));
     root_service =
         std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
           try {
@@ -114,7 +95,7 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
   Fd data_listener;
   try {
     table = exchange_with_root(rank, size, sockets, options.transport, root, options.ifname, deadline, credentials,
-                               &data_listener);
+                               &data_listener, 0, options.root_served_at_once);
   } catch (...) {
     if (root_service.joinable()) root_service.join();
     throw;

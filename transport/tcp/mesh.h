@@ -24,6 +24,9 @@ struct TransportOptions {
   // ONEBIT_UNEXPECTED_MB: most bytes one peer's early messages may hold (TcpTransport).
   std::uint64_t max_unexpected_bytes = std::uint64_t{4} << 30;
   std::uint16_t transport = wire::kTransportTcp;  // what the mesh is for; every rank's must match (bootstrap)
+  // Rank 0 binds the root and serves it in one go (onebit_comm_init_env), greeting every connection
+  // at once: a listener at the address that stays silent is not it (exchange_with_root).
+  bool root_served_at_once = false;
 };
 
 struct Mesh {
