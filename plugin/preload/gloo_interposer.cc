@@ -268,22 +268,21 @@ Answer verdict(const std::vector<Answer>& answers) {
   return verdict;
 }
 
-// The invitation, and every rank's agreement that it reaches the root, over the context's own pairs
-// under onebit's slot prefix and the intercepted call's tag (whose own gloo traffic never happens).
-// Throws the same error on every rank when rank 0 cannot serve a root or a rank cannot reach it.
-Invitation invitation_agreed(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
-                             std::chrono::milliseconds timeout) {
-  Invitation invitation;
-  if (context->rank == 0) invitation = invitation_from_rank_0(*context);
+// Sends rank 0's invitation to every rank, then agrees on every rank's answer to whether it reaches
+// the root, over the context's own pairs under onebit's slot prefix and the intercepted call's tag
+// (whose own gloo traffic never happens). Throws the same error on every rank when rank 0 cannot
+// serve a root or a rank cannot reach it.
+void agree_on_invitation(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
+                         std::chrono::milliseconds timeout, Invitation* invitation) {
   Answer mine, agreed;
   try {
     transport::gloo::GlooTransport pairs(context.get());
-    over_pairs<Invitation>(pairs, *context, tag, 1, &invitation, nullptr, timeout, "rank 0's invitation");
-    if (invitation.failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, field_text(invitation.failure));
+    over_pairs<Invitation>(pairs, *context, tag, 1, invitation, nullptr, timeout, "rank 0's invitation");
+    if (invitation->failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, field_text(invitation->failure));
     if (context->rank != 0 && transport::tcp::checks_root(context->rank, context->size)) {
       try {
         transport::tcp::check_root_reachable(
-            context->rank, transport::tcp::parse_host_port(field_text(invitation.root), "rank 0's root"),
+            context->rank, transport::tcp::parse_host_port(field_text(invitation->root), "rank 0's root"),
             std::min(timeout, transport::tcp::kRootCheckWindow));
       } catch (const Error& error) {
         mine.code = error.code();
@@ -295,38 +294,34 @@ Invitation invitation_agreed(const std::shared_ptr<::gloo::Context>& context, st
     if (context->rank == 0) agreed = verdict(answers);
     over_pairs<Answer>(pairs, *context, tag, 3, &agreed, nullptr, timeout, "rank 0's verdict on the invitation");
   } catch (const Error& error) {
-    if (context->rank == 0 && invitation.root[0] != '\0') {
-      transport::tcp::take_root_listener(transport::tcp::parse_host_port(invitation.root, "rank 0's root"));
-    }
     fail(error.code(), "joining onebit's TCP transport over the gloo context failed: ", error.what());
   }
   if (agreed.code != ONEBIT_SUCCESS) {
-    if (context->rank == 0) {
-      transport::tcp::take_root_listener(transport::tcp::parse_host_port(invitation.root, "rank 0's root"));
-    }
     fail(static_cast<onebit_result_t>(agreed.code), "joining onebit's TCP transport over the gloo context (",
          context->size, " ranks) failed: ", field_text(agreed.text));
   }
-  return invitation;
 }
 
 std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Context>& context, std::uint32_t tag,
                                             std::chrono::milliseconds timeout) {
-  const Invitation invitation = invitation_agreed(context, tag, timeout);
-  CommSetup setup;
-  setup.rank = context->rank;
-  setup.size = context->size;
-  setup.root = field_text(invitation.root);
-  setup.identity = field_text(invitation.identity);
-  setup.secret = field_text(invitation.secret);
-  setup.timeout_ms = timeout.count();
-  ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", setup.rank, " of ", setup.size,
-             "): joining onebit's TCP transport at ", setup.root, " as ", setup.identity);
+  Invitation invitation;
+  if (context->rank == 0) invitation = invitation_from_rank_0(*context);
   try {
+    agree_on_invitation(context, tag, timeout, &invitation);
+    CommSetup setup;
+    setup.rank = context->rank;
+    setup.size = context->size;
+    setup.root = field_text(invitation.root);
+    setup.identity = field_text(invitation.identity);
+    setup.secret = field_text(invitation.secret);
+    setup.timeout_ms = timeout.count();
+    ONEBIT_LOG(INFO, "preload: gloo context ", context.get(), " (rank ", setup.rank, " of ", setup.size,
+               "): joining onebit's TCP transport at ", setup.root, " as ", setup.identity);
     return std::make_unique<Communicator>(setup);
-  } catch (...) {  // a root listener the communicator did not take would hold the port until exit
-    if (setup.rank == 0)
-      transport::tcp::take_root_listener(transport::tcp::parse_host_port(setup.root, "rank 0's root"));
+  } catch (...) {  // rank 0's listener, if no communicator took it, would hold the port until exit
+    if (context->rank == 0 && invitation.root[0] != '\0') {
+      transport::tcp::take_root_listener(transport::tcp::parse_host_port(field_text(invitation.root), "root"));
+    }
     throw;
   }
 }

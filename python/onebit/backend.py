@@ -15,7 +15,7 @@ API): rank 0 listens for the bootstrap at ONEBIT_ROOT (the default group), or on
 picks on ONEBIT_ROOT's host or MASTER_ADDR (127.0.0.1 when unset), held open by libonebit
 (onebit_root_listen), and sends it to the group's other ranks over the gloo backend, with a random
 identity and secret for the group; every rank's answer to whether it reaches it is agreed before
-the bootstrap (_invitation).
+the bootstrap (_invitation, _reached_by_every_rank).
 
 The backend object is the native one (csrc/c10d_backend.cc, built at first use by _native.py)
 around this module's _Compression, or where that cannot be built the Python OnebitBackend below
@@ -282,7 +282,7 @@ def _gloo_half(store, rank, size, timeout):
     return gloo
 
 
-def _invitation(gloo, rank, size):
+def _invitation(gloo, rank):
     """Where the bootstrap root is, and the communicator's identity and secret: drawn at random by
     rank 0 and broadcast over this group's gloo half, connected by now, so that only this group's
     ranks can join (transport/tcp/bootstrap.h) — not another job, group or attempt on the same
@@ -292,8 +292,7 @@ def _invitation(gloo, rank, size):
     restarts (_gloo_half), so a rank of the next attempt could read the dead attempt's root before
     rank 0 wrote the new one, and retry it until the group's timeout, silent. What came over the
     group came from this attempt. Rank 0 listens before it sends the address; one that cannot says
-    why to every rank, and every rank's answer to whether it reaches the root is agreed before the
-    bootstrap (_reached_by_every_rank): a root no rank can serve or reach fails every rank now."""
+    why to every rank."""
     invitation = torch.zeros(_INVITATION_BYTES, dtype=torch.uint8)
     failure = None
     if rank == 0:
@@ -309,20 +308,14 @@ def _invitation(gloo, rank, size):
     root, identity, secret = bytes(invitation.tolist()).rstrip(b"\0").decode(errors="replace").split("\n", 2)
     if not root:
         raise OnebitError(OnebitError.REMOTE_ERROR, f"onebit backend: rank {rank}: {identity}: {secret}")
-    try:
-        _reached_by_every_rank(gloo, rank, size, root)
-    except BaseException:
-        if rank == 0:  # no communicator will take the listener
-            _library().onebit_root_close(root.encode())
-        raise
     return root, identity, secret
 
 
 def _reached_by_every_rank(gloo, rank, size, root):
     """Every rank's answer to whether it reaches rank 0's root (onebit_root_check: a connection,
-    closed at once, from at most 32 ranks of the group), agreed over the gloo half: a rank that cannot — a loopback address sent to
-    another host, a firewall — fails every rank now with its reason, instead of failing itself at
-    the timeout while rank 0 waits for it. Each rank writes its answer into its own row; a SUM
+    closed at once, from at most 32 ranks of the group), agreed over the gloo half before the
+    bootstrap: a rank that cannot — a loopback address sent to another host, a firewall — fails
+    every rank now with its reason, instead of failing itself at the timeout while rank 0 waits. Each rank writes its answer into its own row; a SUM
     (gloo has no allgather into one tensor on every torch) gives every rank every row."""
     lib = _library()
     answers = torch.zeros(size, _ANSWER_BYTES, dtype=torch.uint8)
@@ -383,13 +376,14 @@ class _Compression:
         self._gloo = gloo  # shut down by close(), with the communicator
         self._rank = rank  # split() finds its place among the child's ranks
         self._comm = ctypes.c_void_p()
-        root, identity, secret = _invitation(gloo, rank, size)
+        root, identity, secret = _invitation(gloo, rank)
         config = _capi.Config(int(timeout.total_seconds() * 1000), 0, None, None, identity.encode(), secret.encode())
         try:
+            _reached_by_every_rank(gloo, rank, size, root)
             _check(self._lib, self._lib.onebit_comm_init_config(ctypes.byref(self._comm), rank, size, root.encode(),
                                                                 ctypes.byref(config)))
         except BaseException:
-            if rank == 0:  # a root listener the communicator did not take would hold the port until exit
+            if rank == 0:  # rank 0's listener, if no communicator took it, would hold the port until exit
                 self._lib.onebit_root_close(root.encode())
             raise
         self._lock = threading.Lock()  # forwarded-call counters
