@@ -7,7 +7,7 @@
 # Makes /var/cache/onebit/torch-VERSION (a venv with that torch from PyPI, numpy and expecttest) once,
 # then, with BUILD_DIR's libonebit.so (default build/release; built by tools/build.sh when absent):
 #   1. tests/python/native_backend_check.py: the native backend covers every virtual of that torch's
-#      c10d Backend.hpp and builds; the Python form, or the refusal where that torch has none;
+#      c10d Backend.hpp, builds at first use, and a module prebuilt for that torch serves;
 #   2. tests/python/backend_object_check.py native: gloo's calls, Work and groups, exact against a
 #      plain gloo group of the same job;
 #   3. tests/python/torch_backend_check.py at 2 and 3 ranks: tagged all_reduce against the float64

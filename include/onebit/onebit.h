@@ -184,6 +184,14 @@ ONEBIT_API onebit_result_t onebit_untag(void* ptr);
  * same as re-tagging before the free. What a language binding calls when it sees memory freed. */
 ONEBIT_API onebit_result_t onebit_tag_detach(void* ptr);
 
+/* Whether onebit_allreduce of `count` elements of `dtype` at `ptr` would be compressed: *tagged is 1
+ * when `ptr` is tagged with exactly that count and dtype, else 0. `name` (may be NULL; `name_size`
+ * bytes) receives the name `ptr` is tagged under whatever its count and dtype, or "" (truncated to
+ * fit, always NUL-terminated). What a door that forwards untagged calls elsewhere asks per call
+ * (the torch backend: untagged calls are gloo's). */
+ONEBIT_API onebit_result_t onebit_tag_find(const void* ptr, size_t count, onebit_dtype_t dtype, int* tagged, char* name,
+                                           size_t name_size);
+
 /* Calls and payload bytes sent by the compressed allreduces of tag `name`, over all communicators. */
 ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent);
 
@@ -366,6 +374,9 @@ ONEBIT_API onebit_result_t onebit_freeze_report(const char* who, int64_t step, c
 ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t step, const char* stage,
                                                     onebit_result_t code, const char* error, char* text,
                                                     size_t text_size, size_t* length);
+ONEBIT_API onebit_result_t onebit_resume_refusal(int64_t step, const char* const* names, const int64_t* saved,
+                                                 const int64_t* mine, size_t count, int freeze_inclusive, char* text,
+                                                 size_t text_size, size_t* length);
 
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its

@@ -235,6 +235,22 @@ onebit_result_t onebit_tag_detach(void* ptr) {
   return onebit::abi_guard("onebit_tag_detach", [&] { onebit::TagRegistry::instance().detach(ptr); });
 }
 
+onebit_result_t onebit_tag_find(const void* ptr, size_t count, onebit_dtype_t dtype, int* tagged, char* name,
+                                size_t name_size) {
+  return onebit::abi_guard("onebit_tag_find", [&] {
+    ONEBIT_CHECK(tagged != nullptr, ONEBIT_INVALID_ARGUMENT, "tagged is NULL");
+    ONEBIT_CHECK(name != nullptr || name_size == 0, ONEBIT_INVALID_ARGUMENT, "name is NULL with name_size ", name_size);
+    const onebit::kernels::Dtype kind = to_dtype(dtype);  // refused alike whatever is tagged
+    const auto tag = onebit::TagRegistry::instance().find(ptr);
+    *tagged = tag != nullptr && tag->count == count && tag->dtype == kind ? 1 : 0;
+    if (name_size == 0) return;
+    const std::string said = tag != nullptr ? tag->name : std::string();
+    const std::size_t length = std::min(said.size(), name_size - 1);
+    std::memcpy(name, said.data(), length);
+    name[length] = '\0';
+  });
+}
+
 onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, uint64_t* bytes_sent) {
   return onebit::abi_guard("onebit_tag_stats", [&] {
     ONEBIT_CHECK(name != nullptr && calls != nullptr && bytes_sent != nullptr, ONEBIT_INVALID_ARGUMENT,

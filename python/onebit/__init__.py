@@ -188,8 +188,9 @@ def _library():
 
 
 _loaded = None
-# Tagged tensors, by data pointer: (name, elements, onebit dtype). The C registry is the truth;
-# this lets the onebit backend decide without a call into C per collective.
+# Tagged tensors, by data pointer: (name, elements, onebit dtype). The C registry is the truth (the
+# backend's tagged all_reduce asks it, onebit_tag_find); this mirror serves the Python side's own
+# questions (an optimizer's name still tagged, the coalesced note, untagging a freed storage).
 _tags = {}
 
 

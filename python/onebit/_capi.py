@@ -111,6 +111,7 @@ PROTOTYPES = {
     "onebit_tag": (_result, (c_char_p, _data, c_size_t, _enum)),
     "onebit_untag": (_result, (_data,)),
     "onebit_tag_detach": (_result, (_data,)),
+    "onebit_tag_find": (_result, (_data, c_size_t, _enum, POINTER(c_int), POINTER(c_char), c_size_t)),
     "onebit_tag_stats": (_result, (c_char_p, POINTER(c_uint64), POINTER(c_uint64))),
     "onebit_tag_state_size": (_result, (c_char_p, POINTER(c_size_t), POINTER(c_size_t))),
     "onebit_tag_state_check": (_result, (c_char_p, c_size_t)),

@@ -4,13 +4,22 @@
      build tree) is built with `pip wheel . --no-build-isolation` by the pip-torch venv's Python
      (tools/pip-torch.sh gives it scikit-build-core); the wheel must be py3-none-linux, hold each
      library once (no SONAME symlink copies), never libonebit-preload.so, and depend on no torch;
+     it holds the native c10d backend built against the venv's torch, with its record, its source
+     and onebit.h (for another torch), and the torch.distributed.backends entry point;
   2. a fresh venv sees PyPI's torch through a .pth file naming the pip-torch venv's site-packages (no
      second download) and gets the wheel with `pip install --no-deps`;
   3. from an empty working directory, with PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, ONEBIT_LIBRARY
      and NCCL_NET_PLUGIN cleared, so that nothing comes from the checkout:
      - tests/python/torch_backend_check.py --installed at 2 ranks (tagged vs the float64 reference,
        untagged exact, DDP + OnebitAdam bitwise equal across ranks) from the installed package;
-     - the native c10d backend builds from the wheel's onebit/csrc (which the wheel must hold);
+     - with no compiler or ninja (CXX=/bin/false, PATH the venv's bin alone, an empty extension
+       cache) the native c10d backend is the wheel's prebuilt module (onebit/lib/onebit_c10d.so),
+       and nothing is built into the cache throughout;
+     - a script with no `import onebit` runs init_process_group("onebit") under torchrun at 2 ranks
+       (the wheel's torch.distributed.backends entry point);
+     - JOBS back-to-back 2-rank DDP + OnebitAdam jobs through the compression stage, every rank exit 0
+       (half destroying the group, half leaving it to exit; tests/python/backend_exit_check.py runs
+       fewer from the build tree, and checks the release);
      - onebit-run --check says the shipped libraries load, from inside the venv;
      - onebit-run --nccl-net --print-env prints the absolute plugin path inside the venv;
      - onebit-run passes a command's exit code through, refuses --gloo-preload for pip's torch
@@ -35,6 +44,8 @@ import zipfile
 SKIP = 77
 VENV = os.environ.get("ONEBIT_PIP_TORCH_VENV", "/var/cache/onebit/pip-torch")
 LIBRARIES = ("libonebit.so", "libnccl-net-onebit.so")
+PREBUILT = "onebit_c10d.so"  # the native c10d backend, built against the venv's torch (cmake/OnebitTorchBackend.cmake)
+JOBS = 50  # back-to-back 2-rank DDP + OnebitAdam jobs from the wheel, each to exit 0
 
 
 def fail(what):
@@ -45,7 +56,11 @@ def fail(what):
 def run(command, what, ok=(0,), **kwargs):
     """Runs `command`, returns (code, output); fails naming `what` when the exit code is not in ok."""
     started = time.monotonic()
-    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    try:  # a command that hangs fails here, naming itself, not at ctest's timeout
+        done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=kwargs.pop("timeout", 600), **kwargs)
+    except subprocess.TimeoutExpired as expired:
+        fail(f"{what} did not end within {expired.timeout:.0f} s:\n{(expired.output or b'')[-6000:]}")
     print(f"[{time.monotonic() - started:6.1f} s] {what}: exit {done.returncode}", flush=True)
     if done.returncode not in ok:
         fail(f"{what} exited {done.returncode}:\n{done.stdout[-6000:]}")
@@ -106,10 +121,10 @@ def check_wheel_shape(wheel):
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         entry_points = z.read(next(n for n in names if n.endswith(".dist-info/entry_points.txt"))).decode()
     shared = sorted(n for n in names if ".so" in os.path.basename(n))
-    for library in LIBRARIES:
+    for library in LIBRARIES + (PREBUILT,):
         if f"onebit/lib/{library}" not in shared:
             fail(f"{library} is not in the wheel's onebit/lib: {shared}")
-    expected = {f"onebit/lib/{n}" for n in LIBRARIES + ("libonebit-nccl-preload.so",)}
+    expected = {f"onebit/lib/{n}" for n in LIBRARIES + (PREBUILT, "libonebit-nccl-preload.so")}
     if set(shared) - expected:
         fail(f"the wheel holds shared objects it must not (SONAME copies or the Gloo preload): {sorted(set(shared) - expected)}")
     if re.search(r"^Requires-Dist:.*torch", metadata, re.MULTILINE | re.IGNORECASE):
@@ -118,8 +133,11 @@ def check_wheel_shape(wheel):
         fail(f"no onebit-run console script in entry_points.txt:\n{entry_points}")
     if any(n.startswith(("tests/", "tools/")) for n in names):
         fail("the wheel carries tests or tools")
-    if "onebit/csrc/c10d_backend.cc" not in names:
-        fail("no onebit/csrc/c10d_backend.cc in the wheel: the native c10d backend could not be built where it is installed")
+    if "onebit = onebit.backend:register_backend" not in entry_points.split("[torch.distributed.backends]")[-1]:
+        fail(f"no torch.distributed.backends entry point for onebit in entry_points.txt:\n{entry_points}")
+    for source in ("onebit/csrc/c10d_backend.cc", "onebit/csrc/onebit.h", "onebit/lib/onebit_c10d.json"):
+        if source not in names:
+            fail(f"no {source} in the wheel: the native c10d backend could not be checked or built for another torch")
     if "onebit/py.typed" not in names:
         fail("no onebit/py.typed in the wheel: type checkers would ignore the package's hints (PEP 561)")
     print(f"OK: {name} holds {', '.join(os.path.basename(n) for n in shared)}, once each; no torch requirement")
@@ -205,6 +223,72 @@ def check_launcher(venv, site, has_preload, cwd, env):
     print("OK: onebit-run checks, prints the plugin's absolute path, passes exit codes, refuses what cannot work")
 
 
+NO_IMPORT = """
+import torch, torch.distributed as dist
+dist.init_process_group("onebit")  # found through the wheel's entry point: no import onebit
+t = torch.full((8,), float(dist.get_rank() + 1))
+dist.all_reduce(t)
+assert t.tolist() == [3.0] * 8, t
+with open(f"no_import-{dist.get_rank()}.txt", "w") as f:
+    f.write(f"{dist.get_backend()} {type(dist.group.WORLD._get_backend(torch.device('cpu'))).__module__}")
+dist.destroy_process_group()
+"""
+
+
+def check_no_import(python, cwd, env):
+    """init_process_group("onebit") under torchrun in a script that never imports onebit."""
+    with open(os.path.join(cwd, "no_import.py"), "w") as f:
+        f.write(NO_IMPORT)
+    _, out = run([python, "-W", "ignore", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                  "no_import.py"], "torchrun of a script with no import onebit", cwd=cwd, env=env)
+    said = []
+    for rank in range(2):
+        with open(os.path.join(cwd, f"no_import-{rank}.txt")) as f:
+            said.append(f.read())
+    if said != ["onebit onebit_c10d"] * 2:
+        fail(f"the script without import onebit did not run on the native onebit backend on both ranks: {said}\n{out}")
+    print("OK: init_process_group(\"onebit\") under torchrun with no import onebit")
+
+
+JOB = """
+import sys, torch, torch.distributed as dist, onebit
+rank = int(sys.argv[1])
+onebit.register_backend()
+dist.init_process_group("onebit", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
+torch.manual_seed(0)
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(32, 4))
+optimizer = onebit.OnebitAdam(model.parameters(), lr=1e-3, freeze_step=2)
+model.register_comm_hook(optimizer, onebit.ddp_comm_hook)
+for step in range(4):
+    optimizer.zero_grad()
+    model(torch.randn(8, 32)).square().mean().backward()
+    optimizer.step()
+print("COMPRESSED", onebit.stats()["compressed_calls"])
+if sys.argv[3] == "destroy":  # else the group is left to the interpreter's exit
+    dist.destroy_process_group()
+"""
+
+
+def check_jobs(python, cwd, env):
+    """JOBS back-to-back 2-rank DDP + OnebitAdam jobs through the compression stage, each rank to
+    exit 0 (no exit-time abort), half of them ending with destroy_process_group() and half leaving
+    the group to the interpreter's exit."""
+    with open(os.path.join(cwd, "job.py"), "w") as f:
+        f.write(JOB)
+    started = time.monotonic()
+    for job in range(JOBS):
+        store = os.path.join(cwd, f"job-{job}.store")
+        ending = "destroy" if job % 2 else "exit"
+        ranks = [subprocess.Popen([python, "-W", "ignore", "job.py", str(r), store, ending], cwd=cwd, env=env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+        outs = [p.communicate(timeout=300)[0] for p in ranks]
+        codes = [p.returncode for p in ranks]
+        if codes != [0, 0] or not re.search(r"^COMPRESSED 2$", outs[0], re.MULTILINE):
+            fail(f"job {job + 1} of {JOBS}: exit codes {codes}:\n" + "\n--- rank 1\n".join(outs))
+    print(f"OK: {JOBS} back-to-back 2-rank DDP + OnebitAdam jobs from the wheel, every rank exit 0 "
+          f"({time.monotonic() - started:.0f} s)")
+
+
 def main():
     source, work = (os.path.abspath(a) for a in sys.argv[1:3])
     python = build_python()
@@ -226,17 +310,25 @@ def main():
     # The backend test and the reference it compares with, alone in an empty folder.
     for part in ("tests/python/torch_backend_check.py", "tools/gpu/reference.py"):
         shutil.copy(os.path.join(source, part), cwd)
-    # The native c10d backend is built from the installed source into an extension cache of its own.
-    env = dict(clean_env(), TORCH_EXTENSIONS_DIR=os.path.join(work, "torch-extensions"))
-    print(run([os.path.join(venv, "bin", "python"), "-W", "ignore", "torch_backend_check.py", "--installed", "2"],
+    # No compiler, no ninja, an empty extension cache: the wheel's prebuilt module must serve.
+    env = dict(clean_env(), TORCH_EXTENSIONS_DIR=os.path.join(work, "torch-extensions"), CXX="/bin/false",
+               PATH=os.path.join(venv, "bin"))
+    shutil.rmtree(env["TORCH_EXTENSIONS_DIR"], ignore_errors=True)
+    python = os.path.join(venv, "bin", "python")
+    native = "import onebit._native as n; m = n.native_module(); print(m.__name__, m.__file__)"
+    out = run([python, "-W", "ignore", "-c", native], "the native backend, installed, no compiler", cwd=cwd, env=env)[1]
+    said = out.split()
+    if len(said) != 2 or said[0] != "onebit_c10d" or \
+            os.path.realpath(said[1]) != os.path.realpath(os.path.join(site, "onebit", "lib", PREBUILT)):
+        fail(f"the installed native backend is not the wheel's prebuilt module: {out}")
+    print("OK: with no compiler the native c10d backend is the wheel's prebuilt module")
+    print(run([python, "-W", "ignore", "torch_backend_check.py", "--installed", "2"],
               "the 2-rank backend test from the installed wheel", cwd=cwd, env=env)[1])
-    check_launcher(venv, site, has_preload, cwd, env)
-    native = "import onebit._native as n; print(n.native_module(required=True).OnebitBackend.__module__)"
-    out = run([os.path.join(venv, "bin", "python"), "-W", "ignore", "-c", native], "the native backend, installed",
-              cwd=cwd, env=env)[1]
-    if "onebit_c10d" not in out:
-        fail(f"the installed native backend: {out}")
-    print("OK: the native c10d backend builds from the installed wheel's source")
+    check_launcher(venv, site, has_preload, cwd, dict(env, PATH=os.environ.get("PATH", "/usr/bin:/bin")))
+    check_no_import(python, cwd, env)
+    check_jobs(python, cwd, env)
+    if os.listdir(env["TORCH_EXTENSIONS_DIR"]) if os.path.isdir(env["TORCH_EXTENSIONS_DIR"]) else False:
+        fail(f"something was built into {env['TORCH_EXTENSIONS_DIR']}: the prebuilt module was not used throughout")
     print("OK: the wheel built from a clean copy works installed, with nothing from the checkout")
     return 0
 

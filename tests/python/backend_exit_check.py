@@ -2,10 +2,10 @@
 DDP model, an untagged and a tagged all_reduce and an OnebitAdam step, half of them ending with
 destroy_process_group() and half leaving the group to interpreter exit.
 
-Before the backend released its communicator and inner gloo group itself (shutdown, which
-c10d calls in destroy_process_group, and an atexit hook: backend._Compression.close), about one job in three ended with SIGABRT after its last line ("terminate
-called without an active exception": a gloo thread meeting a half-finalized interpreter) and
-torchrun reported the job failed.
+Before the backend released its communicator and inner gloo group itself (shutdown, which c10d
+calls in destroy_process_group, and an atexit hook: backend._release_all), about one job in three
+ended with SIGABRT after its last line ("terminate called without an active exception": a gloo
+thread meeting a half-finalized interpreter) and torchrun reported the job failed.
 
     PYTHON tests/python/backend_exit_check.py BUILD_DIR [JOBS]   (default 20)
 """
@@ -36,8 +36,8 @@ def rank_main(rank, store, destroy):
     dist.all_reduce(counts)
     if destroy:
         dist.destroy_process_group()
-        from onebit.backend import _groups
-        if any(group._comm is not None for group in _groups):  # torch called shutdown(): released now
+        from onebit.backend import _backends
+        if not all(backend.released for backend in _backends):  # torch called shutdown(): released now
             sys.exit(6)
         if onebit.stats()["compressed_calls"] != 1:  # the counts outlive the group
             sys.exit(5)

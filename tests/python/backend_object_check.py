@@ -3,8 +3,7 @@ test_c10d_gloo.py's ProcessGroupGlooTest checks on a gloo object, checked here o
 default group, each against the same call on a plain gloo group of the same job (so "exact" means
 bit for bit what gloo gives):
 
-  - the structure: the default group's CPU backend is onebit's OnebitBackend (the native or the
-    Python form, as the mode says);
+  - the structure: the default group's CPU backend is onebit's native OnebitBackend;
   - the group object's overloads: allreduce(t), allreduce([t]), allreduce([t], op=MAX),
     allreduce([t], AllreduceOptions), broadcast(x, root=...), broadcast([x], BroadcastOptions),
     allreduce_coalesced(ts); the Work they return is gloo's own: is_completed() and result() after
@@ -49,25 +48,18 @@ def rank_main(mode, rank, store):
     import torch
     import torch.distributed as dist
     import onebit
-    native = mode == "native"
-    onebit.register_backend(native=native)
+    onebit.register_backend()
     dist.init_process_group("onebit", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     cpu = torch.device("cpu")
     plain = dist.new_group(backend="gloo")
-    expected = "onebit_c10d" if native else "onebit.backend"  # the native extension's module, or the Python class's
+    expected = "onebit_c10d"  # the native extension's module
     backend = dist.group.WORLD._get_backend(cpu)
     check(rank, type(backend).__name__ == "OnebitBackend" and type(backend).__module__.startswith(expected)
           and dist.get_backend() == "onebit" and backend.name() == "onebit",
-          f"the default group's backend is onebit's {mode} one ({type(backend).__module__}.{type(backend).__name__}, "
+          f"the default group's backend is onebit's native one ({type(backend).__module__}.{type(backend).__name__}, "
           f"{dist.get_backend()}, {backend.name()})")
     check(rank, not hasattr(torch._C._distributed_c10d.Backend, "supports_reconfigure")  # torch 2.5, 2.8: none
           or backend.supports_reconfigure is False, "supports_reconfigure False (a reconfigure would miss onebit's connections)")
-    if not native:  # By construction: every name of this torch's Backend table is the Python class's own or a forwarder.
-        from onebit import _forward, backend as module
-        table = {n for n, v in vars(torch._C._distributed_c10d.Backend).items()
-                 if not n.startswith("__") and not isinstance(v, type)} - _forward._KEPT  # Options: a class, inherited
-        missing = sorted(n for n in table | set(_forward._TRAMPOLINE_ALIASES.values()) if n not in vars(module.OnebitBackend))
-        check(rank, not missing, f"names of torch's Backend neither defined nor forwarded by OnebitBackend: {missing}")
     peer = 1 - rank
 
     def both(call, make, objects):
@@ -98,11 +90,10 @@ def rank_main(mode, rank, store):
             continue
         check(rank, wa.wait() is True and wb.wait() is True, f"{what}: wait() returns True")
         check(rank, torch.equal(a, b), f"{what}: {a.tolist()} where gloo gives {b.tolist()}")
-        if native or kind == "backend":  # the Python form's Work is gloo's only where it is not returned through torch
-            check(rank, type(wa) is type(wb) and wa.is_completed() and wa.is_success(),
-                  f"{what}: the Work is gloo's, completed after wait() ({type(wa).__name__}, is_completed {wa.is_completed()})")
-            check(rank, [torch.equal(x, y) for x, y in zip(wa.result(), wb.result())] == [True] * len(wb.result()),
-                  f"{what}: Work.result() as gloo's")
+        check(rank, type(wa) is type(wb) and wa.is_completed() and wa.is_success(),
+              f"{what}: the Work is gloo's, completed after wait() ({type(wa).__name__}, is_completed {wa.is_completed()})")
+        check(rank, [torch.equal(x, y) for x, y in zip(wa.result(), wb.result())] == [True] * len(wb.result()),
+              f"{what}: Work.result() as gloo's")
     a, b, wa, wb = both(lambda be, *ts: be.allreduce_coalesced(list(ts)), lambda: (values(n=3), values(2.0, 5)),
                         objects["backend"])
     wa.wait(), wb.wait()
@@ -174,7 +165,7 @@ def rank_main(mode, rank, store):
     except RuntimeError as e:
         check(rank, _torch_refuses_custom(rank, "the group's sequence number", e), f"the sequence number: {e}")
 
-    work_contract(rank, torch, dist, onebit, native, values)
+    work_contract(rank, torch, dist, onebit, values)
     tagged = torch.full((64,), float(rank + 1))
     onebit.tag(tagged, "object-coalesced")
     before = onebit.stats()["compressed_calls"]
@@ -228,19 +219,13 @@ def _torch_refuses_custom(rank, what, error):
     return False
 
 
-def work_contract(rank, torch, dist, onebit, native, values):
-    """Work through torch.distributed. Native: the Work of untagged calls is gloo's own and answers
-    as c10d's (is_completed, is_success, result, a recv's source rank), a tagged call's Work too.
-    Python: torch wraps every Work in PyWorkHolder, which forwards wait() and get_future() only —
-    asserted, so that a torch which forwards more makes this fail and the docs get updated."""
+def work_contract(rank, torch, dist, onebit, values):
+    """Work through torch.distributed: the Work of untagged calls is gloo's own and answers as
+    c10d's (is_completed, is_success, result, a recv's source rank), a tagged call's Work too."""
     t = values()
     w = dist.all_reduce(t, async_op=True)
     check(rank, w.wait() is True, "dist.all_reduce(async_op=True).wait() returns True")
     check(rank, _equal(w.get_future().value(), [t]), "get_future() holds the all_reduce's tensors")
-    if not native:
-        check(rank, not w.is_completed(), "torch forwards is_completed() through its PyWorkHolder now: update "
-              "docs/usage.md ('Which torch') and onebit/_native.py's warning")
-        return
     check(rank, w.is_completed() and w.is_success() and _equal(w.result(), [t]),
           "dist.all_reduce's Work: is_completed(), is_success() and result() after wait()")
     tagged = torch.full((64,), float(rank + 1))
@@ -331,7 +316,7 @@ def main():
                ONEBIT_LIBRARY=os.path.join(os.path.abspath(sys.argv[1]), "libonebit.so"))
     env.pop("LD_PRELOAD", None)
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in sys.argv[2:] or ("native", "python"):
+        for mode in sys.argv[2:] or ("native",):
             run_ranks(os.path.abspath(__file__), mode, WORLD, tmp, env, timeout=240)
     print(f"torch {torch.__version__}, {WORLD} ranks: the onebit backend object's overloads, forwarded collectives, "
           "p2p, monitored_barrier, batch_isend_irecv, groups and re-init as gloo's; Work as documented")

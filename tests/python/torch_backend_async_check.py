@@ -20,8 +20,7 @@
                    the tensors and the future is done with them, for tagged calls (compressed:
                    the group's compressed-call count grows by one each) and forwarded ones, through
                    the group object (group.allreduce([t], opts)), the backend object and
-                   dist.all_reduce (the native backend; the Python one's is checked by
-                   backend_object_check.py).
+                   dist.all_reduce.
   coalesced        all_reduce_coalesced([tagged, untagged]) twice: gloo's exact sums for both, no
                    compressed call, one warning naming the tag; the tag's own all_reduce is then
                    compressed.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <future>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,41 @@ TEST(TagState, ADetachedAddressIsUntaggedButItsNameKeepsTheTag) {
   ASSERT_EQ(onebit_tag("detached", second.data(), second.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
   EXPECT_EQ(TagRegistry::instance().find(second.data()), tag) << "moved, not made anew";
   EXPECT_EQ(onebit_untag(second.data()), ONEBIT_SUCCESS);
+}
+
+TEST(TagState, FindSaysWhetherACallWouldBeCompressedAndNamesTheTag) {
+  // What the torch backend asks per all_reduce: compressed only with the tag's own count and dtype;
+  // the name whatever they are (for its errors), cut to the buffer and always terminated.
+  std::vector<float> buffer(32), other(32);
+  ASSERT_EQ(onebit_tag("found/momentum", buffer.data(), buffer.size(), ONEBIT_FLOAT32), ONEBIT_SUCCESS);
+  int tagged = -1;
+  char name[64];
+  ASSERT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_FLOAT32, &tagged, name, sizeof name), ONEBIT_SUCCESS);
+  EXPECT_EQ(tagged, 1);
+  EXPECT_STREQ(name, "found/momentum");
+  ASSERT_EQ(onebit_tag_find(buffer.data(), 31, ONEBIT_FLOAT32, &tagged, name, sizeof name), ONEBIT_SUCCESS);
+  EXPECT_EQ(tagged, 0) << "another count";
+  EXPECT_STREQ(name, "found/momentum");
+  ASSERT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_BFLOAT16, &tagged, name, sizeof name), ONEBIT_SUCCESS);
+  EXPECT_EQ(tagged, 0) << "another dtype";
+  ASSERT_EQ(onebit_tag_find(other.data(), 32, ONEBIT_FLOAT32, &tagged, name, sizeof name), ONEBIT_SUCCESS);
+  EXPECT_EQ(tagged, 0);
+  EXPECT_STREQ(name, "");
+  char short_name[6];
+  ASSERT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_FLOAT32, &tagged, short_name, sizeof short_name), ONEBIT_SUCCESS);
+  EXPECT_STREQ(short_name, "found");
+  ASSERT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_FLOAT32, &tagged, nullptr, 0), ONEBIT_SUCCESS);
+  EXPECT_EQ(tagged, 1);
+  // Bad input is refused alike whether or not anything is tagged there.
+  for (void* at : {static_cast<void*>(buffer.data()), static_cast<void*>(other.data())}) {
+    EXPECT_EQ(onebit_tag_find(at, 32, static_cast<onebit_dtype_t>(9), &tagged, name, sizeof name),
+              ONEBIT_INVALID_ARGUMENT);
+  }
+  EXPECT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_FLOAT32, nullptr, name, sizeof name), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(onebit_tag_find(buffer.data(), 32, ONEBIT_FLOAT32, &tagged, nullptr, 8), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("name is NULL with name_size 8"), std::string::npos)
+      << onebit_last_error();
+  ASSERT_EQ(onebit_untag(buffer.data()), ONEBIT_SUCCESS);
 }
 
 TEST(TagState, ReTaggingANameWithFewerElementsStartsFromFreshDeviceState) {
