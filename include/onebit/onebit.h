@@ -374,6 +374,31 @@ ONEBIT_API onebit_result_t onebit_freeze_report(const char* who, int64_t step, c
 ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t step, const char* stage,
                                                     onebit_result_t code, const char* error, char* text,
                                                     size_t text_size, size_t* length);
+
+/* ---- What the shims hold their ranks and checkpoints to ----
+ * The shims exchange the values over their own channel and ask these for the verdict, in the words
+ * above's way: the refusal's text, or "" (length 0) where there is none.
+ * onebit_ranks_disagreement: whether every rank's row of `table` (`ranks` rows of `field_count`
+ * values, row r rank r's, each value named by `fields`) is alike; else "<who>: the ranks disagree on
+ * <field>: rank 0 has X, rank 1 has Y; every rank must be given the same value (<hint>)" for the
+ * first field that differs (INT64_MAX said "auto (undecided)"), which a shim raises as
+ * ONEBIT_MISMATCH; `at` picks the hint: a disagreement met when the optimizers are made, or when a
+ * checkpoint is loaded.
+ * onebit_resume_refusal: whether a checkpoint saved after `step` steps can go on under this
+ * optimizer's schedule: `count` settings named by `names`, as saved (INT64_MIN: not recorded,
+ * taken as this optimizer's) and this optimizer's (`mine`). Setting 0 is the freeze step, which may
+ * differ where the checkpoint is before the freeze under both (step < both, or step <= both where
+ * `freeze_inclusive`: 0/1 Adam's var_freeze_step is the last step of its variance stage); every
+ * other must be the same. The text names each setting that cannot go on (docs/usage.md,
+ * "Restarting a job"); a shim raises it as ONEBIT_INVALID_ARGUMENT. */
+typedef enum {
+  ONEBIT_AGREED_AT_CONSTRUCTION = 0,
+  ONEBIT_AGREED_AT_CHECKPOINT_LOAD = 1,
+  ONEBIT_AGREED_AT_ENUM_MAX_ = 0x7fffffff
+} onebit_agreed_at_t;
+ONEBIT_API onebit_result_t onebit_ranks_disagreement(const char* who, const char* const* fields, size_t field_count,
+                                                     const int64_t* table, size_t ranks, onebit_agreed_at_t at,
+                                                     char* text, size_t text_size, size_t* length);
 ONEBIT_API onebit_result_t onebit_resume_refusal(int64_t step, const char* const* names, const int64_t* saved,
                                                  const int64_t* mine, size_t count, int freeze_inclusive, char* text,
                                                  size_t text_size, size_t* length);

@@ -105,8 +105,7 @@ class OnebitAdam {
                         {"the number of groups", static_cast<std::int64_t>(groups_.size())},
                         {"freeze_step", effective},
                         {"the automatic freeze's window", automatic_ ? auto_.window : 0},
-                        {"the automatic freeze's max_step", automatic_ ? auto_.max_step : 0}},
-                       " (ONEBIT_FREEZE_STEP set on some ranks only?)");
+                        {"the automatic freeze's max_step", automatic_ ? auto_.max_step : 0}});
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     grad_.assign(total_, 0.0f);

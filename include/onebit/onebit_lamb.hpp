@@ -85,8 +85,7 @@ class OnebitLamb {
     agree_across_ranks(comm_, "onebit::OnebitLamb",
                        {{"the parameter count", static_cast<std::int64_t>(total_)},
                         {"the number of groups", static_cast<std::int64_t>(groups_.size())},
-                        {"freeze_step", freeze}},
-                       " (ONEBIT_FREEZE_STEP set on some ranks only?)");
+                        {"freeze_step", freeze}});
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     v_fresh_.assign(total_, 0.0f);

@@ -3,9 +3,9 @@
 // parameter count). Ranks that differ would otherwise part at the first step that depends on it —
 // one in a compressed allreduce, another in the ring — and wait there until the timeout. Here each
 // rank learns every rank's values through one exact allreduce and, on a difference, throws
-// CallError(ONEBIT_MISMATCH) naming the field and each rank's value. Construction and load() of a
-// checkpoint (same step on every rank) are therefore collective: every rank makes them, in the
-// same order.
+// CallError(ONEBIT_MISMATCH) naming the field and each rank's value, in the C core's words
+// (onebit_ranks_disagreement, as the Python shims). Construction and load() of a checkpoint (same
+// step on every rank) are therefore collective: every rank makes them, in the same order.
 #ifndef ONEBIT_RANK_AGREEMENT_HPP_
 #define ONEBIT_RANK_AGREEMENT_HPP_
 
@@ -15,6 +15,7 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
+#include "onebit/optimizer_report.hpp"
 
 namespace onebit {
 
@@ -53,22 +54,24 @@ inline std::vector<std::vector<std::int64_t>> every_rank(onebit_comm_t comm, con
   return rows;
 }
 
+// Every rank's `fields` compared (every_rank); a difference throws CallError(ONEBIT_MISMATCH) on every
+// rank, in the C core's words (onebit_ranks_disagreement; `at`: when the ranks are compared).
 inline void agree_across_ranks(onebit_comm_t comm, const std::string& who, const std::vector<AgreedField>& fields,
-                               const std::string& hint = "") {
+                               onebit_agreed_at_t at = ONEBIT_AGREED_AT_CONSTRUCTION) {
   std::vector<std::int64_t> mine;
-  for (const AgreedField& field : fields) mine.push_back(field.value);
-  const auto rows = every_rank(comm, mine);
-  for (std::size_t f = 0; f < fields.size(); ++f) {
-    bool alike = true;
-    for (const auto& row : rows) alike = alike && row[f] == rows[0][f];
-    if (alike) continue;
-    std::string values;
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      values += (r == 0 ? "" : ", ") + std::string("rank ") + std::to_string(r) + " has " + std::to_string(rows[r][f]);
-    }
-    throw CallError(ONEBIT_MISMATCH, who + ": the ranks disagree on " + fields[f].name + ": " + values +
-                                         "; every rank must be given the same value" + hint);
+  std::vector<const char*> names;
+  for (const AgreedField& field : fields) {
+    mine.push_back(field.value);
+    names.push_back(field.name);
   }
+  std::vector<std::int64_t> table;
+  const auto rows = every_rank(comm, mine);
+  for (const auto& row : rows) table.insert(table.end(), row.begin(), row.end());
+  const std::string refusal = core_text([&](char* text, std::size_t size, std::size_t* length) {
+    return onebit_ranks_disagreement(who.c_str(), names.data(), names.size(), table.data(), rows.size(), at, text, size,
+                                     length);
+  });
+  if (!refusal.empty()) throw CallError(ONEBIT_MISMATCH, refusal);
 }
 
 // What every rank must share for a compressed step — each group's lr, betas, eps and weight decay

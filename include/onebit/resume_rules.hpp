@@ -1,7 +1,7 @@
 // What the C++ optimizer shims' load() refuses, and how every rank learns it. agree_on_checkpoint:
 // whether each rank's checkpoint fits its optimizer, and the checkpoint's schedule, agreed before
-// anything is loaded. check_resumed_schedule: what load() refuses of a checkpoint's schedule (the
-// rule python/onebit's optimizers apply too, docs/usage.md "Restarting a job"). A
+// anything is loaded. check_resumed_schedule: what load() refuses of a checkpoint's schedule (the C
+// core's rule, which python/onebit's optimizers ask too, docs/usage.md "Restarting a job"). A
 // checkpoint's stage and counters were made under the schedule's settings it was saved with: a
 // freeze step may change on resume only where the checkpoint is before the freeze under both (as
 // when a run that diverged after its freeze resumes from a warmup checkpoint with a later freeze
@@ -22,6 +22,7 @@
 
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
+#include "onebit/optimizer_report.hpp"
 #include "onebit/rank_agreement.hpp"
 
 namespace onebit {
@@ -42,7 +43,7 @@ inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, cons
   all.insert(all.end(), fields.begin(), fields.end());
   const auto refuse = [&] { throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + unfit + "; nothing was loaded"); };
   try {
-    agree_across_ranks(comm, who, all, " (every rank loads the checkpoint of the same step, of this model)");
+    agree_across_ranks(comm, who, all, ONEBIT_AGREED_AT_CHECKPOINT_LOAD);
   } catch (const CallError& error) {
     if (!unfit.empty() && error.code() == ONEBIT_MISMATCH) refuse();  // a transport failure stays one
     throw;
@@ -85,31 +86,26 @@ struct ResumedSetting {
   std::int64_t mine;   // this optimizer's
 };
 
-// Throws CallError(ONEBIT_INVALID_ARGUMENT) naming every setting that cannot go on: `freeze` (the
-// freeze step; its name, saved and mine) may differ where the checkpoint, saved after `step` steps,
-// is before the freeze under both — step < freeze step, or step <= it where `freeze_inclusive`
-// (0/1 Adam's var_freeze_step is the last step of its variance stage) —; each of `settings` must
-// be the same. Call it after the ranks agreed on the checkpoint's values: every rank then refuses
-// alike.
+// Throws CallError(ONEBIT_INVALID_ARGUMENT) naming every setting that cannot go on, in the C core's
+// words and by its rule (onebit_resume_refusal): `freeze` (the freeze step) may differ where the
+// checkpoint, saved after `step` steps, is before the freeze under both — step < freeze step, or
+// step <= it where `freeze_inclusive` (0/1 Adam's var_freeze_step is the last step of its variance
+// stage) —; each of `settings` must be the same. Call it after the ranks agreed on the
+// checkpoint's values: every rank then refuses alike.
 inline void check_resumed_schedule(const std::string& who, std::int64_t step, ResumedSetting freeze,
                                    bool freeze_inclusive, std::initializer_list<ResumedSetting> settings = {}) {
-  std::string refused;
-  auto refuse = [&](const ResumedSetting& s) {
-    refused += (refused.empty() ? "" : ", ") + std::string(s.name) + "=" + std::to_string(s.saved) +
-               " (this optimizer: " + std::to_string(s.mine) + ")";
-  };
-  const std::int64_t first_frozen = std::min(freeze.saved, freeze.mine);
-  const bool before_both = freeze_inclusive ? step <= first_frozen : step < first_frozen;
-  if (freeze.saved != kNotRecorded && freeze.saved != freeze.mine && !before_both) refuse(freeze);
+  std::vector<const char*> names{freeze.name};
+  std::vector<std::int64_t> saved{freeze.saved}, mine{freeze.mine};
   for (const ResumedSetting& s : settings) {
-    if (s.saved != kNotRecorded && s.saved != s.mine) refuse(s);
+    names.push_back(s.name);
+    saved.push_back(s.saved);
+    mine.push_back(s.mine);
   }
-  if (refused.empty()) return;
-  throw CallError(ONEBIT_INVALID_ARGUMENT,
-                  who + ": the checkpoint (after step " + std::to_string(step) + ") was saved with " + refused +
-                      ": its stage and counters were made under those values (" + freeze.name +
-                      " can change on resume only from a checkpoint before the freeze under both). Make the "
-                      "optimizer with the checkpoint's values; nothing was loaded");
+  const std::string refusal = core_text([&](char* text, std::size_t size, std::size_t* length) {
+    return onebit_resume_refusal(step, names.data(), saved.data(), mine.data(), names.size(), freeze_inclusive ? 1 : 0,
+                                 text, size, length);
+  });
+  if (!refusal.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + refusal + "; nothing was loaded");
 }
 
 }  // namespace onebit

@@ -8,7 +8,9 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <vector>
 
+#include "optim/agreement.h"
 #include "optim/frozen_variance.h"
 #include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
@@ -149,6 +151,41 @@ onebit_result_t onebit_step_failure_text(const char* who, int64_t step, const ch
     ONEBIT_CHECK(who != nullptr && stage != nullptr && error != nullptr, ONEBIT_INVALID_ARGUMENT,
                  "who, stage and error must not be NULL");
     copy_text(onebit::optim::step_failure(who, step, stage, code, error), text, text_size, length);
+  });
+}
+
+onebit_result_t onebit_ranks_disagreement(const char* who, const char* const* fields, size_t field_count,
+                                          const int64_t* table, size_t ranks, onebit_agreed_at_t at, char* text,
+                                          size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_ranks_disagreement", [&] {
+    ONEBIT_CHECK(who != nullptr && (field_count == 0 || fields != nullptr), ONEBIT_INVALID_ARGUMENT,
+                 "who and fields must not be NULL");
+    ONEBIT_CHECK(ranks == 0 || field_count == 0 || table != nullptr, ONEBIT_INVALID_ARGUMENT, "table is NULL");
+    ONEBIT_CHECK(at == ONEBIT_AGREED_AT_CONSTRUCTION || at == ONEBIT_AGREED_AT_CHECKPOINT_LOAD, ONEBIT_INVALID_ARGUMENT,
+                 "at is ", static_cast<int>(at));
+    std::vector<std::string> names;
+    for (size_t f = 0; f < field_count; ++f) {
+      ONEBIT_CHECK(fields[f] != nullptr, ONEBIT_INVALID_ARGUMENT, "fields[", f, "] is NULL");
+      names.emplace_back(fields[f]);
+    }
+    const auto where = at == ONEBIT_AGREED_AT_CONSTRUCTION ? onebit::optim::AgreedAt::kConstruction
+                                                           : onebit::optim::AgreedAt::kCheckpointLoad;
+    copy_text(onebit::optim::disagreement(who, names, table, ranks, where), text, text_size, length);
+  });
+}
+
+onebit_result_t onebit_resume_refusal(int64_t step, const char* const* names, const int64_t* saved, const int64_t* mine,
+                                      size_t count, int freeze_inclusive, char* text, size_t text_size,
+                                      size_t* length) {
+  return onebit::abi_guard("onebit_resume_refusal", [&] {
+    ONEBIT_CHECK(count == 0 || (names != nullptr && saved != nullptr && mine != nullptr), ONEBIT_INVALID_ARGUMENT,
+                 "names, saved and mine must not be NULL");
+    std::vector<onebit::optim::ResumedSetting> settings;
+    for (size_t i = 0; i < count; ++i) {
+      ONEBIT_CHECK(names[i] != nullptr, ONEBIT_INVALID_ARGUMENT, "names[", i, "] is NULL");
+      settings.push_back({names[i], saved[i], mine[i]});
+    }
+    copy_text(onebit::optim::resume_refusal(step, settings, freeze_inclusive != 0), text, text_size, length);
   });
 }
 

@@ -26,6 +26,8 @@ from ._gloo_threads import returned_by_gloo
 from ._logging import logger
 
 _UNDECIDED = 2**63 - 1  # OnebitAdam's freeze_step while "auto" has not fired: every step is warmup
+_NOT_RECORDED = -2**63  # a checkpoint's setting not recorded (onebit_resume_refusal)
+_AGREED_AT_CONSTRUCTION = 0  # onebit_agreed_at_t
 _SENT = "sent"  # _FlatOptimizer._consolidated on a rank whose part went to the saving rank
 _ERROR_FEEDBACK = ("worker_error", "server_error")  # a part's own error feedback: never kept once for all
 
@@ -179,9 +181,10 @@ class _FlatOptimizer(torch.optim.Optimizer):
 
     def _agree(self, **fields):
         """Every rank's integer `fields` compared in one small exact all_reduce (each rank writes its
-        row of a world x fields table); a difference is a RuntimeError on every rank naming the
-        field and each rank's value — before a disagreement becomes one rank in a compressed
-        all_reduce and another in a full-precision one, waiting for each other until the timeout."""
+        row of a world x fields table), judged and worded by the C core (onebit_ranks_disagreement):
+        a difference is an OnebitError (MISMATCH) on every rank naming the field and each rank's
+        value — before a disagreement becomes one rank in a compressed all_reduce and another in a
+        full-precision one, waiting for each other until the timeout."""
         if self._world == 1:
             return
         # world_size first: torch's rendezvous meets a different WORLD_SIZE first. The shapes' CRC
@@ -190,14 +193,12 @@ class _FlatOptimizer(torch.optim.Optimizer):
         fields = dict(world_size=self._world, **fields, parameter_shapes_crc32=self._shapes_crc32())
         names = list(fields)
         rows = self._every_rank([int(fields[n]) for n in names])
-        for j, name in enumerate(names):
-            values = [row[j] for row in rows]
-            if len(set(values)) > 1:
-                said = ", ".join(f"rank {r}: {'auto (undecided)' if v == _UNDECIDED else v}"
-                                 for r, v in enumerate(values))
-                raise RuntimeError(f"{self._who}: the ranks disagree on {name} ({said}); every rank must run the "
-                                   "same schedule on the same parameters (ONEBIT_FREEZE_STEP set on some ranks "
-                                   "only? different checkpoints loaded? different models?)")
+        table = (ctypes.c_int64 * (len(rows) * len(names)))(*[value for row in rows for value in row])
+        refusal = self._core_text("onebit_ranks_disagreement", self._who.encode(),
+                                  (ctypes.c_char_p * len(names))(*[n.encode() for n in names]), len(names), table,
+                                  len(rows), _AGREED_AT_CONSTRUCTION)
+        if refusal:
+            raise OnebitError(OnebitError.MISMATCH, refusal)
 
     def _shapes_crc32(self):
         """A CRC-32 of every group's parameters' shapes, in order: the same on every rank that holds
@@ -228,14 +229,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         return OnebitError(error.code, text) if isinstance(error, OnebitError) else RuntimeError(text)
 
     def _core_text(self, name, *args):
-        """A text the C core writes (onebit.h, "What the shims say"): `name`(*args, text, size, &length)."""
-        function, length = getattr(self._lib, name), ctypes.c_size_t()
-        text = ctypes.create_string_buffer(512)
-        _check(self._lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
-        if length.value >= len(text):
-            text = ctypes.create_string_buffer(length.value + 1)
-            _check(self._lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
-        return text.value.decode()
+        return _core_text(self._lib, name, *args)
 
     def _report_freeze(self, step, variance):
         """Rank 0's one line when the variance freezes: how many elements are dormant (sqrt(v) <= eps,
@@ -876,8 +870,7 @@ class _FlatOptimizer(torch.optim.Optimizer):
         """Why this optimizer's fixed freeze step cannot go on from a checkpoint saved after `step`
         steps with freeze step `saved` (None: not recorded), or None (_schedule_change_refusal;
         warmup is the steps before the freeze)."""
-        return _schedule_change_refusal(step, ("freeze_step", saved, self._freeze_step), inclusive=False,
-                                        hint="ONEBIT_FREEZE_STEP set?")
+        return _schedule_change_refusal(self._lib, step, ("freeze_step", saved, self._freeze_step), inclusive=False)
 
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""
@@ -895,24 +888,28 @@ class _FlatOptimizer(torch.optim.Optimizer):
         raise NotImplementedError
 
 
-def _schedule_change_refusal(step, freeze, inclusive, settings=(), hint=""):
+def _core_text(lib, name, *args):
+    """A text the C core writes (onebit.h, "What the shims say"): `name`(*args, text, size, &length)."""
+    function, length = getattr(lib, name), ctypes.c_size_t()
+    text = ctypes.create_string_buffer(512)
+    _check(lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
+    if length.value >= len(text):
+        text = ctypes.create_string_buffer(length.value + 1)
+        _check(lib, function(*args, text, ctypes.c_size_t(len(text)), ctypes.byref(length)))
+    return text.value.decode()
+
+
+def _schedule_change_refusal(lib, step, freeze, inclusive, settings=()):
     """Why a checkpoint saved after `step` steps cannot go on under this optimizer's schedule, or
-    None — the rule of include/onebit/resume_rules.hpp's check_resumed_schedule, for the Python
-    shims. `freeze` is (name, saved, mine) of the freeze step: it may differ where the checkpoint is
-    before the freeze under both (step < both, or <= where `inclusive`: 0/1 Adam's var_freeze_step
-    ends its variance stage), as when a run that diverged after its freeze resumes from a warmup
-    checkpoint with a later one, which the NaN error advises. Each of `settings`, (name, saved,
-    mine) too, must be the same. A saved value of None was not recorded: taken as this one's."""
-    name, saved, mine = freeze
-    before_both = step <= min(saved, mine) if inclusive else step < min(saved, mine)
-    refused = [(name, saved, mine)] if saved is not None and saved != mine and not before_both else []
-    refused += [(n, s, m) for n, s, m in settings if s is not None and s != m]
-    if not refused:
-        return None
-    said = ", ".join(f"{n}={s} (this optimizer: {m})" for n, s, m in refused)
-    return (f"the checkpoint (after step {step}) was saved with {said}{f' ({hint})' if hint else ''}: its stage "
-            f"and counters were made under those values ({name} can change on resume only from a checkpoint before "
-            "the freeze under both). Make the optimizer with the checkpoint's values")
+    None: the C core's rule and words (onebit_resume_refusal). `freeze` is (name, saved, mine) of
+    the freeze step, `settings` more of them; a saved value of None was not recorded."""
+    every = [freeze, *settings]
+    names = (ctypes.c_char_p * len(every))(*[name.encode() for name, _, _ in every])
+    saved = (ctypes.c_int64 * len(every))(*[_NOT_RECORDED if s is None else int(s) for _, s, _ in every])
+    mine = (ctypes.c_int64 * len(every))(*[int(m) for _, _, m in every])
+    refusal = _core_text(lib, "onebit_resume_refusal", ctypes.c_int64(step), names, saved, mine, len(every),
+                         int(inclusive))
+    return refusal or None
 
 
 def _holds_error_feedback(part):

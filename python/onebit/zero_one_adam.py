@@ -280,9 +280,9 @@ class ZeroOneAdam(_FlatOptimizer):
         if saved is None:
             return None
         mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))
-        return _schedule_change_refusal(part["schedule"]["step"], ("var_freeze_step", saved["var_freeze_step"],
-                                                                   mine["var_freeze_step"]), inclusive=True,
-                                        settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
+        return _schedule_change_refusal(self._lib, part["schedule"]["step"],
+                                        ("var_freeze_step", saved["var_freeze_step"], mine["var_freeze_step"]),
+                                        inclusive=True, settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
 
     def _loaded_schedule(self, part):
         """The schedule state of checkpoint part `part`, checked by the C core (OnebitError if out of range)."""

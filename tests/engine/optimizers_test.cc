@@ -602,7 +602,7 @@ TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
         OnebitAdam adam(comm, {{p.data(), kTotal, c}});
       },
       "onebit::OnebitAdam: the ranks disagree on freeze_step: rank 0 has 3, rank 1 has 1; every rank must be given "
-      "the same value (ONEBIT_FREEZE_STEP set on some ranks only?)");
+      "the same value (ONEBIT_FREEZE_STEP set on some ranks only? different checkpoints loaded? different models?)");
   expect_disagreement_named(
       [&](int rank, onebit_comm_t comm) {
         onebit_lamb_config_t c = lamb_config(0);

@@ -1,6 +1,6 @@
 """check_core_words.py SOURCE_DIR: the words the optimizer shims say that the C core writes
-(onebit.h, "What the shims say"; the checkpoint refusals of onebit_tag_state_check*; the freeze
-rule across ranks) stand in the C core only — not again in the Python shims (python/onebit) nor in
+(onebit.h, "What the shims say" and "What the shims hold their ranks and checkpoints to"; the
+checkpoint refusals of onebit_tag_state_check*; the freeze rule across ranks) stand in the C core only — not again in the Python shims (python/onebit) nor in
 the C++ shims' headers (include/onebit/*.hpp), where a second copy would drift from the first.
 Each phrase must stand in the core, so that the check cannot pass on words nobody writes."""
 import pathlib
@@ -14,6 +14,11 @@ PHRASES = (
     "belongs to the chunks of the layout it was made in",
     "the saved worker error has",
     "measures the variance: give every rank's change",
+    "every rank must be given the same value",
+    "different checkpoints loaded? different models?",
+    "every rank loads the checkpoint of the same step",
+    "its stage and counters were made under those values",
+    "can change on resume only from a checkpoint before the freeze under both",
 )
 CORE = ("optim", "engine", "plugin/capi")
 SHIMS = (("python/onebit", "*.py"), ("include/onebit", "*.hpp"))
