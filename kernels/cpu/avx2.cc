@@ -8,12 +8,16 @@
 #include <cstdint>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/scalar.h"
 
 namespace onebit::kernels {
 namespace {
 
 constexpr std::size_t kLanes = 8;
+
+// Whether step i starts a 64-byte line of fp32 (steps are half a line): the steps that prefetch.
+inline bool starts_line(std::size_t i) { return i % 16 == 0; }
 
 // See avx512.cc: non-temporal stores for large error buffers (32-byte aligned ones here) and for
 // large results.
@@ -106,6 +110,10 @@ double worker_steps(const void* x, const float* e_prev, float a_prev, float* e_n
   const __m256 a = _mm256_set1_ps(a_prev);
   SquareSum squares;
   for (std::size_t i = 0; i < end; i += kLanes) {
+    if (starts_line(i)) {
+      prefetch_ahead(static_cast<const char*>(x) + i * dtype_size(D));
+      prefetch_ahead(e_prev + i);
+    }
     const __m256 y = _mm256_add_ps(load8<D>(x, i), true_error(_mm256_loadu_ps(e_prev + i), a));
     if constexpr (kWrite) {
       if constexpr (kStream) _mm256_stream_ps(e_next + i, y);
@@ -148,6 +156,10 @@ double mean_worker_steps(const float* const* x, int sources, const float* e_prev
   const __m256 count = _mm256_set1_ps(static_cast<float>(sources));
   SquareSum squares;
   for (std::size_t i = 0; i < end; i += kLanes) {
+    if (starts_line(i)) {
+      for (int q = 0; q < sources; ++q) prefetch_ahead(x[q] + i);
+      prefetch_ahead(e_prev + i);
+    }
     __m256 sum = _mm256_loadu_ps(x[0] + i);
     for (int q = 1; q < sources; ++q) sum = _mm256_add_ps(sum, _mm256_loadu_ps(x[q] + i));
     const __m256 y = _mm256_add_ps(_mm256_div_ps(sum, count), true_error(_mm256_loadu_ps(e_prev + i), a));
@@ -186,6 +198,7 @@ double server_steps(const std::uint8_t* const* bits, const float* scales, int ra
   const __m256 b = _mm256_set1_ps(b_prev);
   SquareSum squares;
   for (std::size_t i = 0; i < end; i += kLanes) {
+    if (starts_line(i)) prefetch_ahead(s_prev + i);
     __m256 sum = _mm256_setzero_ps();
     for (int r = 0; r < ranks; ++r) sum = _mm256_add_ps(sum, signed_scale(_mm256_set1_ps(scales[r]), bits[r][i / 8]));
     const __m256 z = _mm256_add_ps(_mm256_mul_ps(sum, inv_ranks), true_error(_mm256_loadu_ps(s_prev + i), b));
@@ -258,6 +271,7 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
   const __m256 plus = _mm256_set1_ps(scale);
   const __m256 minus = _mm256_set1_ps(-scale);
   for (std::size_t i = 0; i < body_end; i += kLanes) {
+    if (starts_line(i)) prefetch_ahead(out + i);
     const __m256 value = _mm256_blendv_ps(minus, plus, lanes_of(bits[i / 8]));
     _mm256_storeu_ps(out + i, _mm256_add_ps(_mm256_loadu_ps(out + i), value));
   }

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/half.h"
+#include "kernels/cpu/prefetch.h"
 #include "kernels/cpu/scalar.h"
 
 namespace onebit::kernels {
@@ -100,7 +101,9 @@ double worker_steps(const void* x, const float* e_prev, float a_prev, float* e_n
                     std::size_t begin, std::size_t end) {
   const __m512 a = _mm512_set1_ps(a_prev);
   SquareSum squares;
-  for (std::size_t i = begin; i < end; i += kLanes) {
+  for (std::size_t i = begin; i < end; i += kLanes) {  // a step is a line of fp32: each prefetches
+    prefetch_ahead(static_cast<const char*>(x) + i * dtype_size(D));
+    prefetch_ahead(e_prev + i);
     const __m512 y = _mm512_add_ps(load16<D>(x, i), true_error(_mm512_loadu_ps(e_prev + i), a));
     if constexpr (kWrite) {
       if constexpr (kStream) _mm512_stream_ps(e_next + i, y);
@@ -150,6 +153,8 @@ double mean_worker_steps(const float* const* x, int sources, const float* e_prev
   const __m512 count = _mm512_set1_ps(static_cast<float>(sources));
   SquareSum squares;
   for (std::size_t i = begin; i < end; i += kLanes) {
+    for (int q = 0; q < sources; ++q) prefetch_ahead(x[q] + i);
+    prefetch_ahead(e_prev + i);
     __m512 sum = _mm512_loadu_ps(x[0] + i);
     for (int q = 1; q < sources; ++q) sum = _mm512_add_ps(sum, _mm512_loadu_ps(x[q] + i));
     const __m512 y = _mm512_add_ps(_mm512_div_ps(sum, count), true_error(_mm512_loadu_ps(e_prev + i), a));
@@ -189,6 +194,7 @@ double server_steps(const std::uint8_t* const* bits, const float* scales, int ra
   const __m512 b = _mm512_set1_ps(b_prev);
   SquareSum squares;
   for (std::size_t i = begin; i < end; i += kLanes) {
+    prefetch_ahead(s_prev + i);
     __m512 sum = _mm512_setzero_ps();
     for (int r = 0; r < ranks; ++r) {
       const __m512 plus = _mm512_set1_ps(scales[r]);
@@ -273,6 +279,7 @@ void unpack_accumulate(const std::uint8_t* bits, float scale, float* out, std::s
   const __m512 plus = _mm512_set1_ps(scale);
   const __m512 minus = _mm512_set1_ps(-scale);
   for (std::size_t i = 0; i < body_end; i += kLanes) {
+    prefetch_ahead(out + i);
     const __m512 value = _mm512_mask_blend_ps(load_mask(bits, i), minus, plus);
     _mm512_storeu_ps(out + i, _mm512_add_ps(_mm512_loadu_ps(out + i), value));
   }

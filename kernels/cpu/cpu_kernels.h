@@ -86,6 +86,10 @@ const CpuKernels& select_cpu_kernels(const std::string& name);
 // The kernel set in force: select_cpu_kernels(ONEBIT_SIMD), chosen once and logged at INFO.
 const CpuKernels& cpu_kernels();
 
+// The CPU's model as its maker names it (CPUID's brand string), for benchmarks and logs: every
+// figure names the CPU it ran on. "unknown CPU" where CPUID has none.
+std::string cpu_model();
+
 // Every set this CPU runs, scalar first.
 std::vector<const CpuKernels*> runnable_cpu_kernels();
 

@@ -2,6 +2,7 @@
 // checks that the OS saves the wide registers), overridable with ONEBIT_SIMD.
 #include <cpuid.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,22 @@ const KernelSet* find(const std::string& name) {
 
 }  // namespace
 
+std::string cpu_model() {
+  // CPUID leaves 0x80000002-4: the brand string, 48 bytes, NUL-padded (and often space-padded).
+  unsigned top = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(0x80000000u, &top, &ebx, &ecx, &edx) || top < 0x80000004u) return "unknown CPU";
+  char brand[49] = {};
+  for (unsigned leaf = 0; leaf < 3; ++leaf) {
+    unsigned regs[4] = {};
+    __get_cpuid(0x80000002u + leaf, &regs[0], &regs[1], &regs[2], &regs[3]);
+    std::memcpy(brand + 16 * leaf, regs, sizeof regs);
+  }
+  std::string model(brand);
+  model.erase(0, model.find_first_not_of(' '));
+  model.erase(model.find_last_not_of(' ') + 1);
+  return model.empty() ? "unknown CPU" : model;
+}
+
 bool cpu_runs(const std::string& name) {
   const KernelSet* set = find(name);
   return set != nullptr && set->compiled && set->cpu_has();
@@ -98,7 +115,7 @@ const CpuKernels& select_cpu_kernels(const std::string& name) {
 const CpuKernels& cpu_kernels() {
   static const CpuKernels& chosen = []() -> const CpuKernels& {
     const CpuKernels& kernels = select_cpu_kernels(param::Simd());
-    ONEBIT_LOG(INFO, "CPU kernels: ", kernels.name);
+    ONEBIT_LOG(INFO, "CPU kernels: ", kernels.name, " on ", cpu_model());
     return kernels;
   }();
   return chosen;

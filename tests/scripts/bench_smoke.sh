@@ -12,7 +12,7 @@ grep -Eq "^# +size +count +type +redop +root +time +algbw +busbw +#wrong +algo "
 grep -Eq "^ +4096 +1024 +float +avg +-1 +[0-9.]+ +[0-9.]+ +[0-9.]+ +0 +compressed " "$dir/out.txt"
 grep -q "^# Out of bounds values : 0 OK$" "$dir/out.txt"
 # What the kernel times depend on, in the header: the SIMD set that ran and the CPUs the ranks share.
-grep -Eq "^# kernels: (scalar|avx2|avx512) \(ONEBIT_SIMD chooses\); this rank may run on [0-9]+ CPU" "$dir/out.txt"
+grep -Eq "^# kernels: (scalar|avx2|avx512) \(ONEBIT_SIMD chooses\) on [^;]+; this rank may run on [0-9]+ CPU" "$dir/out.txt"
 # The compressed rows warm up until a call's time settles, and say how many calls that took.
 grep -Eq "^#   compressed stages on rank 0 .*; after [0-9]+ warm-up call\(s\)" "$dir/out.txt"
 grep -Eq "^#   compressed warm-up calls \(us\):( [0-9]+){2,}$" "$dir/out.txt"

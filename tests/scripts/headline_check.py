@@ -58,6 +58,13 @@ def main():
         require("256 MiB fp32: compressed 0.160 s, Gloo 4.000 s -> 25.00x Gloo" in out, "the allreduce figure", out)
         require("OnebitAdam 0.400 s, Adam 1.600 s" in out and "-> 4.00x Adam" in out, "the step figure", out)
         require(png, "no plot written", out)
+        require(" on " not in out, "a CPU named for rows that name none", out)
+        # Rows that name their CPU and SIMD set (the benchmarks' own since issue 47): the figures say them.
+        named_allreduce = [dict(r, cpu="Some CPU 9000", kernels="avx2") for r in good_allreduce]
+        named_step = [dict(r, cpu="Some CPU 9000", simd="avx2") for r in good_step]
+        code, out, png = run(tool, folder, named_allreduce, named_step)
+        require(code == 0 and out.count("; on Some CPU 9000, kernels avx2") == 2, "the CPU and SIMD set of each figure",
+                out)
 
         wrong = good_allreduce[:3] + [allreduce_row("gloo", 256 << 20, 4.0, wrong=1e-3)]
         code, out, _ = run(tool, folder, wrong, good_step)

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <random>
 #include <string>
@@ -421,6 +422,19 @@ TEST(Dispatch, SetTheCpuCannotRunIsAClearError) {
     return;
   }
   GTEST_SKIP() << "this CPU runs every kernel set; nothing to refuse";
+}
+
+// The benchmarks name the CPU by CPUID's brand string: the name Linux gives it too.
+TEST(Dispatch, CpuModelIsTheNameLinuxGivesTheCpu) {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (line.rfind("model name", 0) != 0) continue;
+    const std::string linux_name = line.substr(line.find(':') + 2);
+    EXPECT_EQ(cpu_model(), linux_name);
+    return;
+  }
+  GTEST_SKIP() << "no model name in /proc/cpuinfo";
 }
 
 }  // namespace

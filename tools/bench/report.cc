@@ -12,6 +12,19 @@
 #include "tools/bench/bench.h"
 
 namespace onebit::bench {
+namespace {
+
+// `text` as the inside of a JSON string: quotes and backslashes escaped, control characters dropped.
+std::string json_text(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '"' || c == '\\') out += '\\';
+    if (static_cast<unsigned char>(c) >= 0x20) out += c;
+  }
+  return out;
+}
+
+}  // namespace
 
 void Bench::header() {
   if (rank_ != 0) return;
@@ -22,8 +35,8 @@ void Bench::header() {
   // (rank 0's view; with --ranks every rank is on this machine).
   cpu_set_t cpus;
   const int cpu_count = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 0;
-  std::printf("# kernels: %s (ONEBIT_SIMD chooses); this rank may run on %d CPU(s)", kernels::cpu_kernels().name,
-              cpu_count);
+  std::printf("# kernels: %s (ONEBIT_SIMD chooses) on %s; this rank may run on %d CPU(s)", kernels::cpu_kernels().name,
+              kernels::cpu_model().c_str(), cpu_count);
   if (o_.ranks > cpu_count && cpu_count > 0) {
     std::printf(": %d local ranks share them, so stage times include waiting for a CPU", o_.ranks);
   }
@@ -98,7 +111,7 @@ void Bench::print(const Row& r) {
           << ",\"server\":" << r.stages.server * 1e6 << ",\"wait_results\":" << r.stages.wait_results * 1e6
           << ",\"unpack\":" << r.stages.unpack * 1e6 << "},\"warmup_calls\":" << r.warmup_calls
           << ",\"settled\":" << (r.settled ? "true" : "false") << ",\"cpu_steal\":" << num(r.steal) << ",\"kernels\":\""
-          << kernels::cpu_kernels().name << "\"}\n";
+          << kernels::cpu_kernels().name << "\",\"cpu\":\"" << json_text(kernels::cpu_model()) << "\"}\n";
     json_.flush();
   }
   if (csv_.is_open()) {

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::printf("onebit %d.%d.%d\n", ONEBIT_VERSION_MAJOR, ONEBIT_VERSION_MINOR, ONEBIT_VERSION_PATCH);
+  std::printf("CPU: %s\n", onebit::kernels::cpu_model().c_str());
   std::printf("CPU kernel sets this CPU runs:");
   for (const auto* kernels : onebit::kernels::runnable_cpu_kernels()) std::printf(" %s", kernels->name);
   std::printf("\n");

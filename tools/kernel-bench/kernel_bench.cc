@@ -169,7 +169,8 @@ int main(int argc, char** argv) {
   // The summary: rates at 64 Mi elements as a fraction of memcpy's, measured in this run.
   const auto memcpy_rate = reporter.rates.find("memcpy/" + large + "/real_time");
   if (memcpy_rate == reporter.rates.end()) return 0;
-  std::printf("\nSummary at %zu Mi elements (bytes the kernel must touch per second / memcpy's):\n", kLarge >> 20);
+  std::printf("\nSummary at %zu Mi elements (bytes the kernel must touch per second / memcpy's), on %s:\n",
+              kLarge >> 20, onebit::kernels::cpu_model().c_str());
   std::printf("  %-40s %10.2f GB/s\n", "memcpy (2 x 256 MiB)", memcpy_rate->second / 1e9);
   for (const auto& [name, rate] : reporter.rates) {
     if (name.rfind("memcpy", 0) == 0 || name.find("/" + large + "/") == std::string::npos) continue;
