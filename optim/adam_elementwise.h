@@ -59,14 +59,13 @@ ONEBIT_ELEMENTWISE float sync_scaled(float u, float v, float eps) { return u * (
 // u/(√v+ε) within ±lrs·(bound + wd·|p_sync|). Then p_sync ← p, u ← 0.
 ONEBIT_ELEMENTWISE void sync_end(float eps, float weight_decay, float bound, float lrs, float& p, float& p_sync,
                                  float& m, float& u, float v) {
-  if (dormant(v, eps)) {
-    m = 0.0f;
-  } else {
-    m = -(u / lrs);
-    const float reach = lrs * (bound + weight_decay * fabsf(p_sync));
-    const float move = u / (sqrtf(v) + eps);
-    p = p_sync + (move < -reach ? -reach : (reach < move ? reach : move));  // std::clamp's order
-  }
+  // Written as selects (both sides computed, one kept): the CPU loop then vectorizes.
+  const bool asleep = dormant(v, eps);
+  const float reach = lrs * (bound + weight_decay * fabsf(p_sync));
+  const float move = u / (sqrtf(v) + eps);
+  const float moved = p_sync + (move < -reach ? -reach : (reach < move ? reach : move));  // std::clamp's order
+  m = asleep ? 0.0f : -(u / lrs);
+  p = asleep ? p : moved;
   p_sync = p;
   u = 0.0f;
 }

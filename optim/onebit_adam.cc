@@ -9,6 +9,7 @@
 #include "optim/frozen_variance.h"
 #include "optim/tiled_sums.h"
 #include "optim/variance_measures.h"
+#include "optim/vector_clones.h"
 
 namespace onebit::optim {
 
@@ -35,21 +36,7 @@ void momentum_step_keeping(const AdamConfig& c, float* m, float* m_before, const
   }
 }
 
-// Compute-bound (a square root and a division per element): one clone per vector width, chosen
-// when the library loads (an ifunc). -ffp-contract=off (CMakeLists.txt) keeps every clone's
-// arithmetic the scalar rule's, so all give the same bits. Not under a sanitizer: its runtime is
-// not ready when the loader runs ifunc resolvers (ThreadSanitizer crashes there).
-#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
-#define ONEBIT_VECTOR_CLONES
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
-#define ONEBIT_VECTOR_CLONES
-#endif
-#endif
-#ifndef ONEBIT_VECTOR_CLONES
-#define ONEBIT_VECTOR_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#endif
-
+// Compute-bound: a square root and a division per element (optim/vector_clones.h).
 ONEBIT_VECTOR_CLONES void apply_step(const AdamConfig& c, float* p, float* m, const float* v, std::size_t n) {
   const float bound = adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {

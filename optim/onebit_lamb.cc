@@ -7,12 +7,15 @@
 #include "common/error.h"
 #include "optim/frozen_variance.h"
 #include "optim/lamb_rules.h"
+#include "optim/vector_clones.h"
 
 namespace onebit::optim::lamb {
 namespace {
 
-// p ← p − float(lr·coefficient)·d, d recomputed exactly as it was for the norm.
-void move(const Config& c, double coefficient, float* p, const float* m, const float* v, std::size_t n) {
+// p ← p − float(lr·coefficient)·d, d recomputed exactly as it was for the norm. This and the
+// passes below are compute-bound (a square root and a division per element): vector_clones.h.
+ONEBIT_VECTOR_CLONES void move(const Config& c, double coefficient, float* p, const float* m, const float* v,
+                               std::size_t n) {
   const float step = move_step(c, coefficient);
   for (std::size_t i = 0; i < n; ++i) p[i] = p[i] - step * direction(c, p[i], m[i], v[i]);
 }
@@ -56,8 +59,8 @@ double warmup_coefficient(const Config& c, Layer& layer, const Sums& sums) {
   return coefficient;
 }
 
-void warmup_step(const Config& c, Layer& layer, std::int64_t step, float* p, float* m, float* v, float* v_fresh,
-                 const float* g, std::size_t n) {
+ONEBIT_VECTOR_CLONES void warmup_step(const Config& c, Layer& layer, std::int64_t step, float* p, float* m, float* v,
+                                      float* v_fresh, const float* g, std::size_t n) {
   const bool last = step + 1 == c.freeze_step;
   const Sums sums =
       tiled::sum(n, [&](std::size_t i) { return warmup_element(c, last, p[i], m[i], v[i], v_fresh[i], g[i]); });
@@ -93,7 +96,8 @@ void check_momentum(const Layer& layer) {
                layer.scaling_coeff, " (need > 0: set by onebit_lamb_scaling_coeffs at the first compression step)");
 }
 
-void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last, const float* g, std::size_t n) {
+ONEBIT_VECTOR_CLONES void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last, const float* g,
+                                        std::size_t n) {
   check_momentum(layer);
   const float scaling = static_cast<float>(layer.scaling_coeff);
   for (std::size_t i = 0; i < n; ++i) {
@@ -122,8 +126,8 @@ double apply_coefficient(const Config& c, Layer& layer, const Sums& sums) {
   return layer.lamb_coeff;
 }
 
-void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v, float* v_fresh,
-                std::size_t n) {
+ONEBIT_VECTOR_CLONES void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last,
+                                     const float* v, float* v_fresh, std::size_t n) {
   check_apply(layer);
   const float scaling = static_cast<float>(layer.scaling_coeff);
   const Sums sums =

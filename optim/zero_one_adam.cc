@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "optim/adam_elementwise.h"
 #include "optim/frozen_variance.h"
+#include "optim/vector_clones.h"
 
 namespace onebit::optim::zero_one_adam {
 namespace {
@@ -58,26 +59,45 @@ void advance(const Config& c, Schedule& s) {
   ++s.step;
 }
 
-void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance) {
-  const float bound = update_variance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
+namespace {
+
+// gradient_step's loop, one per stage (a loop with the stage's test in it would not vectorize).
+// Compute-bound, as every loop below: a square root and a division per element (vector_clones.h).
+template <bool kUpdateVariance>
+ONEBIT_VECTOR_CLONES void gradient_steps(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n) {
+  const float bound = kUpdateVariance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    if (update_variance) v[i] = elementwise::variance(c.beta2, v[i], g[i]);
-    m[i] = elementwise::momentum(c.beta1, m[i], g[i]);
-    if (!update_variance && dormant(v[i], c.eps)) m[i] = 0.0f;  // g was compressed, v kept
-    p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], v[i]);
+    const float variance = kUpdateVariance ? elementwise::variance(c.beta2, v[i], g[i]) : v[i];
+    if constexpr (kUpdateVariance) v[i] = variance;
+    const float momentum = elementwise::momentum(c.beta1, m[i], g[i]);
+    m[i] = !kUpdateVariance && dormant(variance, c.eps) ? 0.0f : momentum;  // g was compressed, v kept
+    p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], variance);
   }
 }
 
-void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs, const float* g,
-                std::size_t n) {
-  const float bound = adam_step_bound(c.beta1, c.beta2);
+}  // namespace
+
+void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance) {
+  if (update_variance) {
+    gradient_steps<true>(c, p, m, v, g, n);
+  } else {
+    gradient_steps<false>(c, p, m, v, g, n);
+  }
+}
+
+ONEBIT_VECTOR_CLONES void local_step(const Config& c, float* p, float* m, const float* v, float* u, float* lrs,
+                                     const float* g, std::size_t n) {
+  // The settings in locals: read through `c` they could alias the arrays, and the loop would not vectorize.
+  const float lr = c.lr, beta1 = c.beta1, eps = c.eps, weight_decay = c.weight_decay;
+  const float bound = adam_step_bound(beta1, c.beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    m[i] = dormant(v[i], c.eps) ? 0.0f : elementwise::momentum(c.beta1, m[i], g[i]);
-    const float step = elementwise::frozen_step(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], v[i]);
+    const float momentum = elementwise::momentum(beta1, m[i], g[i]);
+    m[i] = dormant(v[i], eps) ? 0.0f : momentum;
+    const float step = elementwise::frozen_step(lr, eps, weight_decay, bound, p[i], m[i], v[i]);
     p[i] = p[i] - step;
     u[i] = u[i] - step;
   }
-  *lrs += c.lr;
+  *lrs += lr;
 }
 
 void check_sync(float lrs) {
@@ -85,9 +105,26 @@ void check_sync(float lrs) {
                " since the last sync (need > 0: sync_end divides by it; was every lr 0?)");
 }
 
+namespace {
+
+ONEBIT_VECTOR_CLONES void sync_scale(const Config& c, float* u, const float* v, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) u[i] = elementwise::sync_scaled(u[i], v[i], c.eps);
+}
+
+ONEBIT_VECTOR_CLONES void sync_ends(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v,
+                                    float lrs, std::size_t n) {
+  const float eps = c.eps, weight_decay = c.weight_decay;  // in locals, as in local_step
+  const float bound = adam_step_bound(c.beta1, c.beta2);
+  for (std::size_t i = 0; i < n; ++i) {
+    elementwise::sync_end(eps, weight_decay, bound, lrs, p[i], p_sync[i], m[i], u[i], v[i]);
+  }
+}
+
+}  // namespace
+
 void sync_begin(const Config& c, float* u, const float* v, float lrs, std::size_t n) {
   check_sync(lrs);
-  for (std::size_t i = 0; i < n; ++i) u[i] = elementwise::sync_scaled(u[i], v[i], c.eps);
+  sync_scale(c, u, v, n);
 }
 
 void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, const float* v, float* lrs, std::size_t n) {
@@ -95,10 +132,7 @@ void sync_end(const Config& c, float* p, float* p_sync, float* m, float* u, cons
   // keeps p; its averaged u is compression error. Any other moves from p_sync at most as far as
   // the local steps could have taken it, lrs·(C + wd·|p_sync|) (frozen_variance.h).
   check_sync(*lrs);
-  const float bound = adam_step_bound(c.beta1, c.beta2);
-  for (std::size_t i = 0; i < n; ++i) {
-    elementwise::sync_end(c.eps, c.weight_decay, bound, *lrs, p[i], p_sync[i], m[i], u[i], v[i]);
-  }
+  sync_ends(c, p, p_sync, m, u, v, *lrs, n);
   *lrs = 0.0f;
 }
 

@@ -113,6 +113,7 @@ class ZeroOneAdam(_FlatOptimizer):
         self._u = self._zeros()  # the tagged buffer: the gradient, then the accumulated update
         self._p_sync = self._zeros()  # the parameters at the last sync
         self._lrs = [ctypes.c_float(0.0) for _ in self.param_groups]
+        self._sync_snapshot = None  # _sync's copies of m and u, to undo a failed sync
         self._name = name
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._u, name)
@@ -197,8 +198,16 @@ class ZeroOneAdam(_FlatOptimizer):
 
     def _sync(self, local_steps, stage):
         """A sync: `local_steps()` (the sync step's own local step, or nothing), u scaled, averaged
-        compressed, the parameters rebuilt from the last sync's. A failure changes nothing."""
-        before = (self._flat.clone(), self._m.clone(), self._u.clone(), [l.value for l in self._lrs])
+        compressed, the parameters rebuilt from the last sync's. A failure changes nothing: the flat
+        parameters are read back from the parameters (both callers read them in just before, and
+        write them only after), m and u come back from a snapshot kept in buffers reused by every
+        sync (2 flat buffers, made at the first sync: fresh copies at every sync cost page faults)."""
+        if self._sync_snapshot is None:
+            self._sync_snapshot = (torch.empty_like(self._m), torch.empty_like(self._u))
+        m_before, u_before = self._sync_snapshot
+        m_before.copy_(self._m)
+        u_before.copy_(self._u)
+        lrs_before = [l.value for l in self._lrs]
         try:
             local_steps()
             self._refuse_zero_learning_rates()
@@ -207,10 +216,10 @@ class ZeroOneAdam(_FlatOptimizer):
                                 _ptr(self._u[lo:]), _ptr(self._v[lo:]), self._lrs[index], ctypes.c_size_t(hi - lo))
             self._average_tagged(self._u, self._schedule.step, stage)
         except RuntimeError:
-            self._flat.copy_(before[0])
-            self._m.copy_(before[1])
-            self._u.copy_(before[2])
-            for l, value in zip(self._lrs, before[3]):
+            self._read_parameters()
+            self._m.copy_(m_before)
+            self._u.copy_(u_before)
+            for l, value in zip(self._lrs, lrs_before):
                 l.value = value
             raise
         for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):

@@ -89,7 +89,7 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
-         "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "capture",
+         "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "nan-sync", "capture",
          "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers", "adam-names")
 
 
@@ -393,6 +393,45 @@ def nan_case(mode, rank, torch, dist, onebit, out):
                         f"not an OnebitError with code NUMERIC_ERROR: {error!r} (code {getattr(error, 'code', None)})")
             return
         raise CheckFailed("a NaN gradient in the compression stage did not fail the step")
+
+
+def nan_sync_case(mode, rank, torch, dist, onebit, out):
+    """ZeroOneAdam: a sync step that fails (a NaN in one rank's accumulated update) changes nothing on
+    any rank — parameters, m, u, the lr sums, the schedule — and the next sync goes on alike."""
+    torch.manual_seed(5)
+    model = torch.nn.Linear(64, 8)
+    optimizer = onebit.ZeroOneAdam(model.parameters(), lr=1e-2, var_freeze_step=FREEZE)
+    generator = torch.Generator().manual_seed(60 + rank)
+
+    def backward(poisoned):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(torch.randn(4, 64, generator=generator)), torch.zeros(4, 8)).backward()
+        if poisoned:
+            model.weight.grad[0, 0] = float("nan")
+
+    for _ in range(FREEZE + 1):  # the variance stage: steps 0 .. FREEZE
+        backward(False)
+        optimizer.step()
+    require(optimizer.next_step_kind() == onebit.zero_one_adam.SYNC_STEP, "the next step is not a sync step")
+    backward(rank == 1)
+    own_part = lambda: next(iter(optimizer.state_dict()["onebit"]["parts"].values()))  # "every" or this rank's
+    before, state = flat(model).clone(), own_part()
+    try:
+        optimizer.step()
+        raise CheckFailed("a NaN in one rank's update did not fail the sync step")
+    except RuntimeError as error:
+        for words in (f"ZeroOneAdam step {FREEZE + 1}", "a sync step of the local-step stage", "NaN or Inf"):
+            require(words in str(error), f"the error does not say '{words}': {error}")
+    require(torch.equal(flat(model), before), "the failed sync moved the parameters")
+    after = own_part()
+    for key in ("worker_error", "server_error"):  # no state yet (empty) and zeros are the same error feedback
+        if state[key].numel() == 0:
+            require(not after[key].any(), f"the failed sync changed the {key} it had not made yet")
+            after[key] = state[key]
+    same_state(torch, after, state, "the failed sync's state")
+    backward(False)
+    optimizer.step()
+    same_on_every_rank(torch, dist, flat(model), "the parameters after the sync that followed a failed one")
 
 
 def same_state(torch, got, want, where):
@@ -1047,7 +1086,7 @@ def adam_names_case(mode, rank, torch, dist, onebit, out):
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
-         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
+         "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "nan-sync": nan_sync_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
          "deepspeed": deepspeed_case, "changed-params": changed_params_case, "two-optimizers": two_optimizers_case,
          "adam-names": adam_names_case}
 

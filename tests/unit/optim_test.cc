@@ -6,12 +6,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
+#include "optim/adam_elementwise.h"
 #include "optim/frozen_variance.h"
 #include "optim/lamb_rules.h"
 #include "optim/onebit_adam.h"
@@ -492,6 +494,115 @@ TEST(OnebitLamb, DeviceStepsWithoutCudaAreRefusedSayingWhere) {
   EXPECT_EQ(m, m_before);
   EXPECT_EQ(layer.lamb_coeff, layer_before.lamb_coeff);
   EXPECT_EQ(layer.last_factor, layer_before.last_factor);
+}
+
+// The vectorized loops (optim/vector_clones.h: one clone per width, chosen at load) against the
+// elementwise rule applied one element at a time here: long enough for every width's vector body
+// and a tail, with dormant, NaN and infinite elements. Equal bits, or NaN on both sides (a NaN's
+// payload may come from either operand of a commuted operation).
+struct Elements {
+  std::vector<float> p, m, v, g, u, p_sync;
+};
+
+Elements random_elements(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Elements e;
+  for (std::size_t i = 0; i < n; ++i) {
+    e.p.push_back(normal(rng));
+    e.m.push_back(0.1f * normal(rng));
+    const float root = 0.03f * normal(rng);
+    e.v.push_back(i % 7 == 0 ? 0.0f : (i % 11 == 0 ? 1e-18f : root * root));  // dormant: sqrt(v) <= eps
+    e.g.push_back(normal(rng));
+    e.u.push_back(0.01f * normal(rng));
+    e.p_sync.push_back(e.p.back() + 0.001f * normal(rng));
+  }
+  e.g[5] = NAN;
+  e.g[9] = INFINITY;
+  e.m[13] = -INFINITY;
+  return e;
+}
+
+void expect_same_elements(const std::vector<float>& loop, const std::vector<float>& rule, const char* what) {
+  ASSERT_EQ(loop.size(), rule.size());
+  for (std::size_t i = 0; i < loop.size(); ++i) {
+    if (std::isnan(loop[i]) && std::isnan(rule[i])) continue;
+    ASSERT_EQ(std::memcmp(&loop[i], &rule[i], sizeof(float)), 0)
+        << what << " element " << i << ": loop " << loop[i] << ", rule " << rule[i];
+  }
+}
+
+TEST(VectorClones, ZeroOneAdamLoopsAreTheElementwiseRuleAtEveryWidth) {
+  namespace rule = elementwise;
+  const onebit_zero_one_adam_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 100, 16, 32678, 16};
+  const float bound = adam_step_bound(c.beta1, c.beta2);
+  const std::size_t n = 1037;
+  for (const bool update_variance : {true, false}) {
+    Elements loop = random_elements(n, 1), one = loop;
+    zero_one_adam::gradient_step(c, loop.p.data(), loop.m.data(), loop.v.data(), loop.g.data(), n, update_variance);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (update_variance) one.v[i] = rule::variance(c.beta2, one.v[i], one.g[i]);
+      one.m[i] = rule::momentum(c.beta1, one.m[i], one.g[i]);
+      if (!update_variance && rule::dormant(one.v[i], c.eps)) one.m[i] = 0.0f;
+      one.p[i] = rule::frozen_update(c.lr, c.eps, c.weight_decay, update_variance ? INFINITY : bound, one.p[i],
+                                     one.m[i], one.v[i]);
+    }
+    expect_same_elements(loop.p, one.p, "gradient_step p");
+    expect_same_elements(loop.m, one.m, "gradient_step m");
+    expect_same_elements(loop.v, one.v, "gradient_step v");
+  }
+  Elements loop = random_elements(n, 2), one = loop;
+  float lrs = 0.5f;
+  zero_one_adam::local_step(c, loop.p.data(), loop.m.data(), loop.v.data(), loop.u.data(), &lrs, loop.g.data(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    one.m[i] = rule::dormant(one.v[i], c.eps) ? 0.0f : rule::momentum(c.beta1, one.m[i], one.g[i]);
+    const float step = rule::frozen_step(c.lr, c.eps, c.weight_decay, bound, one.p[i], one.m[i], one.v[i]);
+    one.p[i] = one.p[i] - step;
+    one.u[i] = one.u[i] - step;
+  }
+  expect_same_elements(loop.p, one.p, "local_step p");
+  expect_same_elements(loop.m, one.m, "local_step m");
+  expect_same_elements(loop.u, one.u, "local_step u");
+  zero_one_adam::sync_begin(c, loop.u.data(), loop.v.data(), lrs, n);
+  for (std::size_t i = 0; i < n; ++i) one.u[i] = rule::sync_scaled(one.u[i], one.v[i], c.eps);
+  expect_same_elements(loop.u, one.u, "sync_begin u");
+  const float lrs_before = lrs;
+  zero_one_adam::sync_end(c, loop.p.data(), loop.p_sync.data(), loop.m.data(), loop.u.data(), loop.v.data(), &lrs, n);
+  for (std::size_t i = 0; i < n; ++i) {
+    rule::sync_end(c.eps, c.weight_decay, bound, lrs_before, one.p[i], one.p_sync[i], one.m[i], one.u[i], one.v[i]);
+  }
+  expect_same_elements(loop.p, one.p, "sync_end p");
+  expect_same_elements(loop.p_sync, one.p_sync, "sync_end p_sync");
+  expect_same_elements(loop.m, one.m, "sync_end m");
+  expect_same_elements(loop.u, one.u, "sync_end u");
+}
+
+TEST(VectorClones, OnebitAdamAndLambLoopsAreTheElementwiseRuleAtEveryWidth) {
+  const std::size_t n = 1037;
+  const AdamConfig adam{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0};
+  Elements loop = random_elements(n, 3), one = loop;
+  apply_step(adam, loop.p.data(), loop.m.data(), loop.v.data(), n);
+  const float bound = adam_step_bound(adam.beta1, adam.beta2);
+  for (std::size_t i = 0; i < n; ++i) {
+    one.m[i] = elementwise::dormant(one.v[i], adam.eps) ? 0.0f : one.m[i];
+    one.p[i] = elementwise::frozen_update(adam.lr, adam.eps, adam.weight_decay, bound, one.p[i], one.m[i], one.v[i]);
+  }
+  expect_same_elements(loop.p, one.p, "apply_step p");
+  expect_same_elements(loop.m, one.m, "apply_step m");
+
+  const onebit_lamb_config_t c{0.01f, 0.9f, 0.999f, 1e-8f, 0.1f, 0, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
+  lamb::Layer layer = lamb::initial_layer();
+  layer.scaling_coeff = 1.5;
+  loop = random_elements(n, 4);
+  one = loop;
+  std::vector<float> m_last(n), m_last_one(n);
+  lamb::momentum_step(c, layer, loop.m.data(), m_last.data(), loop.g.data(), n);
+  for (std::size_t i = 0; i < n; ++i) {
+    m_last_one[i] = one.m[i];
+    one.m[i] = lamb::scaled_momentum(c, 1.5f, m_last_one[i], one.g[i]);
+  }
+  expect_same_elements(loop.m, one.m, "1-bit LAMB momentum_step m");
+  expect_same_elements(m_last, m_last_one, "1-bit LAMB momentum_step m_last");
 }
 
 }  // namespace
