@@ -49,7 +49,7 @@ _DTYPES = {"torch.float32": 0, "torch.float16": 1, "torch.bfloat16": 2}
 # Tagged tensors, by data pointer: (name, elements, onebit dtype). The C registry is the truth (the
 # backend's tagged all_reduce asks it, onebit_tag_find); this mirror serves the Python side's own
 # questions (an optimizer's name still tagged, the coalesced note, untagging a freed storage).
-_tags = {}
+_tags: dict = {}
 
 
 def _tagged_dtype(tensor):
@@ -107,8 +107,8 @@ def _check_door_takes(tensor):
     door, device = _door(), tensor.device.type
     if door == "gloo" and device != "cpu":
         raise ValueError(f"onebit.tag: this process has libonebit-preload.so (the Gloo door), which compresses "
-                         f"all_reduce of CPU tensors only; this {device} tensor's all_reduce would go to NCCL untouched. "
-                         "For CUDA tensors preload libonebit-nccl-preload.so instead (docs/usage.md)")
+                         f"all_reduce of CPU tensors only; this {device} tensor's all_reduce would go to NCCL "
+                         "untouched. For CUDA tensors preload libonebit-nccl-preload.so instead (docs/usage.md)")
     if door == "nccl" and device != "cuda":
         raise ValueError(f"onebit.tag: this process has libonebit-nccl-preload.so (the NCCL door), which compresses "
                          f"ncclAllReduce of CUDA tensors only; this {device} tensor's all_reduce would go to gloo "

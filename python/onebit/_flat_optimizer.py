@@ -779,7 +779,8 @@ class _FlatOptimizer(torch.optim.Optimizer):
             saved = dict(world_size=saved["world_size"], saved_by=saved["rank"], parts={saved["rank"]: saved})
         if saved is not None and "shared" in saved:  # consolidated: what every rank holds alike is kept once
             saved = dict(saved, parts={key: dict(saved["shared"], **part) for key, part in saved["parts"].items()})
-        dropped = saved is not None and reset_error_feedback and any(map(_holds_error_feedback, saved["parts"].values()))
+        dropped = (saved is not None and reset_error_feedback
+                   and any(map(_holds_error_feedback, saved["parts"].values())))
         if saved is not None and reset_error_feedback:
             saved = self._without_error_feedback(saved)
         part = None if saved is None else self._part_for_this_rank(saved, any_rank=reset_error_feedback)

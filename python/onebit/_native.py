@@ -59,7 +59,8 @@ def declared_virtuals(header):
 
 def backend_header(torch):
     """The installed torch's c10d Backend.hpp."""
-    return os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "distributed", "c10d", "Backend.hpp")
+    return os.path.join(os.path.dirname(torch.__file__), "include", "torch", "csrc", "distributed", "c10d",
+                        "Backend.hpp")
 
 
 def _defines(torch):

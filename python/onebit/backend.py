@@ -129,8 +129,9 @@ def _reached_by_every_rank(gloo, rank, size, root):
     """Every rank's answer to whether it reaches rank 0's root (onebit_root_check: a connection,
     closed at once, from at most 32 ranks of the group), agreed over the gloo half before the
     bootstrap: a rank that cannot — a loopback address sent to another host, a firewall — fails
-    every rank now with its reason, instead of failing itself at the timeout while rank 0 waits. Each rank writes its answer into its own row; a SUM
-    (gloo has no allgather into one tensor on every torch) gives every rank every row."""
+    every rank now with its reason, instead of failing itself at the timeout while rank 0 waits.
+    Each rank writes its answer into its own row; a SUM (gloo has no allgather into one tensor on
+    every torch) gives every rank every row."""
     lib = _library()
     answers = torch.zeros(size, _ANSWER_BYTES, dtype=torch.uint8)
     if rank != 0 and lib.onebit_root_check(rank, size, root.encode(), 0) != 0:
@@ -229,8 +230,8 @@ class _GroupSetup:
         return make_backend(store, rank, size, opts._timeout)
 
 
-_backends = []  # every onebit backend of this process, for onebit.stats() and _release_all
-_coalesced_said = set()  # the tags note_coalesced has warned about
+_backends: list = []  # every onebit backend of this process, for onebit.stats() and _release_all
+_coalesced_said: set = set()  # the tags note_coalesced has warned about
 
 
 def make_backend(store, rank, size, timeout):

@@ -55,10 +55,11 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
                         "as its state")
     if _capturing(optimizer._device) and not optimizer._averaging_settled:
         raise RuntimeError(f"onebit.ddp_comm_hook: the backward pass is being captured in a CUDA graph while "
-                           f"{type(optimizer).__name__} can still change whether the gradients are averaged (OnebitAdam "
-                           "and OnebitLamb: until the compression stage; ZeroOneAdam: until var_freeze_step has "
-                           "passed), so every replay would repeat this step's choice. Capture the backward pass from "
-                           "then on, when the hook sends nothing (docs/usage.md, \"What the optimizers check\")")
+                           f"{type(optimizer).__name__} can still change whether the gradients are averaged "
+                           "(OnebitAdam and OnebitLamb: until the compression stage; ZeroOneAdam: until "
+                           "var_freeze_step has passed), so every replay would repeat this step's choice. Capture "
+                           "the backward pass from then on, when the hook sends nothing (docs/usage.md, \"What the "
+                           "optimizers check\")")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
     if optimizer._wants_averaged_gradients:

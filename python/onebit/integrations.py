@@ -30,7 +30,8 @@ from ._flat_optimizer import _FlatOptimizer
 from ._logging import logger
 from .ddp_hook import ddp_comm_hook
 
-__all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "before_checkpoint", "synchronize",
+# The two callbacks are made on first use (__getattr__ below), when their framework is imported.
+__all__ = ["init_process_group", "onebit_optimizers", "register_comm_hook", "before_checkpoint", "synchronize",  # noqa: F822
            "prepare_accelerator", "OnebitTrainerCallback", "OnebitLightningCallback"]
 
 

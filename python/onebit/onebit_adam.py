@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Any, Dict, Literal, Optional, Tuple, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 
 import torch.distributed as dist
 
@@ -160,7 +160,7 @@ class OnebitAdam(_FlatOptimizer):
             raise ValueError(f"OnebitAdam: freeze_step must be a step (an int >= 0) or 'auto', not {freeze_step!r}")
         # ONEBIT_FREEZE_STEP tunes an existing script without editing it (docs/env.md); set, it
         # overrides "auto" too.
-        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(-1 if auto else freeze_step))
+        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(-1 if auto else int(freeze_step)))
         self._auto = None
         if self._freeze_step < 0:
             self._auto = _capi.AdamAutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0)
@@ -170,7 +170,8 @@ class OnebitAdam(_FlatOptimizer):
         if self._deepspeed_schedule:
             # DeepSpeed's freeze check skips its initialising call: F <= 2 all compress from call 3.
             self._freeze_step = max(self._freeze_step, 2)
-        self.variance_changes = []  # "auto": (step, change) of every measurement, the largest over ranks
+        # "auto": (step, change) of every measurement, the largest over ranks
+        self.variance_changes: List[Tuple[int, float]] = []
         self._m = self._zeros()
         self._v = self._zeros()
         self._m_before = self._zeros()  # the momentum before a compressed step, to undo a failed one
@@ -257,7 +258,8 @@ class OnebitAdam(_FlatOptimizer):
         if first >= 0:
             self._freeze_step = first
             if dist.get_rank(self._group) == 0:
-                why = (f"the variance moved {change:.4f} < {self._auto.threshold} over the last {self._auto.window} steps"
+                why = (f"the variance moved {change:.4f} < {self._auto.threshold} over the last "
+                       f"{self._auto.window} steps"
                        if change < self._auto.threshold else f"max_freeze_step {self._auto.max_step}")
                 logger.info(f"OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
                             f"compression from step {first}")

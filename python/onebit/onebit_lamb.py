@@ -223,8 +223,8 @@ class OnebitLamb(_FlatOptimizer):
     def _onebit_state(self):
         return self._rank_state(self._step > self._freeze_step, step=self._step, freeze_step=self._freeze_step,
                                 v_fresh=self._v_fresh.clone(),
-                                layers=[{name: getattr(l, name) for name, _ in _capi.LambLayer._fields_}
-                                        for l in self._layers])
+                                layers=[{name: getattr(layer, name) for name, _ in _capi.LambLayer._fields_}
+                                        for layer in self._layers])
 
     def _schedule_refusal(self, part):
         if len(part["layers"]) != len(self._layers):

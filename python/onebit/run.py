@@ -89,14 +89,14 @@ def _gloo_preload(env):
     if gloo != "system":
         raise _Refused(
             f"--gloo-preload: the torch at {torch_dir} does not link the system libgloo.so.0 (gloo: {gloo}); a pip "
-            "torch bundles its own gloo, which the preload cannot reach, so nothing would be compressed. Use the onebit "
-            "backend instead: onebit.register_backend(); dist.init_process_group(\"onebit\", ...)")
+            "torch bundles its own gloo, which the preload cannot reach, so nothing would be compressed. Use the "
+            "onebit backend instead: onebit.register_backend(); dist.init_process_group(\"onebit\", ...)")
     folder = onebit.lib_dir()
     path = os.path.join(folder, "libonebit-preload.so") if folder else None
     if path is None or not os.path.isfile(path):
         raise _Refused(
-            "--gloo-preload: libonebit-preload.so is not part of this onebit (the wheel never ships it: it breaks pip's "
-            "torch). Build it with CMake (apt-get install libgloo-dev; cmake --preset release) and run from that "
+            "--gloo-preload: libonebit-preload.so is not part of this onebit (the wheel never ships it: it breaks "
+            "pip's torch). Build it with CMake (apt-get install libgloo-dev; cmake --preset release) and run from that "
             "checkout, or set LD_PRELOAD to the built file")
     _add_preload(env, path)
 

@@ -130,8 +130,8 @@ class ZeroOneAdam(_FlatOptimizer):
                     local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
 
     def _config(self, group):
-        return _capi.ZeroOneAdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"], group["weight_decay"],
-                       *self._schedule_config)
+        return _capi.ZeroOneAdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"],
+                                       group["weight_decay"], *self._schedule_config)
 
     def next_step_kind(self, group: Optional[Dict[str, Any]] = None) -> int:
         """The kind of the next step: VARIANCE_STEP, COMPRESSED_STEP, LOCAL_STEP or SYNC_STEP."""
@@ -157,7 +157,7 @@ class ZeroOneAdam(_FlatOptimizer):
     @property
     def schedule(self) -> Dict[str, int]:
         """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
-        return {name: getattr(self._schedule, name) for name, _ in _capi.ZeroOneAdamSchedule._fields_}
+        return {field[0]: getattr(self._schedule, field[0]) for field in _capi.ZeroOneAdamSchedule._fields_}
 
     def _local_steps(self):
         for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
@@ -207,7 +207,7 @@ class ZeroOneAdam(_FlatOptimizer):
         m_before, u_before = self._sync_snapshot
         m_before.copy_(self._m)
         u_before.copy_(self._u)
-        lrs_before = [l.value for l in self._lrs]
+        lrs_before = [lrs.value for lrs in self._lrs]
         try:
             local_steps()
             self._refuse_zero_learning_rates()
@@ -219,8 +219,8 @@ class ZeroOneAdam(_FlatOptimizer):
             self._read_parameters()
             self._m.copy_(m_before)
             self._u.copy_(u_before)
-            for l, value in zip(self._lrs, lrs_before):
-                l.value = value
+            for lrs, value in zip(self._lrs, lrs_before):
+                lrs.value = value
             raise
         for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
             self._core_step("onebit_zero_one_adam_sync_end", ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
@@ -230,7 +230,7 @@ class ZeroOneAdam(_FlatOptimizer):
     def _refuse_zero_learning_rates(self):
         """A sync divides each group's u by the group's learning-rate sum since the last sync: a group
         whose lr was 0 at every one of those steps (frozen with lr=0) cannot sync."""
-        idle = [index for index, l in enumerate(self._lrs) if l.value == 0]
+        idle = [index for index, lrs in enumerate(self._lrs) if lrs.value == 0]
         if idle:
             raise RuntimeError(f"ZeroOneAdam: the learning rate of group {', '.join(map(str, idle))} was 0 at every "
                                f"step since the last sync (schedule step {self._schedule.step}): 0/1 Adam's sync "
@@ -250,7 +250,7 @@ class ZeroOneAdam(_FlatOptimizer):
         it moved the parameters."""
         self._refuse_graph_capture("synchronize()")
         self._refuse_changed_parameters("synchronize()")
-        if all(l.value == 0 for l in self._lrs):
+        if all(lrs.value == 0 for lrs in self._lrs):
             return False
         self._read_parameters()
         self._sync(lambda: None, "synchronize()")
@@ -266,7 +266,7 @@ class ZeroOneAdam(_FlatOptimizer):
 
     def _onebit_state(self):
         return self._rank_state(False, schedule=self.schedule, u=self._u.clone(),
-                                params_at_sync=self._p_sync.clone(), lrs=[l.value for l in self._lrs],
+                                params_at_sync=self._p_sync.clone(), lrs=[total.value for total in self._lrs],
                                 schedule_config=dict(zip(self._SCHEDULE_KNOBS, self._schedule_config)))
 
     def _schedule_refusal(self, part):
@@ -291,7 +291,8 @@ class ZeroOneAdam(_FlatOptimizer):
         mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))
         return _schedule_change_refusal(self._lib, part["schedule"]["step"],
                                         ("var_freeze_step", saved["var_freeze_step"], mine["var_freeze_step"]),
-                                        inclusive=True, settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
+                                        inclusive=True,
+                                        settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
 
     def _loaded_schedule(self, part):
         """The schedule state of checkpoint part `part`, checked by the C core (OnebitError if out of range)."""
@@ -316,8 +317,8 @@ class ZeroOneAdam(_FlatOptimizer):
         self._v.copy_(saved["v"])
         self._u.copy_(saved["u"])  # in place: the tag holds its address
         self._p_sync.copy_(saved["params_at_sync"])
-        for l, value in zip(self._lrs, saved["lrs"]):
-            l.value = value
+        for lrs, value in zip(self._lrs, saved["lrs"]):
+            lrs.value = value
         self._loaded(saved)
 
     def close(self) -> None:
