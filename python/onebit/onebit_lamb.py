@@ -165,9 +165,19 @@ class OnebitLamb(_FlatOptimizer):
         """Each layer's coefficient in the last step (DeepSpeed's get_lamb_coeffs())."""
         return [layer.lamb_coeff for layer in self._layers]
 
-    def _each_layer(self):
-        for j, ((lo, hi), group) in enumerate(zip(self._slices, self._layer_groups)):
-            yield ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo)
+    # A layer is one parameter, so on the CPU each layer steps where its parameter lies (_FlatOptimizer's
+    # in-place steps): the same operations over the same values as over the flat copy, bit for bit.
+    _steps_in_place = True
+
+    def _each_layer(self, gathered=True):
+        """Each layer's config, state, offset in the flat buffers and length, where its parameters
+        are (the parameter itself in place, else its range of the flat buffer) and its gradient (the
+        flat buffer's when `gathered` there, else the parameter's own where the C core can read it)."""
+        for j, (p, (lo, hi), group) in enumerate(zip(self._params(), self._slices, self._layer_groups)):
+            params = _ptr(p) if self._in_place else _ptr(self._flat[lo:])
+            grad = self._grad[lo:] if gathered else self._local_gradient(p, lo, hi)
+            yield (ctypes.byref(self._config(group)), ctypes.byref(self._layers[j]), lo, ctypes.c_size_t(hi - lo),
+                   params, _ptr(grad))
 
     def _all_layers(self, name, *arrays, step=None):
         """On CUDA, a step that needs the layers' norms (warmup, apply) over every layer at once: its
@@ -186,24 +196,32 @@ class OnebitLamb(_FlatOptimizer):
     def _flat_step(self):
         cuda = self._device.type == "cuda"
         if not self.compressing:
+            # In place, the gradients are read where they lie when DDP's hook (or a world of one)
+            # has averaged them; else they are gathered to be averaged here, as on the flat path.
+            gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
+            if self._in_place and gathered:
+                self._gather_gradients()
+            elif self._in_place:
+                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
             self._average_gradients()
             if cuda:
                 self._all_layers("onebit_lamb_warmup_steps", _ptr(self._flat), _ptr(self._m), _ptr(self._v),
                                  _ptr(self._v_fresh), _ptr(self._grad), step=self._step)
             else:
-                for config, layer, lo, n in self._each_layer():
-                    self._core_step("onebit_lamb_warmup_step", config, layer, ctypes.c_int64(self._step),
-                                    _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]),
-                                    _ptr(self._v_fresh[lo:]), _ptr(self._grad[lo:]), n)
+                for config, layer, lo, n, params, grad in self._each_layer(gathered):
+                    self._core_step("onebit_lamb_warmup_step", config, layer, ctypes.c_int64(self._step), params,
+                                    _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._v_fresh[lo:]), grad, n)
         else:
             layers_before = bytes(self._layers)
             if len(self._layers) and self._layers[0].scaling_coeff == 0:  # the first compression step
                 self._report_freeze(self._step, self._v)
                 self._core_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
                                 ctypes.c_size_t(len(self._layers)), self._layers, *self._workspace_args())
-            for config, layer, lo, n in self._each_layer():
+            if self._in_place:
+                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            for config, layer, lo, n, _, grad in self._each_layer(gathered=not self._in_place):
                 self._core_step("onebit_lamb_momentum_step", config, layer, _ptr(self._m[lo:]),
-                                _ptr(self._m_last[lo:]), _ptr(self._grad[lo:]), n)
+                                _ptr(self._m_last[lo:]), grad, n)
             try:
                 self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
             except RuntimeError:
@@ -214,10 +232,9 @@ class OnebitLamb(_FlatOptimizer):
                 self._all_layers("onebit_lamb_apply_steps", _ptr(self._flat), _ptr(self._m), _ptr(self._m_last),
                                  _ptr(self._v), _ptr(self._v_fresh))
             else:
-                for config, layer, lo, n in self._each_layer():
-                    self._core_step("onebit_lamb_apply_step", config, layer, _ptr(self._flat[lo:]),
-                                    _ptr(self._m[lo:]), _ptr(self._m_last[lo:]), _ptr(self._v[lo:]),
-                                    _ptr(self._v_fresh[lo:]), n)
+                for config, layer, lo, n, params, _ in self._each_layer():
+                    self._core_step("onebit_lamb_apply_step", config, layer, params, _ptr(self._m[lo:]),
+                                    _ptr(self._m_last[lo:]), _ptr(self._v[lo:]), _ptr(self._v_fresh[lo:]), n)
         self._step += 1
 
     def _onebit_state(self):
