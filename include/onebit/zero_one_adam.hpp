@@ -233,12 +233,17 @@ class ZeroOneAdam {
 
   void sync_step() {
     // Parameters, m, u and the lr sums change before the allreduce: keep them to undo a failure
-    // (params_at_sync changes only after it).
-    std::vector<float> params_before;
-    for_each_group([&](std::size_t, float* p, std::size_t, std::size_t n) {
-      params_before.insert(params_before.end(), p, p + n);
-    });
-    const std::vector<float> m_before = m_, u_before = buffer_, lrs_before = lrs_;
+    // (params_at_sync changes only after it), in one buffer every sync reuses (fresh copies at
+    // every sync cost page faults on 3n floats).
+    snapshot_.resize(3 * total_);
+    float* const params_before = snapshot_.data();
+    float* const m_before = params_before + total_;
+    float* const u_before = m_before + total_;
+    for_each_group(
+        [&](std::size_t, float* p, std::size_t o, std::size_t n) { std::copy(p, p + n, params_before + o); });
+    std::copy(m_.begin(), m_.end(), m_before);
+    std::copy(buffer_.begin(), buffer_.end(), u_before);
+    const std::vector<float> lrs_before = lrs_;
     try {
       local_steps();
       for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
@@ -247,11 +252,10 @@ class ZeroOneAdam {
       compressed_average("a sync step of the local-step stage");
     } catch (const CallError&) {
       for_each_group([&](std::size_t, float* p, std::size_t o, std::size_t n) {
-        std::copy(params_before.begin() + static_cast<std::ptrdiff_t>(o),
-                  params_before.begin() + static_cast<std::ptrdiff_t>(o + n), p);
+        std::copy(params_before + o, params_before + o + n, p);
       });
-      m_ = m_before;
-      std::copy(u_before.begin(), u_before.end(), buffer_.begin());
+      std::copy(m_before, m_before + total_, m_.begin());
+      std::copy(u_before, u_before + total_, buffer_.begin());
       lrs_ = lrs_before;
       throw;
     }
@@ -268,6 +272,7 @@ class ZeroOneAdam {
   std::size_t total_;  // layout_.total()
   onebit_zero_one_adam_schedule_t schedule_{};
   std::vector<float> m_, v_, grad_, buffer_, params_at_sync_, lrs_;
+  std::vector<float> snapshot_;  // sync_step's undo: parameters, m and u before the sync
 };
 
 }  // namespace onebit
