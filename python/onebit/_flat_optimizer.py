@@ -474,31 +474,34 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                            "were they replaced after the optimizer was made (load_state_dict(assign=True), a new "
                            "model)? Make the optimizer from the parameters the model trains.")
 
-    def _read_parameters(self):
+    def _read_parameters(self, into=None):
         """The parameters as they are now — wherever a framework has put their storage since (a
-        .to() copy, swap_tensors) — into the flat buffer. A parameter moved to another device,
-        cast, or resized is an error naming it."""
+        .to() copy, swap_tensors) — into the flat buffer (or the flat buffer `into`). A parameter
+        moved to another device, cast, or resized is an error naming it."""
+        into = self._flat if into is None else into
         for index, (p, (lo, hi)) in enumerate(zip(self._params(), self._slices)):
             moved = p.device.type != self._device.type or (p.device.type == "cuda" and p.device != self._device)
             if moved or p.dtype != torch.float32 or p.numel() != hi - lo:
                 raise RuntimeError(f"{self._who}: parameter {index} is now {p.dtype} on {p.device} with {p.numel()} "
                                    f"elements; the optimizer was made for float32 on {self._device} with {hi - lo}: "
                                    "make the optimizer after the model is moved or cast")
-            self._flat[lo:hi].copy_(p.reshape(-1))
+            into[lo:hi].copy_(p.reshape(-1))
 
     def _write_parameters(self):
         for p, (lo, hi) in zip(self._params(), self._slices):
             p.copy_(self._flat[lo:hi].view_as(p))
 
-    def _gather_gradients(self):
-        """This rank's gradients into the flat buffer (None: zeros); none at all is a warning."""
+    def _gather_gradients(self, into=None):
+        """This rank's gradients into the flat gradient buffer (or the flat buffer `into`; None:
+        zeros); none at all is a warning."""
+        into = self._grad if into is None else into
         without_grad = 0
         for p, (lo, hi) in zip(self._params(), self._slices):
             if p.grad is None:
-                self._grad[lo:hi].zero_()
+                into[lo:hi].zero_()
                 without_grad += 1
             else:
-                self._grad[lo:hi].copy_(p.grad.reshape(-1))
+                into[lo:hi].copy_(p.grad.reshape(-1))
         self._warn_if_no_gradient(without_grad)
 
     def _average_gradients(self):

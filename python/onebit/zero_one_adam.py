@@ -159,32 +159,68 @@ class ZeroOneAdam(_FlatOptimizer):
         """The schedule's counters: step, var_interval, var_counter, local_step_interval, local_step_counter."""
         return {field[0]: getattr(self._schedule, field[0]) for field in _capi.ZeroOneAdamSchedule._fields_}
 
+    # Every step's rule is elementwise: on the CPU each parameter is updated where it lies, and each
+    # gradient read where it lies (_FlatOptimizer's in-place steps), bit for bit as over the flat copy.
+    _steps_in_place = True
+
+    def _each_piece(self, gradients):
+        """(group index, config, where the parameters are, offset in the flat buffers, length,
+        gradient) of every piece of every group — each parameter in place, else each group's range
+        of the flat buffer (_pieces) — the gradient from the flat buffer `gradients`, or with None
+        the parameter's own where the C core can read it."""
+        for index, group in enumerate(self.param_groups):
+            config = ctypes.byref(self._config(group))
+            for params, at, n, p in self._pieces(index):
+                grad = gradients[at:] if gradients is not None else self._local_gradient(p, at, at + n)
+                yield index, config, params, at, ctypes.c_size_t(n), _ptr(grad)
+
     def _local_steps(self):
-        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-            self._core_step("onebit_zero_one_adam_local_step", ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
-                            _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(self._u[lo:]), ctypes.byref(self._lrs[index]),
-                            _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
+        """Every group's local step. Each adds the group's lr to its lr sum once: the group's first
+        piece adds it, the others add to a scratch sum (a group without parameters still counts it)."""
+        counted = set()
+        for index, config, params, at, n, grad in self._each_piece(None if self._in_place else self._grad):
+            lrs = self._lrs[index] if index not in counted else ctypes.c_float(0.0)
+            counted.add(index)
+            self._core_step("onebit_zero_one_adam_local_step", config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
+                            _ptr(self._u[at:]), ctypes.byref(lrs), grad, n)
+        for index in range(len(self.param_groups)):
+            if index not in counted:
+                self._core_step("onebit_zero_one_adam_local_step", ctypes.byref(self._config(self.param_groups[index])),
+                                _ptr(self._flat), _ptr(self._m), _ptr(self._v), _ptr(self._u),
+                                ctypes.byref(self._lrs[index]), _ptr(self._grad), ctypes.c_size_t(0))
 
     def _flat_step(self):
         lib = self._lib
         kind = self.next_step_kind()
         if kind in (VARIANCE_STEP, COMPRESSED_STEP):
             if kind == VARIANCE_STEP:
+                # In place, the gradients are read where they lie when DDP's hook (or a world of one)
+                # has averaged them; else they are gathered to be averaged here, as on the flat path.
+                gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
+                if self._in_place and gathered:
+                    self._gather_gradients()
+                elif self._in_place:
+                    self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
                 self._average_gradients()
-                averaged = self._grad
+                averaged = self._grad if gathered else None
             else:
-                self._u.copy_(self._grad)
+                if self._in_place:
+                    self._gather_gradients(into=self._u)
+                else:
+                    self._u.copy_(self._grad)
                 # compressed; a failure has changed nothing else
                 self._average_tagged(self._u, self._schedule.step, "a compressed-gradient step of the variance stage")
                 averaged = self._u
-            for group, (lo, hi) in zip(self.param_groups, self._ranges):
-                self._core_step("onebit_zero_one_adam_gradient_step", ctypes.byref(self._config(group)),
-                                _ptr(self._flat[lo:]), _ptr(self._m[lo:]), _ptr(self._v[lo:]), _ptr(averaged[lo:]),
-                                ctypes.c_size_t(hi - lo), ctypes.c_int(kind == VARIANCE_STEP))
-        elif kind == LOCAL_STEP:
-            self._local_steps()
+            for _, config, params, at, n, grad in self._each_piece(averaged):
+                self._core_step("onebit_zero_one_adam_gradient_step", config, params, _ptr(self._m[at:]),
+                                _ptr(self._v[at:]), grad, n, ctypes.c_int(kind == VARIANCE_STEP))
         else:
-            self._sync(self._local_steps, "a sync step of the local-step stage")
+            if self._in_place:
+                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            if kind == LOCAL_STEP:
+                self._local_steps()
+            else:
+                self._sync(self._local_steps, "a sync step of the local-step stage")
         entering_local_stage = self._schedule.step == self._schedule_config[0]
         _check(lib, lib.onebit_zero_one_adam_advance(ctypes.byref(self._config(self.param_groups[0])),
                                                      ctypes.byref(self._schedule)))
@@ -194,17 +230,24 @@ class ZeroOneAdam(_FlatOptimizer):
             untag(self._u)
             self._u.zero_()
             tag(self._u, self._name)
-            self._p_sync.copy_(self._flat)
+            if self._in_place:
+                self._read_parameters(into=self._p_sync)
+            else:
+                self._p_sync.copy_(self._flat)
 
     def _sync(self, local_steps, stage):
         """A sync: `local_steps()` (the sync step's own local step, or nothing), u scaled, averaged
-        compressed, the parameters rebuilt from the last sync's. A failure changes nothing: the flat
-        parameters are read back from the parameters (both callers read them in just before, and
-        write them only after), m and u come back from a snapshot kept in buffers reused by every
-        sync (2 flat buffers, made at the first sync: fresh copies at every sync cost page faults)."""
+        compressed, the parameters rebuilt from the last sync's. A failure changes nothing. The
+        parameters come back from the flat buffer: in place, it is their snapshot, taken here (the
+        flat buffer is unused then); on the flat path, they are read back from the parameters (both
+        callers read them in just before, and write them only after). m and u come back from a
+        snapshot kept in buffers reused by every sync (2 flat buffers, made at the first sync: fresh
+        copies at every sync cost page faults)."""
         if self._sync_snapshot is None:
             self._sync_snapshot = (torch.empty_like(self._m), torch.empty_like(self._u))
         m_before, u_before = self._sync_snapshot
+        if self._in_place:
+            self._read_parameters()
         m_before.copy_(self._m)
         u_before.copy_(self._u)
         lrs_before = [lrs.value for lrs in self._lrs]
@@ -216,16 +259,22 @@ class ZeroOneAdam(_FlatOptimizer):
                                 _ptr(self._u[lo:]), _ptr(self._v[lo:]), self._lrs[index], ctypes.c_size_t(hi - lo))
             self._average_tagged(self._u, self._schedule.step, stage)
         except RuntimeError:
-            self._read_parameters()
+            if self._in_place:
+                self._write_parameters()
+            else:
+                self._read_parameters()
             self._m.copy_(m_before)
             self._u.copy_(u_before)
             for lrs, value in zip(self._lrs, lrs_before):
                 lrs.value = value
             raise
-        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-            self._core_step("onebit_zero_one_adam_sync_end", ctypes.byref(self._config(group)), _ptr(self._flat[lo:]),
-                            _ptr(self._p_sync[lo:]), _ptr(self._m[lo:]), _ptr(self._u[lo:]), _ptr(self._v[lo:]),
-                            ctypes.byref(self._lrs[index]), ctypes.c_size_t(hi - lo))
+        # Each piece divides by its group's lr sum, which the C core zeroes after: each takes a copy.
+        for index, config, params, at, n, _ in self._each_piece(self._grad):
+            lrs = ctypes.c_float(self._lrs[index].value)
+            self._core_step("onebit_zero_one_adam_sync_end", config, params, _ptr(self._p_sync[at:]),
+                            _ptr(self._m[at:]), _ptr(self._u[at:]), _ptr(self._v[at:]), ctypes.byref(lrs), n)
+        for lrs in self._lrs:
+            lrs.value = 0.0
 
     def _refuse_zero_learning_rates(self):
         """A sync divides each group's u by the group's learning-rate sum since the last sync: a group
@@ -252,6 +301,7 @@ class ZeroOneAdam(_FlatOptimizer):
         self._refuse_changed_parameters("synchronize()")
         if all(lrs.value == 0 for lrs in self._lrs):
             return False
+        self._in_place = False  # out of step(): the flat path (the parameters read in, synced, written back)
         self._read_parameters()
         self._sync(lambda: None, "synchronize()")
         self._write_parameters()

@@ -217,6 +217,11 @@ def optimizers_on_cuda(rank, device="cuda"):
     def flat(params):
         return torch.cat([p.detach().reshape(-1) for p in params]).cpu()
 
+    def own_gradients(params):
+        """This rank's own gradients, flat: what a step that takes no average reads (on the CPU the
+        shims read them where they lie, and their flat gradient buffer is not filled)."""
+        return torch.cat([p.grad.detach().reshape(-1) for p in params]).cpu()
+
     def host(tensor):
         return tensor.detach().cpu().clone()
 
@@ -313,7 +318,7 @@ def optimizers_on_cuda(rank, device="cuda"):
         opt.step()
         if device == "cuda":
             torch.cuda.synchronize()
-        g = host(opt._grad)  # averaged on a variance step, this rank's own otherwise
+        g = host(opt._grad) if kind == zero_one_adam.VARIANCE_STEP else own_gradients(params)  # averaged, or own
         if kind in (zero_one_adam.VARIANCE_STEP, zero_one_adam.COMPRESSED_STEP):
             variance = kind == zero_one_adam.VARIANCE_STEP
             averaged = g if variance else seen["averaged"]
@@ -359,7 +364,7 @@ def optimizers_on_cuda(rank, device="cuda"):
         opt.step()
         if device == "cuda":
             torch.cuda.synchronize()
-        g = host(opt._grad)  # averaged in warmup, this rank's own in the compression stage
+        g = host(opt._grad) if step < opt.freeze_step else own_gradients(params)  # averaged in warmup, else own
         if step == opt.freeze_step:
             ok(lib.onebit_lamb_scaling_coeffs(ptr(m), opt._counts, ctypes.c_size_t(len(layers)), layers),
                "scaling coefficients")
