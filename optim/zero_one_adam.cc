@@ -61,23 +61,28 @@ void advance(const Config& c, Schedule& s) {
 
 namespace {
 
-// gradient_step's loop, one per stage (a loop with the stage's test in it would not vectorize).
-// Compute-bound, as every loop below: a square root and a division per element (vector_clones.h).
+// gradient_step's loop, one per stage (a loop with the stage's test in it would not vectorize),
+// inlined into gradient_step's clones: target_clones takes no template (clang refuses it).
 template <bool kUpdateVariance>
-ONEBIT_VECTOR_CLONES void gradient_steps(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n) {
-  const float bound = kUpdateVariance ? std::numeric_limits<float>::infinity() : adam_step_bound(c.beta1, c.beta2);
+[[gnu::always_inline]] inline void gradient_steps(const Config& c, float* p, float* m, float* v, const float* g,
+                                                  std::size_t n) {
+  // The settings in locals: read through `c` they could alias the arrays, and the loop would not vectorize.
+  const float lr = c.lr, beta1 = c.beta1, beta2 = c.beta2, eps = c.eps, weight_decay = c.weight_decay;
+  const float bound = kUpdateVariance ? std::numeric_limits<float>::infinity() : adam_step_bound(beta1, beta2);
   for (std::size_t i = 0; i < n; ++i) {
-    const float variance = kUpdateVariance ? elementwise::variance(c.beta2, v[i], g[i]) : v[i];
+    const float variance = kUpdateVariance ? elementwise::variance(beta2, v[i], g[i]) : v[i];
     if constexpr (kUpdateVariance) v[i] = variance;
-    const float momentum = elementwise::momentum(c.beta1, m[i], g[i]);
-    m[i] = !kUpdateVariance && dormant(variance, c.eps) ? 0.0f : momentum;  // g was compressed, v kept
-    p[i] = elementwise::frozen_update(c.lr, c.eps, c.weight_decay, bound, p[i], m[i], variance);
+    const float momentum = elementwise::momentum(beta1, m[i], g[i]);
+    m[i] = !kUpdateVariance && dormant(variance, eps) ? 0.0f : momentum;  // g was compressed, v kept
+    p[i] = elementwise::frozen_update(lr, eps, weight_decay, bound, p[i], m[i], variance);
   }
 }
 
 }  // namespace
 
-void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n, bool update_variance) {
+// Compute-bound, as every loop below: a square root and a division per element (vector_clones.h).
+ONEBIT_VECTOR_CLONES void gradient_step(const Config& c, float* p, float* m, float* v, const float* g, std::size_t n,
+                                        bool update_variance) {
   if (update_variance) {
     gradient_steps<true>(c, p, m, v, g, n);
   } else {
