@@ -236,10 +236,11 @@ def optimizers_on_cuda(rank, device="cuda"):
             fail(rank, f"the host {what} failed: {lib.onebit_last_error().decode()}")
 
     def recording(opt):
-        """The averaged tagged buffer of each step, as the step saw it (host copies)."""
+        """The tagged buffer of each step as the step sent it and as it came back averaged (host copies)."""
         seen, average = {}, opt._average_tagged
 
         def record(buffer, *args, **kwargs):
+            seen["sent"] = host(buffer)
             average(buffer, *args, **kwargs)
             seen["averaged"] = host(buffer)
         opt._average_tagged = record
@@ -266,6 +267,9 @@ def optimizers_on_cuda(rank, device="cuda"):
                                                                          ptr(g[lo:]), n))
         else:
             same(f"OnebitAdam step {step}: the momentum kept before the step", opt._m_before, m)
+            sent, own = m.clone(), own_gradients(params)
+            each_group(opt, lambda c, lo, n: lib.onebit_adam_momentum_step(c, ptr(sent[lo:]), ptr(own[lo:]), n))
+            same(f"OnebitAdam step {step}: the momentum sent", seen["sent"], sent)
             m = seen["averaged"]
             each_group(opt, lambda c, lo, n: lib.onebit_adam_apply_step(c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), n))
         stage = "compression" if compressing else "warmup"
@@ -321,6 +325,8 @@ def optimizers_on_cuda(rank, device="cuda"):
         g = host(opt._grad) if kind == zero_one_adam.VARIANCE_STEP else own_gradients(params)  # averaged, or own
         if kind in (zero_one_adam.VARIANCE_STEP, zero_one_adam.COMPRESSED_STEP):
             variance = kind == zero_one_adam.VARIANCE_STEP
+            if not variance:
+                same(f"ZeroOneAdam step {step}: the gradients sent", seen["sent"], g)
             averaged = g if variance else seen["averaged"]
             each_group(opt, lambda c, lo, n: lib.onebit_zero_one_adam_gradient_step(
                 c, ptr(p[lo:]), ptr(m[lo:]), ptr(v[lo:]), ptr(averaged[lo:]), n, int(variance)))
@@ -333,6 +339,7 @@ def optimizers_on_cuda(rank, device="cuda"):
                     ok(lib.onebit_zero_one_adam_sync_begin(config, ptr(u[lo:]), ptr(v[lo:]), lrs[index], n),
                        "sync begin")
             if kind == zero_one_adam.SYNC_STEP:
+                same(f"ZeroOneAdam step {step}: the update sent", seen["sent"], u)
                 u = seen["averaged"]
                 for index, (group, (lo, hi)) in enumerate(zip(opt.param_groups, opt._ranges)):
                     ok(lib.onebit_zero_one_adam_sync_end(ctypes.byref(opt._config(group)), ptr(p[lo:]),
@@ -377,6 +384,7 @@ def optimizers_on_cuda(rank, device="cuda"):
                 ok(lib.onebit_lamb_momentum_step(config, layer, ptr(m[lo:]), ptr(m_last[lo:]), ptr(g[lo:]), n),
                    "momentum step")
         if step >= opt.freeze_step:
+            same(f"OnebitLamb step {step}: the momentum sent", seen["sent"], m)  # the momentum steps' result
             m = seen["averaged"]
             for j, ((lo, hi), group) in enumerate(zip(opt._slices, opt._layer_groups)):
                 ok(lib.onebit_lamb_apply_step(ctypes.byref(opt._config(group)), ctypes.byref(layers[j]), ptr(p[lo:]),
