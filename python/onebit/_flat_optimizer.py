@@ -504,6 +504,24 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                 into[lo:hi].copy_(p.grad.reshape(-1))
         self._warn_if_no_gradient(without_grad)
 
+    def _averaged_gradients_gathered(self):
+        """For a step that takes averaged gradients: averages them and says where they are. True:
+        in the flat gradient buffer (the flat path, or in place when this step averages them
+        itself: gathered there first). False: in place, where they lie (DDP's hook or a world of
+        one has averaged them)."""
+        gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
+        if self._in_place and gathered:
+            self._gather_gradients()
+        else:
+            self._warn_if_no_local_gradient()
+        self._average_gradients()
+        return gathered
+
+    def _warn_if_no_local_gradient(self):
+        """In place (where step() gathered no gradient): warns if no parameter has one."""
+        if self._in_place:
+            self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+
     def _average_gradients(self):
         """For a full-precision step: the gradients averaged over ranks (by DDP's hook, or here)."""
         if self._world > 1 and not self._gradients_averaged_by_hook:

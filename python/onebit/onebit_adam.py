@@ -271,14 +271,7 @@ class OnebitAdam(_FlatOptimizer):
             return
         # On the CPU the C core runs over _pieces(): the flat copies, or each parameter in place.
         if not self.compressing:
-            # In place, the gradients are read where they lie when DDP's hook (or a world of one)
-            # has averaged them; else they are gathered to be averaged here, as on the flat path.
-            gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
-            if self._in_place and gathered:
-                self._gather_gradients()
-            elif self._in_place:
-                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
-            self._average_gradients()
+            gathered = self._averaged_gradients_gathered()
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 config = ctypes.byref(self._config(group))
                 if self._device.type == "cuda":
@@ -292,8 +285,7 @@ class OnebitAdam(_FlatOptimizer):
         else:
             if self._step == self._freeze_step:
                 self._report_freeze(self._step, self._v)
-            if self._in_place:
-                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            self._warn_if_no_local_gradient()
             for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
                 config = ctypes.byref(self._config(group))
                 if self._device.type == "cuda":  # the momentum as it was kept in the same pass, as below

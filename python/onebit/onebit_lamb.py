@@ -196,14 +196,7 @@ class OnebitLamb(_FlatOptimizer):
     def _flat_step(self):
         cuda = self._device.type == "cuda"
         if not self.compressing:
-            # In place, the gradients are read where they lie when DDP's hook (or a world of one)
-            # has averaged them; else they are gathered to be averaged here, as on the flat path.
-            gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
-            if self._in_place and gathered:
-                self._gather_gradients()
-            elif self._in_place:
-                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
-            self._average_gradients()
+            gathered = self._averaged_gradients_gathered()
             if cuda:
                 self._all_layers("onebit_lamb_warmup_steps", _ptr(self._flat), _ptr(self._m), _ptr(self._v),
                                  _ptr(self._v_fresh), _ptr(self._grad), step=self._step)
@@ -217,8 +210,7 @@ class OnebitLamb(_FlatOptimizer):
                 self._report_freeze(self._step, self._v)
                 self._core_step("onebit_lamb_scaling_coeffs", _ptr(self._m), self._counts,
                                 ctypes.c_size_t(len(self._layers)), self._layers, *self._workspace_args())
-            if self._in_place:
-                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            self._warn_if_no_local_gradient()
             for config, layer, lo, n, _, grad in self._each_layer(gathered=not self._in_place):
                 self._core_step("onebit_lamb_momentum_step", config, layer, _ptr(self._m[lo:]),
                                 _ptr(self._m_last[lo:]), grad, n)

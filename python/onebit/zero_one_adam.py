@@ -194,14 +194,7 @@ class ZeroOneAdam(_FlatOptimizer):
         kind = self.next_step_kind()
         if kind in (VARIANCE_STEP, COMPRESSED_STEP):
             if kind == VARIANCE_STEP:
-                # In place, the gradients are read where they lie when DDP's hook (or a world of one)
-                # has averaged them; else they are gathered to be averaged here, as on the flat path.
-                gathered = not self._in_place or (self._world > 1 and not self._gradients_averaged_by_hook)
-                if self._in_place and gathered:
-                    self._gather_gradients()
-                elif self._in_place:
-                    self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
-                self._average_gradients()
+                gathered = self._averaged_gradients_gathered()
                 averaged = self._grad if gathered else None
             else:
                 if self._in_place:
@@ -215,8 +208,7 @@ class ZeroOneAdam(_FlatOptimizer):
                 self._core_step("onebit_zero_one_adam_gradient_step", config, params, _ptr(self._m[at:]),
                                 _ptr(self._v[at:]), grad, n, ctypes.c_int(kind == VARIANCE_STEP))
         else:
-            if self._in_place:
-                self._warn_if_no_gradient(sum(p.grad is None for p in self._params()))
+            self._warn_if_no_local_gradient()
             if kind == LOCAL_STEP:
                 self._local_steps()
             else:
