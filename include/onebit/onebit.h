@@ -126,9 +126,9 @@ ONEBIT_API onebit_result_t onebit_root_listen(const char* where, char* root, siz
  * rank other than 0 and agree on the answers over the same channel before onebit_comm_init*, so
  * that every rank fails within seconds naming the address, instead of rank 0 waiting out the
  * timeout for ranks that never arrive (onebit's torch backend and Gloo door do; docs/reliability.md).
- * At most 32 ranks, spread evenly over 1..size-1, connect; the others return ONEBIT_SUCCESS at once:
- * nothing accepts the checks' connections until the bootstrap serves, and the kernel's accept queue
- * they wait in may hold as few as 128 (net.core.somaxconn before Linux 5.4). */
+ * Every rank connects: while onebit_root_listen's listener is held, a thread of rank 0's process
+ * accepts the checks and closes them, so they never fill the kernel's accept queue however many
+ * ranks there are. `size` is checked against `rank` only. */
 ONEBIT_API onebit_result_t onebit_root_check(int rank, int size, const char* root, int64_t timeout_ms);
 
 /* Closes the listener onebit_root_listen opened at `root` (the address it wrote) when no

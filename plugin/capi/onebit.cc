@@ -137,7 +137,6 @@ onebit_result_t onebit_root_check(int rank, int size, const char* root, int64_t 
                  ": the ranks other than 0 check the root");
     namespace tcp = onebit::transport::tcp;
     const tcp::Address address = tcp::parse_host_port(root, "root");
-    if (!tcp::checks_root(rank, size)) return;
     const std::int64_t wanted = timeout_ms > 0 ? timeout_ms : tcp::kRootCheckWindow.count();
     const auto window = std::chrono::milliseconds(std::min<std::int64_t>(wanted, onebit::param::TimeoutMs()));
     tcp::check_root_reachable(rank, address, window);

@@ -279,7 +279,7 @@ void agree_on_invitation(const std::shared_ptr<::gloo::Context>& context, std::u
     transport::gloo::GlooTransport pairs(context.get());
     over_pairs<Invitation>(pairs, *context, tag, 1, invitation, nullptr, timeout, "rank 0's invitation");
     if (invitation->failure[0] != '\0') fail(ONEBIT_SYSTEM_ERROR, field_text(invitation->failure));
-    if (context->rank != 0 && transport::tcp::checks_root(context->rank, context->size)) {
+    if (context->rank != 0) {
       try {
         transport::tcp::check_root_reachable(
             context->rank, transport::tcp::parse_host_port(field_text(invitation->root), "rank 0's root"),
@@ -320,7 +320,7 @@ std::unique_ptr<Communicator> join_over_tcp(const std::shared_ptr<::gloo::Contex
     return std::make_unique<Communicator>(setup);
   } catch (...) {  // rank 0's listener, if no communicator took it, would hold the port until exit
     if (context->rank == 0 && invitation.root[0] != '\0') {
-      transport::tcp::take_root_listener(transport::tcp::parse_host_port(field_text(invitation.root), "root"));
+      (void)transport::tcp::take_root_listener(transport::tcp::parse_host_port(field_text(invitation.root), "root"));
     }
     throw;
   }

@@ -60,8 +60,11 @@ int spawn_local(const BenchOptions& options) {
   const std::string store = store_template;
   // The root's listener opened here, before the fork: rank 0 serves it as it is (root_listener.h),
   // so no other process can take the port in between.
+  // No rank checks it, and an answering thread would stay in this parent, taking rank 0's connections.
   const std::string root =
-      transport::tcp::open_root_listener(transport::tcp::parse_host_port("127.0.0.1:0", "loopback")).to_string();
+      transport::tcp::open_root_listener(transport::tcp::parse_host_port("127.0.0.1:0", "loopback"),
+                                         transport::tcp::RootChecks::kNotAnswered)
+          .to_string();
   std::vector<pid_t> children;
   for (int r = 0; r < options.ranks; ++r) {
     const pid_t pid = ::fork();

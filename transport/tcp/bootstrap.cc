@@ -216,105 +216,160 @@ void tell_arrivals(Gate& gate, const Credentials& credentials, const std::string
 
 }  // namespace
 
-void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
-                const Credentials& credentials) {
-  const std::string root_name = local_address(listener.get()).to_string();
-  std::vector<Fd> rank_fds(size);
-  std::vector<wire::BootstrapHello> hellos(size);
-  std::set<std::string> refused;  // refusals logged at WARN once
-  int count = 0;
-  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
-  gate.greet_with([&] { return fresh_challenge(credentials); });
+namespace {
 
-  // A failure every rank must hear: those that arrived (and `told`, answered already), and —
-  // served until `linger_until` — those still on their way, whose hellos would otherwise meet a
-  // closed connection.
-  auto fail_everyone = [&](onebit_result_t code, const std::string& message, Deadline linger_until, int told_rank) {
-    ONEBIT_LOG(WARN, "bootstrap root: ", message);
-    const Deadline reply_deadline = Clock::now() + std::chrono::seconds(2);
-    std::vector<bool> heard(size);
-    int told = 0;
-    for (int r = 0; r < size; ++r) {
-      if (rank_fds[r]) send_error(rank_fds[r].get(), code, message, reply_deadline);
-      heard[r] = rank_fds[r] || r == told_rank;
-      told += heard[r];
+// Rank 0's side of one bootstrap (serve_root): every rank's proven hello gathered, then each rank
+// answered with the table — or every rank within reach told why the bootstrap failed.
+class RootService {
+ public:
+  RootService(HeldRoot held, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
+              const Credentials& credentials)
+      : listener_(std::move(held.listener)),
+        root_name_(local_address(listener_.get()).to_string()),
+        size_(size),
+        sockets_per_peer_(sockets_per_peer),
+        transport_(transport),
+        deadline_(deadline),
+        credentials_(credentials),
+        rank_fds_(size),
+        hellos_(size),
+        gate_(listener_.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root") {
+    gate_.greet_with([this] { return fresh_challenge(credentials_); });
+    gate_.adopt(std::move(held.early));
+  }
+
+  void run() {
+    try {
+      if (!gather()) return;
+    } catch (const Error& error) {  // the listener itself failed (accept, poll): nothing may escape this thread
+      fail_everyone(error.code(), "bootstrap root at " + root_name_ + " failed: " + error.what(), Clock::now(), -1);
+      return;
     }
-    tell_arrivals(gate, credentials, root_name, &refused, code, message, std::min(deadline, linger_until), heard, told);
-  };
+    send_table();
+  }
 
-  try {
-    while (count < size) {
-      auto arrival = gate.next(deadline);
+ private:
+  // Every rank's proven hello, into rank_fds_ and hellos_; false when the bootstrap failed (and
+  // everyone within reach was told).
+  bool gather() {
+    for (int count = 0; count < size_;) {
+      auto arrival = gate_.next(deadline_);
       if (!arrival) {
-        std::string missing;
-        for (int r = 0; r < size; ++r) {
-          if (!rank_fds[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-        }
         fail_everyone(ONEBIT_TIMEOUT,
-                      "bootstrap timed out: rank(s) " + missing + " of " + std::to_string(size) +
-                          " never reached the root at " + root_name +
+                      "bootstrap timed out: rank(s) " + missing_ranks() + " of " + std::to_string(size_) +
+                          " never reached the root at " + root_name_ +
                           " (check ONEBIT_ROOT / MASTER_ADDR, the world size, and that they started)",
                       Clock::now(), -1);
-        return;
+        return false;
       }
-      const auto hello = proven_hello(*arrival, credentials, root_name, &refused);
+      const auto hello = proven_hello(*arrival, credentials_, root_name_, &refused_);
       if (!hello) continue;
-      // A disagreement fails the job for those within reach; a rank that cannot join (too few
-      // descriptors) is waited for by every other, so all are told, until the deadline.
-      std::string why = disagreement(*hello, arrival->who, size, sockets_per_peer, transport, rank_fds);
-      onebit_result_t code = ONEBIT_MISMATCH;
-      Deadline linger_until = Clock::now() + kReplyGrace;
-      if (why.empty() && hello->cannot_join == wire::kShortOfDescriptors) {
-        why = "rank " + std::to_string(hello->rank) +
-              " cannot join: its open-files limit leaves too few descriptors for this communicator's sockets "
-              "(its own error names the numbers)";
-        code = ONEBIT_SYSTEM_ERROR;
-        linger_until = deadline;
-      }
-      if (!why.empty()) {
-        send_error(arrival->fd.get(), code, why, Clock::now() + std::chrono::seconds(2));
-        fail_everyone(code, why, linger_until, code == ONEBIT_SYSTEM_ERROR ? static_cast<int>(hello->rank) : -1);
-        return;
-      }
-      rank_fds[hello->rank] = std::move(arrival->fd);
-      hellos[hello->rank] = *hello;
+      if (refuse_if_it_cannot_join(*hello, *arrival)) return false;
+      rank_fds_[hello->rank] = std::move(arrival->fd);
+      hellos_[hello->rank] = *hello;
       ++count;
     }
-  } catch (const Error& error) {  // the listener itself failed (accept, poll): nothing may escape this thread
-    fail_everyone(error.code(), "bootstrap root at " + root_name + " failed: " + error.what(), Clock::now(), -1);
-    return;
+    return true;
   }
 
-  wire::BootstrapReplyHead head;
-  crypto::random_bytes(&head.job_id, sizeof(head.job_id));
-  crypto::random_bytes(head.secret, sizeof(head.secret));
-  head.size = static_cast<std::uint32_t>(size);
-  const std::size_t table_end = wire::BootstrapReplyHead::kSize + size * wire::WireAddress::kSize;
-  std::vector<std::uint8_t> reply(table_end + 32);
-  const auto head_bytes = head.encode();
-  std::copy(head_bytes.begin(), head_bytes.end(), reply.begin());
-  wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize);
-  for (const wire::BootstrapHello& hello : hellos) {
-    w.put(hello.listener.family).put(hello.listener.port).bytes(hello.listener.ip.data(), 16);
+  // A disagreement fails the job for those within reach; a rank that cannot join (too few
+  // descriptors) is waited for by every other, so all are told, until the deadline. True when the
+  // hello failed the bootstrap so.
+  bool refuse_if_it_cannot_join(const wire::BootstrapHello& hello, Gate::Arrival& arrival) {
+    std::string why = disagreement(hello, arrival.who, size_, sockets_per_peer_, transport_, rank_fds_);
+    onebit_result_t code = ONEBIT_MISMATCH;
+    Deadline linger_until = Clock::now() + kReplyGrace;
+    if (why.empty() && hello.cannot_join == wire::kShortOfDescriptors) {
+      why = "rank " + std::to_string(hello.rank) +
+            " cannot join: its open-files limit leaves too few descriptors for this communicator's sockets "
+            "(its own error names the numbers)";
+      code = ONEBIT_SYSTEM_ERROR;
+      linger_until = deadline_;
+    }
+    if (why.empty()) return false;
+    send_error(arrival.fd.get(), code, why, Clock::now() + std::chrono::seconds(2));
+    fail_everyone(code, why, linger_until, code == ONEBIT_SYSTEM_ERROR ? static_cast<int>(hello.rank) : -1);
+    return true;
   }
-  for (int r = 0; r < size; ++r) {
-    // Each rank's copy is bound to its own hello (its nonce), so it cannot be replayed to another.
-    const auto mac = crypto::hmac_sha256(
-        credentials.key, {std::string_view("reply"), hellos[r].encode(), crypto::Bytes(reply.data(), table_end)});
-    std::copy(mac.begin(), mac.end(), reply.begin() + static_cast<std::ptrdiff_t>(table_end));
-    try {
-      write_all(rank_fds[r].get(), reply.data(), reply.size(), deadline, "rank " + std::to_string(r));
-    } catch (const Error& error) {
-      ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
+
+  std::string missing_ranks() const {
+    std::string missing;
+    for (int r = 0; r < size_; ++r) {
+      if (!rank_fds_[r]) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    }
+    return missing;
+  }
+
+  // A failure every rank must hear: those that arrived (and `told_rank`, answered already), and —
+  // served until `linger_until` — those still on their way, whose hellos would otherwise meet a
+  // closed connection.
+  void fail_everyone(onebit_result_t code, const std::string& message, Deadline linger_until, int told_rank) {
+    ONEBIT_LOG(WARN, "bootstrap root: ", message);
+    const Deadline reply_deadline = Clock::now() + std::chrono::seconds(2);
+    std::vector<bool> heard(size_);
+    int told = 0;
+    for (int r = 0; r < size_; ++r) {
+      if (rank_fds_[r]) send_error(rank_fds_[r].get(), code, message, reply_deadline);
+      heard[r] = rank_fds_[r] || r == told_rank;
+      told += heard[r];
+    }
+    tell_arrivals(gate_, credentials_, root_name_, &refused_, code, message, std::min(deadline_, linger_until), heard,
+                  told);
+  }
+
+  // The table of every rank's listener, with a fresh job id and secret, to each rank — each copy
+  // bound to its own hello (its nonce), so that it cannot be replayed to another.
+  void send_table() {
+    wire::BootstrapReplyHead head;
+    crypto::random_bytes(&head.job_id, sizeof(head.job_id));
+    crypto::random_bytes(head.secret, sizeof(head.secret));
+    head.size = static_cast<std::uint32_t>(size_);
+    const std::size_t table_end = wire::BootstrapReplyHead::kSize + size_ * wire::WireAddress::kSize;
+    std::vector<std::uint8_t> reply(table_end + 32);
+    const auto head_bytes = head.encode();
+    std::copy(head_bytes.begin(), head_bytes.end(), reply.begin());
+    wire::Writer w(reply.data() + wire::BootstrapReplyHead::kSize);
+    for (const wire::BootstrapHello& hello : hellos_) {
+      w.put(hello.listener.family).put(hello.listener.port).bytes(hello.listener.ip.data(), 16);
+    }
+    for (int r = 0; r < size_; ++r) {
+      const auto mac = crypto::hmac_sha256(
+          credentials_.key, {std::string_view("reply"), hellos_[r].encode(), crypto::Bytes(reply.data(), table_end)});
+      std::copy(mac.begin(), mac.end(), reply.begin() + static_cast<std::ptrdiff_t>(table_end));
+      try {
+        write_all(rank_fds_[r].get(), reply.data(), reply.size(), deadline_, "rank " + std::to_string(r));
+      } catch (const Error& error) {
+        ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
+      }
     }
   }
+
+  Fd listener_;
+  std::string root_name_;
+  int size_;
+  int sockets_per_peer_;
+  std::uint16_t transport_;
+  Deadline deadline_;
+  const Credentials& credentials_;
+  std::vector<Fd> rank_fds_;
+  std::vector<wire::BootstrapHello> hellos_;
+  std::set<std::string> refused_;  // refusals logged at WARN once
+  Gate gate_;
+};
+
+}  // namespace
+
+void serve_root(HeldRoot listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
+                const Credentials& credentials) {
+  RootService(std::move(listener), size, sockets_per_peer, transport, deadline, credentials).run();
 }
 
-void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials& credentials, onebit_result_t code,
-                    const std::string& why) {
-  const std::string root_name = local_address(listener.get()).to_string();
-  Gate gate(listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
+void refuse_at_root(HeldRoot listener, int size, Deadline deadline, const Credentials& credentials,
+                    onebit_result_t code, const std::string& why) {
+  const std::string root_name = local_address(listener.listener.get()).to_string();
+  Gate gate(listener.listener.get(), wire::BootstrapHello::kSize, kHelloGrace, "bootstrap root");
   gate.greet_with([&] { return fresh_challenge(credentials); });
+  gate.adopt(std::move(listener.early));
   std::set<std::string> refused;
   std::vector<bool> heard(size);
   heard[0] = true;  // rank 0 is this one: it does not call
@@ -322,49 +377,99 @@ void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials&
                 "rank 0 (the bootstrap root at " + root_name + ") cannot join: " + why, deadline, heard, 1);
 }
 
+namespace {
+
+// A rank's way to its root (exchange_with_root). What it finds at the address may be another
+// communicator's root, or a program that accepts and stays silent: it is left and tried again for
+// kOtherRootPatience from the first sighting (its own rank 0 cannot bind an address another holds,
+// so waiting only helps when that one is about to finish), then named as a configuration error.
+class RootApproach {
+ public:
+  RootApproach(int rank, int size, const Address& root, Deadline deadline, bool root_served_at_once)
+      : rank_(rank),
+        size_(size),
+        root_(root),
+        root_name_("the bootstrap root at " + root.to_string()),
+        deadline_(deadline),
+        root_served_at_once_(root_served_at_once) {}
+
+  const std::string& root_name() const { return root_name_; }
+
+  // A connection to the root with the challenge it sent; nothing when the listener accepted and
+  // stayed silent (try again). Throws when the root cannot be reached, or once patience ran out.
+  std::optional<std::pair<Fd, wire::BootstrapChallenge>> reach() {
+    if (!other_root_.empty() && Clock::now() >= other_root_until_) fail_other_root();
+    Fd fd;
+    bool window_passed = false;  // accepted, then silent for a whole kChallengeWindow before the deadline
+    const Deadline attempt_start = Clock::now();
+    try {
+      fd = connect_to(root_, deadline_, "the bootstrap root (rank 0)");
+      std::uint8_t bytes[wire::BootstrapChallenge::kSize];
+      const Deadline window_end = Clock::now() + kChallengeWindow;
+      window_passed = root_served_at_once_ && window_end < deadline_;
+      read_all(fd.get(), bytes, sizeof(bytes), window_passed ? window_end : deadline_, root_name_);
+      return std::make_pair(std::move(fd), wire::BootstrapChallenge::decode(bytes, root_name_));
+    } catch (const Error& error) {
+      if (error.code() != ONEBIT_TIMEOUT) throw;
+      if (window_passed) {  // not a onebit root (yet?)
+        seen_other_root(attempt_start, "accepted the connection and sent no bootstrap challenge for " +
+                                           std::to_string(kChallengeWindow.count()) + " s: it is not a onebit root");
+        return std::nullopt;
+      }
+      if (other_root_.empty()) throw;
+      fail_other_root();
+    }
+  }
+
+  // Leaves the root of another communicator (it has been told who this rank is, and logs it), and
+  // pauses before the next try.
+  void leave(const wire::BootstrapChallenge& challenge, const Credentials& credentials) {
+    seen_other_root(Clock::now(), "serves communicator " + describe(challenge.identity) + ", not this rank's " +
+                                      credentials.describe());
+    // Rounded up, so that a pause ending at other_root_until_ wakes after it, not a millisecond short.
+    const auto pause = std::chrono::ceil<std::chrono::milliseconds>(
+        std::min<Deadline>(other_root_until_, Clock::now() + kOtherRootRetry) - Clock::now());
+    if (pause.count() > 0) ::poll(nullptr, 0, static_cast<int>(pause.count()));
+  }
+
+ private:
+  void seen_other_root(Deadline first_seen, std::string what) {
+    if (other_root_.empty()) {
+      other_root_until_ = std::min<Deadline>(deadline_, first_seen + kOtherRootPatience);
+      ONEBIT_LOG(WARN, "rank ", rank_, "/", size_, ": ", root_name_, " ", what, "; trying again for ",
+                 std::chrono::duration_cast<std::chrono::seconds>(other_root_until_ - Clock::now()).count(), " s");
+    }
+    other_root_ = std::move(what);
+  }
+
+  [[noreturn]] void fail_other_root() const {
+    fail(ONEBIT_MISMATCH, "bootstrap: ", root_name_, " ", other_root_,
+         ": another job, process group, attempt or program holds the address (give each job its "
+         "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
+  }
+
+  int rank_;
+  int size_;
+  Address root_;
+  std::string root_name_;
+  Deadline deadline_;
+  bool root_served_at_once_;
+  std::string other_root_;  // the last root of another communicator found at this address
+  Deadline other_root_until_{};
+};
+
+}  // namespace
+
 BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std::uint16_t transport,
                                    const Address& root, const std::string& ifname, Deadline deadline,
                                    const Credentials& credentials, Fd* data_listener, std::uint16_t cannot_join,
                                    bool root_served_at_once) {
-  const std::string root_name = "the bootstrap root at " + root.to_string();
-  std::string other_root;                // the last root of another communicator found at this address
-  Deadline other_root_until = deadline;  // patience with it, from the first sighting
-  auto fail_other_root = [&] {
-    fail(ONEBIT_MISMATCH, "bootstrap: ", root_name, " ", other_root,
-         ": another job, process group, attempt or program holds the address (give each job its "
-         "own ONEBIT_ROOT or ONEBIT_ROOT_PORT, or an ONEBIT_JOB_ID)");
-  };
+  RootApproach approach(rank, size, root, deadline, root_served_at_once);
+  const std::string& root_name = approach.root_name();
   for (;;) {
-    if (!other_root.empty() && Clock::now() >= other_root_until) fail_other_root();
-    Fd fd;
-    wire::BootstrapChallenge challenge;
-    bool connected = false;
-    const Deadline attempt_start = Clock::now();
-    try {
-      fd = connect_to(root, deadline, "the bootstrap root (rank 0)");
-      connected = true;
-      std::uint8_t bytes[wire::BootstrapChallenge::kSize];
-      const Deadline challenge_by =
-          root_served_at_once ? std::min<Deadline>(deadline, Clock::now() + kChallengeWindow) : deadline;
-      read_all(fd.get(), bytes, sizeof(bytes), challenge_by, root_name);
-      challenge = wire::BootstrapChallenge::decode(bytes, root_name);
-    } catch (const Error& error) {
-      if (error.code() != ONEBIT_TIMEOUT) throw;
-      if (connected && Clock::now() < deadline) {  // accepted, then silent: not a onebit root (yet?)
-        if (other_root.empty()) {
-          other_root_until = std::min<Deadline>(deadline, attempt_start + kOtherRootPatience);
-          ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " accepted but sent no bootstrap challenge in ",
-                     kChallengeWindow.count(), " s; trying again for ",
-                     std::chrono::duration_cast<std::chrono::seconds>(other_root_until - Clock::now()).count(), " s");
-        }
-        other_root = "accepted the connection and sent no bootstrap challenge for " +
-                     std::to_string(kChallengeWindow.count()) + " s: it is not a onebit root";
-        fd.reset();
-        continue;
-      }
-      if (other_root.empty()) throw;
-      fail_other_root();
-    }
+    auto reached = approach.reach();
+    if (!reached) continue;
+    auto& [fd, challenge] = *reached;
     if (!*data_listener) {
       Address local = ifname.empty() ? local_address(fd.get()) : interface_address(ifname);
       local.set_port(0);
@@ -383,21 +488,9 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
     hello = signed_bootstrap_hello(hello, challenge, credentials);
     const auto hello_bytes = hello.encode();
     write_all(fd.get(), hello_bytes.data(), hello_bytes.size(), deadline, root_name);
-
     if (!same_identity(challenge.identity, credentials.identity)) {
-      // Not our root (it has been told who we are, and logs it): leave, and look again later.
-      if (other_root.empty()) {
-        other_root_until = std::min<Deadline>(deadline, Clock::now() + kOtherRootPatience);
-        ONEBIT_LOG(WARN, "rank ", rank, "/", size, ": ", root_name, " serves communicator ",
-                   describe(challenge.identity), ", not this rank's ", credentials.describe(), "; trying again for ",
-                   std::chrono::duration_cast<std::chrono::seconds>(other_root_until - Clock::now()).count(), " s");
-      }
-      other_root =
-          "serves communicator " + describe(challenge.identity) + ", not this rank's " + credentials.describe();
       fd.reset();
-      const auto pause = std::min<Deadline>(other_root_until, Clock::now() + kOtherRootRetry) - Clock::now();
-      if (pause.count() > 0)
-        ::poll(nullptr, 0, static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(pause).count()));
+      approach.leave(challenge, credentials);
       continue;
     }
     ONEBIT_CHECK(challenge.flags == credentials.flags, ONEBIT_MISMATCH, "bootstrap: rank ", rank, " holds ",
@@ -412,11 +505,6 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
       fail(error.code(), "bootstrap: no answer from ", root_name, ": ", error.what());
     }
   }
-}
-
-bool checks_root(int rank, int size) {
-  const int stride = std::max(1, (size - 1 + kRootCheckers - 1) / kRootCheckers);
-  return rank >= 1 && (rank - 1) % stride == 0;
 }
 
 void check_root_reachable(int rank, const Address& root, std::chrono::milliseconds window) {

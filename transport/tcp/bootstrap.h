@@ -30,6 +30,7 @@
 #include "common/crypto.h"
 #include "common/siphash.h"
 #include "onebit/onebit.h"
+#include "transport/tcp/root_listener.h"
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"
 
@@ -65,14 +66,14 @@ struct BootstrapResult {
 // Rank 0's root service. Runs until every rank has its answer, or the deadline passes; errors go to
 // the ranks (and reach rank 0's own caller through the reply rank 0 itself receives, as every rank's do).
 // `transport` (wire::kTransport*) and `sockets_per_peer` must be every rank's.
-void serve_root(Fd listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
+void serve_root(HeldRoot listener, int size, int sockets_per_peer, std::uint16_t transport, Deadline deadline,
                 const Credentials& credentials);
 
 // Rank 0's root service when rank 0 itself cannot join (`why`: too few file descriptors): every
 // rank that proves it belongs is answered with `code` and `why` at once, instead of waiting for a
 // root that never answers, until all W-1 have been told or the deadline passes.
-void refuse_at_root(Fd listener, int size, Deadline deadline, const Credentials& credentials, onebit_result_t code,
-                    const std::string& why);
+void refuse_at_root(HeldRoot listener, int size, Deadline deadline, const Credentials& credentials,
+                    onebit_result_t code, const std::string& why);
 
 // Every rank's side. `data_listener` is bound here: to ifname's address, or to the local address of
 // the connection that reaches the root. A root of another identity (another job holding the
@@ -88,22 +89,15 @@ BootstrapResult exchange_with_root(int rank, int size, int sockets_per_peer, std
                                    bool root_served_at_once = false);
 
 // For a root published by rank 0 once it listens (root_listener.h), before the bootstrap: whether
-// this rank reaches it — a connection within `window`, closed at once (the root's gate logs it at
-// INFO only). Throws Error naming `rank`, the address and the reason, with a hint for a loopback
-// address (another host's rank dials its own) and for silence (a firewall). A framework asks this
+// this rank reaches it — a connection within `window`, closed at once (the held listener's answerer
+// closes it in turn; every rank may check, however many). Throws Error naming `rank`, the address and the reason, with
+// a hint for a loopback address (another host's rank dials its own) and for silence (a firewall). A framework asks this
 // on every rank and agrees on the answers over its own channel, so that every rank fails at once,
 // not the unreachable ones at the timeout and rank 0 waiting for them.
 void check_root_reachable(int rank, const Address& root, std::chrono::milliseconds window);
 // The window a framework gives it: a root that listens already answers in milliseconds; the rest
 // is margin for a loaded host.
 constexpr std::chrono::milliseconds kRootCheckWindow{5000};
-// Whether rank `rank` of `size` is one of the at most kRootCheckers that check: nothing accepts
-// the checks' connections until the bootstrap serves, so they wait in the kernel's accept queue,
-// which may hold as few as 128 (net.core.somaxconn before Linux 5.4). Spread evenly over 1..size-1,
-// so that ranks on other hosts than rank 0's are among them whenever there are any (torchrun
-// numbers ranks host by host).
-constexpr int kRootCheckers = 32;
-bool checks_root(int rank, int size);
 
 // The hello a rank sends in answer to `challenge` (split out so tests can replay one).
 wire::BootstrapHello signed_bootstrap_hello(wire::BootstrapHello hello, const wire::BootstrapChallenge& challenge,

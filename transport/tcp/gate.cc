@@ -38,22 +38,33 @@ void Gate::accept_waiting() {
       accept_paused_until_ = Clock::now() + std::chrono::milliseconds(100);
       return;
     }
-    Pending p;
-    p.who = "connection from " + peer_address(fd.get()).to_string();
-    p.until = Clock::now() + grace_;
-    p.record.resize(record_size_);
-    if (greeting_) {
-      p.greeting = greeting_();
-      // A fresh socket's send buffer takes a greeting of a few hundred bytes whole.
-      const ssize_t sent = ::send(fd.get(), p.greeting.data(), p.greeting.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (sent != static_cast<ssize_t>(p.greeting.size())) {  // gone already: a check that it listens
-        ONEBIT_LOG(INFO, owner_, ": closed a ", p.who, ": could not send it the greeting (", errno_text(errno), ")");
-        continue;
-      }
-    }
-    p.fd = std::move(fd);
-    pending_.push_back(std::move(p));
+    admit(std::move(fd));
   }
+}
+
+void Gate::adopt(std::vector<Fd> accepted) {
+  for (Fd& fd : accepted) {
+    set_nonblocking(fd.get());
+    admit(std::move(fd));
+  }
+}
+
+void Gate::admit(Fd fd) {
+  Pending p;
+  p.who = "connection from " + peer_address(fd.get()).to_string();
+  p.until = Clock::now() + grace_;
+  p.record.resize(record_size_);
+  if (greeting_) {
+    p.greeting = greeting_();
+    // A fresh socket's send buffer takes a greeting of a few hundred bytes whole.
+    const ssize_t sent = ::send(fd.get(), p.greeting.data(), p.greeting.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (sent != static_cast<ssize_t>(p.greeting.size())) {  // gone already: a check that it listens
+      ONEBIT_LOG(INFO, owner_, ": closed a ", p.who, ": could not send it the greeting (", errno_text(errno), ")");
+      return;
+    }
+  }
+  p.fd = std::move(fd);
+  pending_.push_back(std::move(p));
 }
 
 bool Gate::read_some(Pending& p) {

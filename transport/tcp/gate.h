@@ -39,6 +39,10 @@ class Gate {
     std::vector<std::uint8_t> record;    // its first `record_size` bytes
     std::string who;                     // "connection from 10.0.0.2:41234"
   };
+  // Connections accepted on the listener before the gate stood there (root_listener.h), greeted
+  // and read as if it had accepted them itself. Call after greet_with.
+  void adopt(std::vector<Fd> accepted);
+
   // The next connection whose record is complete, in the order they complete; nothing once the
   // deadline passes.
   std::optional<Arrival> next(Deadline deadline);
@@ -53,6 +57,7 @@ class Gate {
     std::string who;
   };
   void accept_waiting();
+  void admit(Fd fd);  // greets `fd` and waits for its record
   // Reads what `p` has for us; true when its record is complete. Throws Error when it failed.
   bool read_some(Pending& p);
   void drop(std::size_t index, const std::string& why, bool quiet = false);

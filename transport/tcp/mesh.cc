@@ -35,14 +35,16 @@ std::string descriptor_user(int rank, int size, int sockets) {
 
 // The listener rank 0 serves the root on: the one opened for it ahead (root_listener.h), taken by
 // connect_mesh before anything can fail (so that no failure leaves it held), else one bound here.
-Fd root_listener(const Address& root, Fd held) { return held ? std::move(held) : listen_on(root, 1024); }
+HeldRoot root_listener(const Address& root, HeldRoot held) {
+  return held ? std::move(held) : HeldRoot{listen_on(root, 1024), {}};
+}
 
 // Room for this rank's descriptors, or an error — which every rank learns at once: rank 0 short of
 // them still serves the root, answering every rank with its reason; another rank tells the root,
 // which fails the bootstrap for all. (Alone, the first left the others waiting for a root that
 // never answered, the others left the root and their peers waiting, until the timeout.)
 void make_room_or_refuse(int rank, int size, int sockets, const Address& root, const TransportOptions& options,
-                         Deadline deadline, const Credentials& credentials, Fd* held) {
+                         Deadline deadline, const Credentials& credentials, HeldRoot* held) {
   try {
     make_room_for_descriptors(descriptors_needed(rank, size, sockets), descriptor_user(rank, size, sockets));
   } catch (const Error& error) {
@@ -63,33 +65,85 @@ void make_room_or_refuse(int rank, int size, int sockets, const Address& root, c
   }
 }
 
+// Rank 0 serves the root, on a thread of its own, on the listener opened for it ahead
+// (root_listener.h) or else on one bound here before anyone connects, so a port in use is an
+// immediate error on rank 0 rather than a timeout everywhere.
+std::thread serve_root_in_background(const Address& root, HeldRoot held, int size, int sockets, std::uint16_t transport,
+                                     Deadline deadline, const Credentials& credentials) {
+  HeldRoot listener = root_listener(root, std::move(held));
+  return std::thread([listener = std::move(listener), size, sockets, transport, deadline, &credentials]() mutable {
+    try {
+      serve_root(std::move(listener), size, sockets, transport, deadline, credentials);
+    } catch (const std::exception& error) {  // nothing may escape a thread (std::terminate); the ranks time out
+      ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
+    }
+  });
+}
+
+// Higher ranks connect to lower ones. A connect completes in the listener's backlog, so every rank
+// can first connect and then accept without waiting on anyone.
+void connect_to_lower_ranks(int rank, int sockets, const BootstrapResult& table, Deadline deadline, Mesh* mesh) {
+  for (int peer = 0; peer < rank; ++peer) {
+    for (int s = 0; s < sockets; ++s) {
+      wire::Hello hello;
+      hello.socket_index = static_cast<std::uint16_t>(s);
+      hello.sockets_per_peer = static_cast<std::uint16_t>(sockets);
+      hello.job_id = mesh->job_id;
+      hello.from_rank = static_cast<std::uint32_t>(rank);
+      hello.to_rank = static_cast<std::uint32_t>(peer);
+      mesh->sockets[peer].push_back(
+          connect(table.listeners[peer], hello, mesh->data_key, deadline, "rank " + std::to_string(peer)));
+    }
+  }
+}
+
+// Every socket of every higher rank, each checked to be of this job, for this rank, and new.
+void accept_from_higher_ranks(int rank, int size, int sockets, Listener& listener, Deadline deadline,
+                              std::chrono::milliseconds timeout, Mesh* mesh) {
+  for (int peer = rank + 1; peer < size; ++peer) mesh->sockets[peer].resize(sockets);
+  auto check = [&](const wire::Hello& hello, const std::string& who) {
+    ONEBIT_CHECK(hello.job_id == mesh->job_id, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
+                 hello.job_id, ", this job is ", mesh->job_id, ")");
+    ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
+                 hello.to_rank);
+    ONEBIT_CHECK(
+        hello.from_rank > static_cast<std::uint32_t>(rank) && hello.from_rank < static_cast<std::uint32_t>(size),
+        ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
+    ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
+                 " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
+    const int peer = static_cast<int>(hello.from_rank);
+    ONEBIT_CHECK(!mesh->sockets[peer][hello.socket_index], ONEBIT_REMOTE_ERROR, who, " duplicates socket ",
+                 hello.socket_index, " of rank ", peer);
+  };
+  for (int expected = (size - 1 - rank) * sockets; expected > 0; --expected) {
+    auto accepted = listener.accept(deadline, mesh->data_key, check, "rank " + std::to_string(rank));
+    if (!accepted) {
+      std::string missing;
+      for (int peer = rank + 1; peer < size; ++peer) {
+        int have = 0;
+        for (auto& s : mesh->sockets[peer]) have += s ? 1 : 0;
+        if (have < sockets) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+      }
+      ::onebit::fail(ONEBIT_TIMEOUT, "rank ", rank, ": timed out after ", timeout.count(),
+                     " ms waiting for connections from rank(s) ", missing);
+    }
+    mesh->sockets[accepted->hello.from_rank][accepted->hello.socket_index] = std::move(accepted->fd);
+  }
+}
+
 }  // namespace
 
 Mesh connect_mesh(int rank, int size, const Address& root, const TransportOptions& options, int sockets) {
-  Fd held = rank == 0 ? take_root_listener(root) : Fd();
+  HeldRoot held = rank == 0 ? take_root_listener(root) : HeldRoot{};
   ONEBIT_CHECK(sockets >= 1 && sockets <= 64, ONEBIT_INVALID_ARGUMENT, "ONEBIT_SOCKETS_PER_PEER=", sockets,
                " must be in 1..64");
   const Deadline deadline = Clock::now() + options.timeout;
   const Credentials credentials(options.membership);
   make_room_or_refuse(rank, size, sockets, root, options, deadline, credentials, &held);
-  Mesh mesh;
-  mesh.sockets.resize(size);
-  auto peer_name = [](int peer) { return "rank " + std::to_string(peer); };
-
-  // Rank 0 serves the root: on the listener opened for it ahead (root_listener.h), else on one
-  // bound here, before anyone connects, so a port in use is an immediate error on rank 0 rather
-  // than a timeout everywhere.
   std::thread root_service;
   if (rank == 0) {
-    Fd listener = root_listener(root, std::move(held));
     root_service =
-        std::thread([listener = std::move(listener), size, sockets, deadline, &credentials, &options]() mutable {
-          try {
-            serve_root(std::move(listener), size, sockets, options.transport, deadline, credentials);
-          } catch (const std::exception& error) {  // nothing may escape a thread (std::terminate); the ranks time out
-            ONEBIT_LOG(WARN, "bootstrap root: ", error.what());
-          }
-        });
+        serve_root_in_background(root, std::move(held), size, sockets, options.transport, deadline, credentials);
   }
   BootstrapResult table;
   Fd data_listener;
@@ -101,54 +155,15 @@ Mesh connect_mesh(int rank, int size, const Address& root, const TransportOption
     throw;
   }
   if (root_service.joinable()) root_service.join();
+  Mesh mesh;
+  mesh.sockets.resize(size);
   mesh.job_id = table.job_id;
   mesh.data_key = table.data_key;
   Listener listener(std::move(data_listener));
   ONEBIT_LOG(INFO, "rank ", rank, "/", size, ": job ", std::hex, mesh.job_id, std::dec, ", data listener ",
              listener.handle().to_string());
-
-  // Higher ranks connect to lower ones. A connect completes in the listener's backlog, so every
-  // rank can first connect and then accept without waiting on anyone.
-  for (int peer = 0; peer < rank; ++peer) {
-    for (int s = 0; s < sockets; ++s) {
-      wire::Hello hello;
-      hello.socket_index = static_cast<std::uint16_t>(s);
-      hello.sockets_per_peer = static_cast<std::uint16_t>(sockets);
-      hello.job_id = mesh.job_id;
-      hello.from_rank = static_cast<std::uint32_t>(rank);
-      hello.to_rank = static_cast<std::uint32_t>(peer);
-      mesh.sockets[peer].push_back(connect(table.listeners[peer], hello, mesh.data_key, deadline, peer_name(peer)));
-    }
-  }
-  for (int peer = rank + 1; peer < size; ++peer) mesh.sockets[peer].resize(sockets);
-  auto check = [&](const wire::Hello& hello, const std::string& who) {
-    ONEBIT_CHECK(hello.job_id == mesh.job_id, ONEBIT_REMOTE_ERROR, who, " belongs to another job (job id ", std::hex,
-                 hello.job_id, ", this job is ", mesh.job_id, ")");
-    ONEBIT_CHECK(hello.to_rank == static_cast<std::uint32_t>(rank), ONEBIT_REMOTE_ERROR, who, " is meant for rank ",
-                 hello.to_rank);
-    ONEBIT_CHECK(
-        hello.from_rank > static_cast<std::uint32_t>(rank) && hello.from_rank < static_cast<std::uint32_t>(size),
-        ONEBIT_REMOTE_ERROR, who, " claims to be rank ", hello.from_rank);
-    ONEBIT_CHECK(hello.sockets_per_peer == sockets && hello.socket_index < sockets, ONEBIT_REMOTE_ERROR, who,
-                 " has socket ", hello.socket_index, " of ", hello.sockets_per_peer, "; expected ", sockets);
-    const int peer = static_cast<int>(hello.from_rank);
-    ONEBIT_CHECK(!mesh.sockets[peer][hello.socket_index], ONEBIT_REMOTE_ERROR, who, " duplicates socket ",
-                 hello.socket_index, " of rank ", peer);
-  };
-  for (int expected = (size - 1 - rank) * sockets; expected > 0; --expected) {
-    auto accepted = listener.accept(deadline, mesh.data_key, check, peer_name(rank));
-    if (!accepted) {
-      std::string missing;
-      for (int peer = rank + 1; peer < size; ++peer) {
-        int have = 0;
-        for (auto& s : mesh.sockets[peer]) have += s ? 1 : 0;
-        if (have < sockets) missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
-      }
-      ::onebit::fail(ONEBIT_TIMEOUT, "rank ", rank, ": timed out after ", options.timeout.count(),
-                     " ms waiting for connections from rank(s) ", missing);
-    }
-    mesh.sockets[accepted->hello.from_rank][accepted->hello.socket_index] = std::move(accepted->fd);
-  }
+  connect_to_lower_ranks(rank, sockets, table, deadline, &mesh);
+  accept_from_higher_ranks(rank, size, sockets, listener, deadline, options.timeout, &mesh);
   return mesh;
 }
 
