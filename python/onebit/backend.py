@@ -127,7 +127,7 @@ def _invitation(gloo, rank):
 
 def _reached_by_every_rank(gloo, rank, size, root):
     """Every rank's answer to whether it reaches rank 0's root (onebit_root_check: a connection,
-    closed at once, from at most 32 ranks of the group), agreed over the gloo half before the
+    closed at once, from every rank of the group; rank 0's listener answers them), agreed over the gloo half before the
     bootstrap: a rank that cannot — a loopback address sent to another host, a firewall — fails
     every rank now with its reason, instead of failing itself at the timeout while rank 0 waits.
     Each rank writes its answer into its own row; a SUM (gloo has no allgather into one tensor on
