@@ -16,7 +16,8 @@ import ctypes
 import sys
 
 from . import _capi
-from . import _logging  # noqa: F401 (installs the "onebit" logger's stderr handler; docs/usage.md, "Logging")
+# installs the "onebit" logger's stderr handler (docs/usage/optimizers.md, "Logging")
+from . import _logging  # noqa: F401
 from ._errors import OnebitError
 # The library and the package's paths (_loader); the private names are used by onebit.run and the tools.
 from ._loader import (OnebitNotLoaded, _check_preload_fits_torch, _library, _needed_libraries,  # noqa: F401

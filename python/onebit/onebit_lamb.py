@@ -36,7 +36,7 @@ __all__ = ["OnebitLamb"]
 class OnebitLamb(_FlatOptimizer):
     """1-bit LAMB (Li et al., 2021) with DeepSpeed's parameter names and defaults: LAMB (each
     parameter tensor a layer with its own trust ratio) with 1-bit Adam's two stages. A
-    torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device; docs/usage.md,
+    torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device; docs/usage/optimizers.md,
     "ZeroOneAdam and OnebitLamb".
 
     What step() does in each stage:

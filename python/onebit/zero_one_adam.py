@@ -48,7 +48,7 @@ class ZeroOneAdam(_FlatOptimizer):
     is updated on ever sparser steps, whose gradients are averaged 1-bit compressed in between,
     and whose ranks, once the variance is frozen, take local steps and synchronise ever more
     rarely. A torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device;
-    docs/usage.md, "ZeroOneAdam and OnebitLamb".
+    docs/usage/optimizers.md, "ZeroOneAdam and OnebitLamb".
 
     What step() does, by the kind of step (``next_step_kind()`` says the next one's):
 

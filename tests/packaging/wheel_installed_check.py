@@ -1,4 +1,4 @@
-"""The wheel as a PyTorch user gets it (docs/usage.md, "Installing"):
+"""The wheel as a PyTorch user gets it (docs/usage/installing.md, "Installing"):
 
   1. a clean copy of the source tree (git's tracked and unignored files, as a clone has them; no
      build tree) is built with `pip wheel . --no-build-isolation` by the pip-torch venv's Python

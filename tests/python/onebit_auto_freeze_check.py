@@ -5,7 +5,7 @@ libonebit-preload.so.
    the steps after it ran compressed allreduces.
 2. "fixed": the same training with freeze_step set to that step gives bitwise the same parameters:
    the automatic run is 1-bit Adam with a freeze step the variance chose. This run's script routes
-   the "onebit" logger into its own logging (docs/usage.md, "Logging"): rank 0's freeze line lands
+   the "onebit" logger into its own logging (docs/usage/optimizers.md, "Logging"): rank 0's freeze line lands
    in the application's log file, with the logger's name and level, and not on stderr.
 3. "first" + "resume": saved in warmup between two measurements and resumed in fresh processes,
    the run ends bitwise where the uninterrupted one does (the decision, v's snapshot and the
