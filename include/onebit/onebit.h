@@ -154,7 +154,7 @@ ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
 ONEBIT_API onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size);
 /* Ranks per host the communicator's tagged calls use: above 1 (and below its size) they run
  * hierarchically — fp32 within each host, 1-bit between hosts. From ONEBIT_LOCAL_SIZE, else
- * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md). */
+ * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage/c-cpp.md). */
 ONEBIT_API onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size);
 /* The ranks per host of the hierarchical compression a communicator of `size` ranks, this process
  * its rank `rank`, would run when made from the environment by any door (C API, Gloo door, torch
@@ -389,7 +389,7 @@ ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t ste
  * taken as this optimizer's) and this optimizer's (`mine`). Setting 0 is the freeze step, which may
  * differ where the checkpoint is before the freeze under both (step < both, or step <= both where
  * `freeze_inclusive`: 0/1 Adam's var_freeze_step is the last step of its variance stage); every
- * other must be the same. The text names each setting that cannot go on (docs/usage.md,
+ * other must be the same. The text names each setting that cannot go on (docs/usage/restarting.md,
  * "Restarting a job"); a shim raises it as ONEBIT_INVALID_ARGUMENT. */
 typedef enum {
   ONEBIT_AGREED_AT_CONSTRUCTION = 0,

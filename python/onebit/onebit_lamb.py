@@ -10,7 +10,7 @@ to even out the layers' magnitudes, one flat tagged buffer is averaged compresse
 dist.all_reduce per step), and each layer moves with its frozen coefficient times a factor read
 from a fresh variance, kept within [factor_min, factor_max] and within factor_threshold of the last
 step's. The arithmetic is onebit's C core (onebit_lamb_*; the rule in include/onebit/onebit.h and
-docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
+docs/design/optimizer-rules.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
 
 With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU, or all on one CUDA device
 under libonebit-nccl-preload.so: the steps are then the C core's device steps (onebit_lamb_*_device:

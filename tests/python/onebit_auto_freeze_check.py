@@ -38,7 +38,7 @@ def rank_main(mode, rank, store, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     if mode == "uneven":
         return uneven(rank, out_dir)
-    if mode == "fixed":  # docs/usage.md's recipe: the application's logging takes onebit's lines over
+    if mode == "fixed":  # docs/usage/optimizers.md's recipe: the application's logging takes onebit's lines over
         import logging
         logging.basicConfig(filename=os.path.join(out_dir, f"log{rank}.txt"), level=logging.INFO,
                             format="app: %(name)s %(levelname)s %(message)s")

@@ -195,7 +195,7 @@ def rank_main(config):
         optimizer.close()
     # DDP's reducer first, while the process group is alive and idle: letting interpreter teardown
     # destroy it can deadlock torch 1.13 (the group's destructor joins a worker thread that waits
-    # for the GIL to free a tensor). docs/usage.md notes it for users of the DDP hook.
+    # for the GIL to free a tensor). docs/usage/optimizers.md notes it for users of the DDP hook.
     del net
     import gc
     gc.collect()
