@@ -27,7 +27,7 @@ namespace onebit {
 enum class ReduceOp : std::uint8_t { kSum = 0, kAvg = 1 };
 
 // Where the compressed allreduces of a communicator spent their time on this rank, in seconds,
-// summed over calls: the profile behind docs/benchmarks.md's per-stage breakdown.
+// summed over calls: the profile behind docs/benchmarks/allreduce.md's per-stage breakdown.
 struct StageTimes {
   double worker = 0;        // worker pass over all chunks (sends queued as chunks are packed)
   double wait_inputs = 0;   // waiting for every rank's bits and scale
