@@ -87,8 +87,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                     raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) is {sharded}: each "
                                      "rank holds another part of the model, and onebit's optimizers average every "
                                      "rank's whole gradient and momentum, which would mix the parts. Wrap the model in "
-                                     "DistributedDataParallel (with onebit.ddp_comm_hook) instead (docs/usage/optimizers.md, "
-                                     "\"What the optimizers check\")")
+                                     "DistributedDataParallel (with onebit.ddp_comm_hook) instead "
+                                     "(docs/usage/optimizers.md, \"What the optimizers check\")")
                 if p.dtype != torch.float32:
                     raise ValueError(f"{who}: parameters must be float32, not {p.dtype} (parameter {i} of group {g}, "
                                      f"shape {tuple(p.shape)}); under torch.autocast keep them float32")
@@ -381,8 +381,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
             return
         raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
                            "and learning rates live on the host, so every replay would repeat this one step. Capture "
-                           f"the forward and backward passes only and call {call} outside the graph (docs/usage/optimizers.md, "
-                           "\"What the optimizers check\"); nothing was changed")
+                           f"the forward and backward passes only and call {call} outside the graph "
+                           "(docs/usage/optimizers.md, \"What the optimizers check\"); nothing was changed")
 
     def _refuse_changed_parameters(self, call="step()"):
         """A step is refused, before it touches anything, if the parameters are no longer those the
@@ -608,7 +608,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                            "this process group runs neither the onebit backend nor libonebit-preload.so, so every "
                            f"step of the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 "
                            "bit an element. Use dist.init_process_group(\"onebit\") after onebit.register_backend() "
-                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage/pytorch.md).")
+                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend "
+                           "(docs/usage/pytorch.md).")
 
     @property
     def _wants_averaged_gradients(self):
