@@ -7,7 +7,7 @@
 # The wheel (ONEBIT_WHEEL, run by scikit-build-core with the install prefix at site-packages): the
 # libraries only, one file each, into onebit/lib next to the Python package, where onebit.lib_dir()
 # looks. libonebit-preload.so never goes there: it interposes the system libgloo.so.0 that Debian's
-# torch links, and a pip torch bundles its own gloo, which it cannot reach (docs/design.md).
+# torch links, and a pip torch bundles its own gloo, which it cannot reach (docs/design/doors.md, "PyTorch from PyPI").
 
 set(ONEBIT_SHIPPED_LIBRARIES onebit nccl-net-onebit)
 if(TARGET onebit-nccl-preload)

@@ -1,6 +1,6 @@
 // A zero-initialised, 64-byte aligned array: scratch and error-state storage. 64 bytes so that the
 // kernels' non-temporal stores apply to every chunk (see kernels/cpu/avx512.cc). From 2 MiB up it
-// is 2 MiB-aligned and asks for transparent huge pages (docs/design.md, "Huge pages for the
+// is 2 MiB-aligned and asks for transparent huge pages (docs/design/engine.md, "Huge pages for the
 // state"). Every allocation is announced to common/buffer_registry.h until it is freed, so that a
 // transport can keep it registered with a device for exactly that long.
 #pragma once

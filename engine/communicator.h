@@ -27,7 +27,7 @@ namespace onebit {
 enum class ReduceOp : std::uint8_t { kSum = 0, kAvg = 1 };
 
 // Where the compressed allreduces of a communicator spent their time on this rank, in seconds,
-// summed over calls: the profile behind docs/benchmarks.md's per-stage breakdown.
+// summed over calls: the profile behind docs/benchmarks/allreduce.md's per-stage breakdown.
 struct StageTimes {
   double worker = 0;        // worker pass over all chunks (sends queued as chunks are packed)
   double wait_inputs = 0;   // waiting for every rank's bits and scale
@@ -37,7 +37,7 @@ struct StageTimes {
   std::uint64_t calls = 0;
 };
 
-// Where a communicator comes from: explicit values, or the environment (docs/usage.md).
+// Where a communicator comes from: explicit values, or the environment (docs/usage/c-cpp.md, "Joining a job").
 struct CommSetup {
   int rank = -1;
   int size = -1;
@@ -52,7 +52,7 @@ struct CommSetup {
   std::string identity;
   std::string secret;
   // Ranks per host for hierarchical compression; 0: ONEBIT_LOCAL_SIZE, else torchrun's
-  // LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md).
+  // LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage/c-cpp.md).
   int local_size = 0;
   // Rank 0 binds the root and serves it in one go (no listener opened ahead): from_environment's.
   bool root_served_at_once = false;
@@ -94,7 +94,7 @@ class Communicator {
   // communicator, so one tag must not be used with both compressed algorithms on one communicator.
   //   flat:          docs/algorithm.md over all ranks;
   //   hierarchical:  fp32 average within each host, docs/algorithm.md over each rail of one rank per
-  //                  host, the rails' bits gathered within each host (docs/design.md);
+  //                  host, the rails' bits gathered within each host (docs/design/engine.md);
   //   ring:          exact fp32.
   void flat_compressed_allreduce(Tag& tag, void* buffer, std::size_t count, kernels::Dtype dtype, ReduceOp op,
                                  std::uint32_t channel = 0);

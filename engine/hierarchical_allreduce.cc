@@ -1,4 +1,4 @@
-// The hierarchical compressed allreduce (docs/design.md, "Hierarchical compression"). L ranks per
+// The hierarchical compressed allreduce (docs/design/engine.md, "Hierarchical compression"). L ranks per
 // host, H = W / L hosts; ranks h·L … h·L+L−1 share host h (torchrun's numbering). The buffer is cut
 // into L shards (ChunkGeometry(n, L)); local rank ℓ of host h owns shard ℓ and belongs to rail ℓ,
 // the H ranks {ℓ, L+ℓ, …} with local index ℓ, one per host:

@@ -1,7 +1,7 @@
 // Steps under a frozen variance: the rules the optimizers follow where they divide by a variance
 // they no longer update (1-bit Adam's and 1-bit LAMB's compression stage; 0/1 Adam's compressed,
 // local and sync steps) — both for the two Adams, the first for 1-bit LAMB (onebit_lamb.cc says
-// why). docs/design.md, "Steps under a frozen variance", has the reasoning.
+// why). docs/design/optimizer-rules.md, "Steps under a frozen variance", has the reasoning.
 //
 // Adam bounds its own steps: without bias correction |m/√v| ≤ C(β1, β2) whatever the gradients
 // (adam_step_bound). A frozen variance loses that bound twice over. The momentum is averaged 1-bit

@@ -1,6 +1,6 @@
 // 1-bit LAMB (Li et al., 2021; DeepSpeed's OnebitLamb) over flat fp32 arrays, one layer at a time:
 // the one implementation behind the C ABI's onebit_lamb_* calls, which both shims use. The rule is
-// written out in include/onebit/onebit.h and docs/design.md ("1-bit LAMB"). A layer is one
+// written out in include/onebit/onebit.h and docs/design/optimizer-rules.md ("1-bit LAMB"). A layer is one
 // contiguous range with its own trust ratio (a tensor in the Python shim, a group in the C++ one).
 #pragma once
 
@@ -50,7 +50,7 @@ void momentum_step(const Config& c, const Layer& layer, float* m, float* m_last,
 // After the allreduce averaged m: m ← m/scaling_coeff (0 for a dormant element, optim/frozen_variance.h,
 // which also takes no part in the factor's maximum; Adam's step bound is not applied: see
 // onebit_lamb.cc), the frozen-variance update with its
-// coefficient coeff_freeze × factor (docs/design.md, "1-bit LAMB"). Both momentum_step and
+// coefficient coeff_freeze × factor (docs/design/optimizer-rules.md, "1-bit LAMB"). Both momentum_step and
 // apply_step refuse a layer whose scaling_coeff (or last_factor) is not > 0, before changing anything.
 void apply_step(const Config& c, Layer& layer, float* p, float* m, const float* m_last, const float* v, float* v_fresh,
                 std::size_t n);

@@ -27,8 +27,8 @@ std::string step_failure(const std::string& who, std::int64_t step, const std::s
     text +=
         ". A momentum turned non-finite: the loss diverged (learning rate too high for the compression stage, "
         "or the variance frozen before it settled: a later freeze_step), a non-finite gradient (fp16 overflow, "
-        "bad data), or a NaN in the parameters. Nothing changed in this step; see docs/usage.md, \"A step fails "
-        "on NaN or Inf\"";
+        "bad data), or a NaN in the parameters. Nothing changed in this step; see docs/usage/optimizers.md, "
+        "\"A step fails on NaN or Inf\"";
   }
   return text;
 }

@@ -51,7 +51,8 @@ inline std::size_t tiles_of(std::size_t n) { return (n + kTile - 1) / kTile; }
 // The tiles' sums of term(i) over [0, n), each tile in the order above; term(i) is called once
 // per element, in index order (it may update the element). The lanes are kept as three arrays
 // rather than as Sums: the same operations in the same order (combine's), in a form the compiler
-// vectorizes — 3.5× faster on the CPU (docs/benchmarks.md, "The variance change in the tiled order").
+// vectorizes — 3.5× faster on the CPU (docs/benchmarks/optimizer-steps.md, "The variance change in the
+// tiled order").
 template <typename Term>
 std::vector<Sums> tile_sums(std::size_t n, Term&& term) {
   std::vector<Sums> tiles(tiles_of(n));

@@ -1,6 +1,6 @@
 // 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam) over flat fp32 arrays: its step schedule and
 // arithmetic, the one implementation behind the C ABI's onebit_zero_one_adam_* calls, which both
-// shims use. The rule is written out in include/onebit/onebit.h and docs/design.md ("0/1 Adam");
+// shims use. The rule is written out in include/onebit/onebit.h and docs/design/optimizer-rules.md ("0/1 Adam");
 // the collectives between the halves of a step are the caller's.
 #pragma once
 

@@ -1,8 +1,8 @@
 #!/bin/bash
 # tools/oldest-torch.sh [TORCH_VERSION] [BUILD_DIR]: the onebit backend on the oldest torch onebit
-# supports (default below), as docs/usage.md ("Which torch") states it. Not part of the test
+# supports (default below), as docs/usage/pytorch.md ("Which torch") states it. Not part of the test
 # command (a second torch is a few GB from PyPI and the comparison takes ~10 minutes on 2 cores);
-# docs/status.md, "Older torch", records its last run.
+# docs/benchmarks/torch-suites.md, "Older torch", records its last run.
 #
 # Makes /var/cache/onebit/torch-VERSION (a venv with that torch from PyPI, numpy and expecttest) once,
 # then, with BUILD_DIR's libonebit.so (default build/release; built by tools/build.sh when absent):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A venv with the current PyTorch from PyPI, made the way docs/usage.md tells a user to make one
+# A venv with the current PyTorch from PyPI, made the way docs/usage/pytorch.md tells a user to make one
 # (python3 -m venv; pip install torch ./python; and safetensors), for the end-to-end tests that run
 # against pip's torch as well as Debian's. Reused while it imports (it is 5 GB: torch and its CUDA wheels); the
 # first run needs PyPI and a few minutes. Exit 77 with a message when PyPI cannot be reached, so

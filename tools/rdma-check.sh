@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The verbs transport (ONEBIT_TRANSPORT=ibverbs) on a host with an RDMA device: InfiniBand, RoCE,
 # or soft-RoCE (as root: modprobe rdma_rxe; rdma link add rxe0 type rxe netdev eth0). It has not
-# run on such a host yet (docs/benchmarks.md says so); this is what to run first when one exists.
+# run on such a host yet (docs/benchmarks/hardware.md says so); this is what to run first when one exists.
 #
 #   tools/rdma-check.sh [--out DIR] [--build-dir DIR] [--ranks N] [--hca DEV[:PORT]] [--gid-index I]
 #

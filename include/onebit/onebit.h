@@ -154,7 +154,7 @@ ONEBIT_API onebit_result_t onebit_comm_rank(onebit_comm_t comm, int* rank);
 ONEBIT_API onebit_result_t onebit_comm_size(onebit_comm_t comm, int* size);
 /* Ranks per host the communicator's tagged calls use: above 1 (and below its size) they run
  * hierarchically — fp32 within each host, 1-bit between hosts. From ONEBIT_LOCAL_SIZE, else
- * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage.md). */
+ * torchrun's LOCAL_WORLD_SIZE, for a communicator of the job's whole world (docs/usage/c-cpp.md). */
 ONEBIT_API onebit_result_t onebit_comm_local_size(onebit_comm_t comm, int* local_size);
 /* The ranks per host of the hierarchical compression a communicator of `size` ranks, this process
  * its rank `rank`, would run when made from the environment by any door (C API, Gloo door, torch
@@ -286,7 +286,7 @@ ONEBIT_API onebit_result_t onebit_adam_apply_step_device(const onebit_adam_confi
 /* ---- Steps under a frozen variance ----
  * Wherever v is no longer updated and the momentum (or 0/1 Adam's update) is averaged compressed
  * or taken locally — 1-bit Adam's and 1-bit LAMB's compression stage, 0/1 Adam's compressed, local
- * and sync steps — two rules bound the step (docs/design.md, "Steps under a frozen variance"; 1-bit
+ * and sync steps — two rules bound the step (docs/design/optimizer-rules.md, "Steps under a frozen variance"; 1-bit
  * LAMB takes the first only):
  * 1. A *dormant* element, sqrt(v) <= eps (no gradient worth the name reached it while v was
  *    measured), takes no momentum step: its momentum is 0 after the average and it moves by weight
@@ -312,7 +312,7 @@ ONEBIT_API onebit_result_t onebit_dormant_count(const float* v, size_t count, fl
  * shim, C++ and Python — and ends the warmup after the first measurement whose largest change is
  * < threshold, or after step max_step - 1 when max_step > 0. The compression stage starts at the
  * next step. (The largest, not the average: the warmup ends only once every rank's variance has
- * settled; docs/design.md, "The automatic freeze".) */
+ * settled; docs/design/optimizer-rules.md, "Automatic freeze".) */
 typedef struct {
   int64_t window;   /* >= 1 */
   double threshold; /* > 0 */
@@ -329,7 +329,7 @@ ONEBIT_API onebit_result_t onebit_adam_variance_change(const float* v, const flo
 
 /* The two measurements over device memory (CUDA): the dormant count and the variance change, the
  * host calls' answers bit for bit (the change is summed in one tiled order on both; the count is
- * exact: docs/design.md, "The optimizers on the device"). Each reads its answer back, so it
+ * exact: docs/design/optimizers.md, "The optimizers on the device"). Each reads its answer back, so it
  * synchronizes `stream` (a cudaStream_t; NULL: the legacy default stream) and is not capturable in
  * a CUDA graph: on a capturing stream it returns ONEBIT_UNSUPPORTED, queuing nothing and leaving
  * the capture valid. `workspace` holds the partial sums: device memory of the current device,
@@ -366,7 +366,7 @@ ONEBIT_API int64_t onebit_adam_auto_freeze_decide_ranks(const onebit_adam_auto_f
  * of counts[g] elements of group g (onebit_dormant_count, or its device twin, per group).
  * onebit_step_failure_text: the message of a compressed step that failed with `code` and the
  * message `error`, "<who> step S (<stage>): <error>", and for ONEBIT_NUMERIC_ERROR the likely
- * causes (docs/usage.md, "A step fails on NaN or Inf"). Like every call, a successful one clears
+ * causes (docs/usage/optimizers.md, "A step fails on NaN or Inf"). Like every call, a successful one clears
  * onebit_last_error(): take the failed call's message (`error`) before asking for the text. */
 ONEBIT_API onebit_result_t onebit_freeze_report(const char* who, int64_t step, const size_t* dormant,
                                                 const size_t* counts, size_t groups, char* text, size_t text_size,
@@ -389,7 +389,7 @@ ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t ste
  * taken as this optimizer's) and this optimizer's (`mine`). Setting 0 is the freeze step, which may
  * differ where the checkpoint is before the freeze under both (step < both, or step <= both where
  * `freeze_inclusive`: 0/1 Adam's var_freeze_step is the last step of its variance stage); every
- * other must be the same. The text names each setting that cannot go on (docs/usage.md,
+ * other must be the same. The text names each setting that cannot go on (docs/usage/restarting.md,
  * "Restarting a job"); a shim raises it as ONEBIT_INVALID_ARGUMENT. */
 typedef enum {
   ONEBIT_AGREED_AT_CONSTRUCTION = 0,
@@ -516,7 +516,7 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zer
  *   max((sqrt(v)+eps) / (sqrt(v_fresh)+eps)) over the layer's elements that are not dormant (1 if
  *   all are), kept within [factor_min, factor_max] and within factor_threshold of the last step's.
  *   Norms and coefficients are fp64 (sums in a fixed tiled order, optim/tiled_sums.h); arrays fp32.
- * docs/design.md ("1-bit LAMB") writes out every operation. */
+ * docs/design/optimizer-rules.md ("1-bit LAMB") writes out every operation. */
 typedef struct {
   float lr, beta1, beta2, eps, weight_decay;
   int64_t freeze_step;           /* DeepSpeed's default 100000 */
@@ -552,7 +552,7 @@ ONEBIT_API onebit_result_t onebit_lamb_apply_step(const onebit_lamb_config_t* co
 
 /* 1-bit LAMB's steps over device memory (CUDA): the host calls' rule with the same bits — the fp64
  * sums of the norms too, which host and device take in one order (a tiled tree, written out in
- * docs/design.md, "The optimizers on the device") — so the host calls are their oracle;
+ * docs/design/optimizers.md, "The optimizers on the device") — so the host calls are their oracle;
  * ONEBIT_UNSUPPORTED from the libraries built without CUDA. The steps that need norms take every
  * layer at once — `layers` layers one after another in the flat arrays, counts[j] elements,
  * configs[j] and states[j] each (the states stay on the host) — and synchronize `stream` once per

@@ -1,6 +1,6 @@
 /*
  * What libonebit-preload.so adds to the C ABI of onebit.h: it is loaded with LD_PRELOAD into an
- * unmodified framework and takes over the allreduce of tagged buffers (see docs/usage.md).
+ * unmodified framework and takes over the allreduce of tagged buffers (see docs/usage/pytorch.md).
  */
 #ifndef ONEBIT_PRELOAD_H_
 #define ONEBIT_PRELOAD_H_

@@ -1,7 +1,7 @@
 // What the C++ optimizer shims' load() refuses, and how every rank learns it. agree_on_checkpoint:
 // whether each rank's checkpoint fits its optimizer, and the checkpoint's schedule, agreed before
 // anything is loaded. check_resumed_schedule: what load() refuses of a checkpoint's schedule (the C
-// core's rule, which python/onebit's optimizers ask too, docs/usage.md "Restarting a job"). A
+// core's rule, which python/onebit's optimizers ask too, docs/usage/restarting.md "Restarting a job"). A
 // checkpoint's stage and counters were made under the schedule's settings it was saved with: a
 // freeze step may change on resume only where the checkpoint is before the freeze under both (as
 // when a run that diverged after its freeze resumes from a warmup checkpoint with a later freeze

@@ -4,7 +4,7 @@
 // lines in flight for a pass that reads two or more streams and computes on them — measured with
 // ONEBIT_SIMD=avx2 on an Intel Xeon with AVX-512 at 64 Mi elements, the server pass (W = 4) read at
 // 8.6 GB/s and the norm pass at 11.5 GB/s; asking for each line 2 KiB ahead gave 14.5 and 14.2 GB/s
-// (docs/benchmarks.md, "CPU kernels against memcpy"). Prefetches change no result: the passes'
+// (docs/benchmarks/kernels.md, "CPU kernels against memcpy"). Prefetches change no result: the passes'
 // arithmetic and order are as before.
 //
 // `static inline` as in half.h: the SIMD translation units are built with their instruction sets,

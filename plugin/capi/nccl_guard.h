@@ -2,7 +2,7 @@
 // ncclAllReduce front door and the NCCL_NET plugin), as abi_guard.h is for onebit's own ABI: every
 // extern "C" body runs inside nccl_guard, nothing throws across the ABI, the error is logged once
 // with the entry point's name, and onebit's code becomes NCCL's by the one table below
-// (docs/usage.md, "Errors at the NCCL boundary").
+// (docs/usage/nccl.md, "Errors at the NCCL boundary").
 //
 // The header needs no nccl.h: the NCCL_NET plugin declares the ABI itself (nccl_net_abi.h), the
 // front door includes nccl.h. Each passes its ncclResult_t as `Result`; the values are NCCL's

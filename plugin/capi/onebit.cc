@@ -358,7 +358,8 @@ onebit_result_t onebit_tag_state_check_layout(int saved_size, int saved_local_si
                  ", loading into one of ", describe_layout(size, local_size),
                  ": each rank's error feedback belongs to the chunks of the layout it was made in. Resume with that "
                  "layout, or drop the error feedback (Python: load_state_dict(..., reset_error_feedback=True); C++: "
-                 "a Checkpoint with empty worker_error and server_error; docs/usage.md, \"Restarting a job\")");
+                 "a Checkpoint with empty worker_error and server_error; docs/usage/restarting.md, \"Restarting a "
+                 "job\")");
   });
 }
 

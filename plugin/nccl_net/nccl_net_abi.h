@@ -242,7 +242,7 @@ typedef struct {
 }  // extern "C"
 
 // The layout on x86-64 and aarch64 (LP64), where a mistake would hide. These values were checked once
-// against NCCL's example plugin headers compiled side by side (docs/design.md).
+// against NCCL's example plugin headers compiled side by side (docs/design/doors.md).
 static_assert(sizeof(ncclNetDeviceHandle_t) == 32);
 static_assert(sizeof(ncclNetVDeviceProps_t) == 20);
 static_assert(offsetof(ncclNetProperties_v8_t, speed) == 32 && sizeof(ncclNetProperties_v8_t) == 64);

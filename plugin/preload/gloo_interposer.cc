@@ -97,7 +97,7 @@ const RealAllreduce& real_allreduce() {
                  ", as pip wheels do), not the libgloo.so.0 libonebit-preload.so was built for: every allreduce "
                  "goes to it untouched and nothing is compressed. Unset LD_PRELOAD and use onebit's "
                  "torch.distributed backend: onebit.register_backend(); dist.init_process_group(\"onebit\", ...) "
-                 "(docs/usage.md)");
+                 "(docs/usage/pytorch.md)");
     } else {
       ONEBIT_LOG(INFO, "preload: forwarding to ::gloo::allreduce in ", r.library);
     }

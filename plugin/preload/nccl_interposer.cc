@@ -25,7 +25,7 @@
 // ABI, and errors become NCCL's codes by the table the NCCL_NET plugin uses too.
 //
 // Status: built and load-tested here, and run over stand-ins for CUDA and NCCL (tests/cuda_on_cpu,
-// ranks as threads); it has not run on a GPU yet (tools/gpu-check.sh, docs/benchmarks.md).
+// ranks as threads); it has not run on a GPU yet (tools/gpu-check.sh, docs/benchmarks/hardware.md).
 #include <cuda_runtime.h>
 #include <nccl.h>
 

@@ -1,6 +1,6 @@
 """onebit for PyTorch: tag tensors whose allreduce onebit should compress.
 
-Two ways in (docs/usage.md):
+Two ways in (docs/usage/pytorch.md):
   - PyTorch 2.x from pip (its gloo is bundled in libtorch_cpu.so): the "onebit" backend,
         onebit.register_backend(); dist.init_process_group("onebit", ...)
     with libonebit.so from the wheel (lib_dir()), ONEBIT_LIBRARY or the checkout's build tree;
@@ -16,7 +16,8 @@ import ctypes
 import sys
 
 from . import _capi
-from . import _logging  # noqa: F401 (installs the "onebit" logger's stderr handler; docs/usage.md, "Logging")
+# installs the "onebit" logger's stderr handler (docs/usage/optimizers.md, "Logging")
+from . import _logging  # noqa: F401
 from ._errors import OnebitError
 # The library and the package's paths (_loader); the private names are used by onebit.run and the tools.
 from ._loader import (OnebitNotLoaded, _check_preload_fits_torch, _library, _needed_libraries,  # noqa: F401
@@ -108,12 +109,12 @@ def _check_door_takes(tensor):
     if door == "gloo" and device != "cpu":
         raise ValueError(f"onebit.tag: this process has libonebit-preload.so (the Gloo door), which compresses "
                          f"all_reduce of CPU tensors only; this {device} tensor's all_reduce would go to NCCL "
-                         "untouched. For CUDA tensors preload libonebit-nccl-preload.so instead (docs/usage.md)")
+                         "untouched. For CUDA tensors preload libonebit-nccl-preload.so instead (docs/usage/nccl.md)")
     if door == "nccl" and device != "cuda":
         raise ValueError(f"onebit.tag: this process has libonebit-nccl-preload.so (the NCCL door), which compresses "
                          f"ncclAllReduce of CUDA tensors only; this {device} tensor's all_reduce would go to gloo "
                          "untouched. For CPU tensors: LD_PRELOAD=libonebit-preload.so (Debian's torch) or the onebit "
-                         "backend (pip's torch; docs/usage.md)")
+                         "backend (pip's torch; docs/usage/pytorch.md)")
     if door == "library" and device != "cpu":
         raise ValueError(f"onebit.tag: a {device} tensor is compressed only under LD_PRELOAD=libonebit-nccl-preload.so "
                          "(the NCCL door); this process has libonebit.so, whose torch backend compresses CPU tensors")

@@ -221,7 +221,8 @@ class _Checkpoints:
                        f"compression stage has begun; each of the {self._world} ranks has its own): it resumes rank "
                        f"{self._rank} alone. If every rank saves its own state_dict(), that is right; if one rank "
                        "saves for all (HF Trainer, Accelerate, Lightning), call optimizer.consolidate_state_dict() "
-                       "on every rank first — onebit.integrations do (docs/usage.md, \"Restarting a job\")")
+                       "on every rank first — onebit.integrations do (docs/usage/restarting.md, \"Restarting a "
+                       "job\")")
 
     def _split_state_dict(self, state_dict, reset_error_feedback=False):
         """(torch's part, this rank's onebit part) of a state_dict(), checked against this optimizer,
@@ -262,7 +263,7 @@ class _Checkpoints:
             logger.warning(f"{self._who}.load_state_dict(reset_error_feedback=True): the checkpoint's error feedback "
                            f"(saved by a job of {saved['world_size']} ranks) is dropped; the compressed steps that "
                            "follow do not repay the compression error it held, a small one-off perturbation of the "
-                           "momentum (docs/usage.md, \"Restarting a job\")")
+                           "momentum (docs/usage/restarting.md, \"Restarting a job\")")
         return state_dict, part
 
     def _without_error_feedback(self, saved):

@@ -73,7 +73,7 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                              "libonebit-nccl-preload.so has (the NCCL door, which also compresses the tagged "
                              "all_reduce); this process has a library built without them: run with "
                              "LD_PRELOAD=$(python -c 'import onebit; print(onebit.nccl_preload_path())') "
-                             "(docs/usage.md, \"NCCL\")")
+                             "(docs/usage/nccl.md, \"NCCL\")")
         # _warn_if_not_compressed ran (on CPU only: the NCCL door counts in its own library)
         self._checked_compression = self._device.type == "cuda"
         self._measure_workspace = None  # on CUDA: the measurements' partial sums (_measure)
@@ -87,8 +87,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                     raise ValueError(f"{who}: parameter {i} of group {g} (shape {tuple(p.shape)}) is {sharded}: each "
                                      "rank holds another part of the model, and onebit's optimizers average every "
                                      "rank's whole gradient and momentum, which would mix the parts. Wrap the model in "
-                                     "DistributedDataParallel (with onebit.ddp_comm_hook) instead (docs/usage.md, "
-                                     "\"What the optimizers check\")")
+                                     "DistributedDataParallel (with onebit.ddp_comm_hook) instead "
+                                     "(docs/usage/optimizers.md, \"What the optimizers check\")")
                 if p.dtype != torch.float32:
                     raise ValueError(f"{who}: parameters must be float32, not {p.dtype} (parameter {i} of group {g}, "
                                      f"shape {tuple(p.shape)}); under torch.autocast keep them float32")
@@ -298,7 +298,7 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
     # torch.amp.GradScaler (torch >= 2.0) calls step() itself on every step, with grad_scale and
     # found_inf set on the optimizer, instead of skipping it on a rank whose gradients overflowed
     # (_skipped_for_loss_scaling). Older GradScalers would pass a grad_scaler argument instead: not
-    # taken, they skip per rank as before (docs/usage.md, "A step fails on NaN or Inf").
+    # taken, they skip per rank as before (docs/usage/optimizers.md, "A step fails on NaN or Inf").
     _step_supports_amp_scaling = int(torch.__version__.split(".")[0]) >= 2
     _scales_may_differ = False  # a step was skipped for an overflow on some ranks only
     _unscaled_gradients = None  # the gradients a step that then failed unscaled, and their versions
@@ -367,7 +367,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                            "averaged while scaled, so no rank can unscale the average: the scalers diverged after "
                            "gradients overflowed on some ranks only in a step of local gradients (0/1 Adam's "
                            "compressed steps before var_freeze_step). Use bf16 autocast, without GradScaler, for this "
-                           "optimizer under onebit.ddp_comm_hook (docs/usage.md, \"A step fails on NaN or Inf\")")
+                           "optimizer under onebit.ddp_comm_hook (docs/usage/optimizers.md, \"A step fails on NaN "
+                           "or Inf\")")
 
     def _refuse_graph_capture(self, call="step()"):
         """A step (or ZeroOneAdam's synchronize()) inside CUDA graph capture is refused, before it
@@ -380,8 +381,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
             return
         raise RuntimeError(f"{type(self).__name__}.{call} was called during CUDA graph capture: its step count, stage "
                            "and learning rates live on the host, so every replay would repeat this one step. Capture "
-                           f"the forward and backward passes only and call {call} outside the graph (docs/usage.md, "
-                           "\"What the optimizers check\"); nothing was changed")
+                           f"the forward and backward passes only and call {call} outside the graph "
+                           "(docs/usage/optimizers.md, \"What the optimizers check\"); nothing was changed")
 
     def _refuse_changed_parameters(self, call="step()"):
         """A step is refused, before it touches anything, if the parameters are no longer those the
@@ -410,8 +411,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                         "grad. A parameter frozen after the optimizer was made would not hold still: its gradient "
                         "taken as zero, it still takes the momentum's steps, and in the compression stage 1-bit "
                         "compression gives each of its elements about +-scale every step. To freeze or unfreeze "
-                        "parameters, make a new optimizer of those that train now (docs/usage.md, \"What the "
-                        "optimizers check\"); nothing was changed")
+                        "parameters, make a new optimizer of those that train now (docs/usage/optimizers.md, "
+                        "\"What the optimizers check\"); nothing was changed")
 
     def _note_held_parameters(self):
         """Which parameters this optimizer holds now (replaced ones included), for ddp_comm_hook,
@@ -607,7 +608,8 @@ class _FlatOptimizer(_Checkpoints, torch.optim.Optimizer):
                            "this process group runs neither the onebit backend nor libonebit-preload.so, so every "
                            f"step of the compression stage sends {ring / 1e6:.1f} MB of fp32 per rank instead of 1 "
                            "bit an element. Use dist.init_process_group(\"onebit\") after onebit.register_backend() "
-                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend (docs/usage.md).")
+                           "(pip's torch) or LD_PRELOAD=libonebit-preload.so with the gloo backend "
+                           "(docs/usage/pytorch.md).")
 
     @property
     def _wants_averaged_gradients(self):

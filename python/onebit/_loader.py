@@ -76,7 +76,7 @@ def _check_preload_fits_torch(process):
             "libonebit-preload.so is preloaded, but this PyTorch bundles its own gloo (a pip wheel), which the "
             "preload cannot reach: its calls pass through untouched and nothing would be compressed. "
             "Unset LD_PRELOAD and use the onebit backend: onebit.register_backend(); "
-            "dist.init_process_group(\"onebit\", ...) (docs/usage.md)")
+            "dist.init_process_group(\"onebit\", ...) (docs/usage/pytorch.md)")
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))

@@ -7,7 +7,7 @@ By default the lines go to stderr as onebit has always printed them — "onebit:
 when ``import onebit`` finds the logger without a handler it adds one of its own, sets the level to
 INFO if none was set, and stops propagation (as transformers does for its logger), so that a root
 logger configured by the application does not print each line twice. An application that routes
-its logging elsewhere takes the lines over after ``import onebit`` (docs/usage.md, "Logging")::
+its logging elsewhere takes the lines over after ``import onebit`` (docs/usage/optimizers.md, "Logging")::
 
     import logging
     log = logging.getLogger("onebit")

@@ -9,7 +9,7 @@ time a process asks, into torch's extension cache (TORCH_EXTENSIONS_DIR, else
 ~/.cache/torch_extensions; a folder per source and torch, _extension_name; ranks starting
 together wait for one build), said once through the "onebit" logger. That needs a C++ compiler and
 ninja; about 20 s. Without them the backend cannot be made here, and init_process_group("onebit")
-raises a RuntimeError saying why (docs/usage.md, "Which torch").
+raises a RuntimeError saying why (docs/usage/pytorch.md, "Which torch").
 
     python -c 'from onebit import _native; _native.build_into("DIR")'   # what the wheel's build runs
 """
@@ -177,7 +177,7 @@ def _load(torch):
     # shipped (the CMake path, python/'s shim) building here is the way it is made.
     say = logger.warning if why_not.startswith("the prebuilt") else logger.debug
     say("building the onebit backend's native module for torch %s (%s): once per torch, about 20 s, with a C++ "
-        "compiler and ninja (docs/usage.md, \"Which torch\")", torch.__version__, why_not)
+        "compiler and ninja (docs/usage/pytorch.md, \"Which torch\")", torch.__version__, why_not)
     return _build_here(torch)
 
 
@@ -193,5 +193,5 @@ def native_module():
     if module is None:
         raise RuntimeError(f"onebit backend: its native module cannot be loaded or built here: {reason}. Install the "
                            "onebit wheel built for this torch, or give this machine a C++ compiler and ninja "
-                           "(docs/usage.md, \"Which torch\")")
+                           "(docs/usage/pytorch.md, \"Which torch\")")
     return module

@@ -1,7 +1,7 @@
 """onebit as a torch.distributed backend: the way in for PyTorch 2.x as pip installs it.
 
 pip wheels bundle their own gloo inside libtorch_cpu.so, so the LD_PRELOAD front door (which
-interposes the system libgloo.so.0) cannot reach their calls (docs/design.md, "PyTorch from
+interposes the system libgloo.so.0) cannot reach their calls (docs/design/doors.md, "PyTorch from
 PyPI"). A backend registered with torch.distributed needs no interposition:
 
     import onebit
@@ -20,7 +20,7 @@ the bootstrap (_invitation, _reached_by_every_rank).
 The backend object is the native one (csrc/c10d_backend.cc: the wheel's prebuilt module, or one
 built at first use by _native.py): a tagged all_reduce runs in C++ from the call to its Work's
 completion. This module sets each group up — the gloo half, the invitation, the root check, the
-communicator (make_backend) — and makes the children of split and merge (docs/design.md, "The
+communicator (make_backend) — and makes the children of split and merge (docs/design/doors.md, "The
 native c10d backend").
 
 The library is libonebit.so: ONEBIT_LIBRARY names it, else the build tree of the checkout this
@@ -275,14 +275,14 @@ def _release_all():
 def register_backend(native=None):
     """Registers the "onebit" backend with torch.distributed (idempotent). The wheel declares it as
     a torch.distributed.backends entry point too, so that init_process_group("onebit") finds it
-    without an import on a torch that reads those (docs/usage.md, "Which torch").
+    without an import on a torch that reads those (docs/usage/pytorch.md, "Which torch").
 
     `native` chose between the native backend and a Python one before 0.3; the backend is native
     only now, and a value other than None is said once and otherwise ignored."""
     global _registered
     if native is not None:
         logger.warning("onebit.register_backend(native=%r): the argument is no longer used; the backend is the "
-                       "native one (docs/usage.md, \"Which torch\")", native)
+                       "native one (docs/usage/pytorch.md, \"Which torch\")", native)
     if _registered:
         return
     dist.Backend.register_backend(BACKEND_NAME, make_backend, devices=["cpu"])

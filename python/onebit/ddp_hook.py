@@ -27,7 +27,7 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
     parameters (one hook per DDP); onebit.integrations.register_comm_hook does it through the
     wrappers of HF Trainer, Accelerate and Lightning. Without it the optimizer averages the
     gradients itself, and DDP goes on averaging fp32 gradients in every step of the compression
-    stage (rank 0 warns). docs/usage.md, "OnebitAdam".
+    stage (rank 0 warns). docs/usage/optimizers.md, "OnebitAdam".
 
     Args:
         state: the onebit optimizer (OnebitAdam, ZeroOneAdam or OnebitLamb) — DDP passes the
@@ -58,8 +58,8 @@ def ddp_comm_hook(state: _FlatOptimizer, bucket: dist.GradBucket) -> torch.futur
                            f"{type(optimizer).__name__} can still change whether the gradients are averaged "
                            "(OnebitAdam and OnebitLamb: until the compression stage; ZeroOneAdam: until "
                            "var_freeze_step has passed), so every replay would repeat this step's choice. Capture "
-                           "the backward pass from then on, when the hook sends nothing (docs/usage.md, \"What the "
-                           "optimizers check\")")
+                           "the backward pass from then on, when the hook sends nothing (docs/usage/optimizers.md, "
+                           "\"What the optimizers check\")")
     optimizer._gradients_averaged_by_hook = True
     buffer = bucket.buffer()
     if optimizer._wants_averaged_gradients:

@@ -1,4 +1,4 @@
-"""onebit's optimizers inside the trainers people use: one line each (docs/usage.md, "Trainers").
+"""onebit's optimizers inside the trainers people use: one line each (docs/usage/trainers.md, "Trainers").
 
     onebit.integrations.init_process_group()          # before the Trainer / Accelerator / Lightning
     Trainer(..., callbacks=[onebit.integrations.OnebitTrainerCallback()])       # HF Trainer

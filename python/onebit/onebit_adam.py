@@ -38,7 +38,7 @@ deepspeed_schedule=True runs DeepSpeed's schedule call for call (docs/deepspeed.
 state_dict() holds step, m, v and this rank's error-feedback state — every rank's, on rank 0, after
 consolidate_state_dict() on every rank (what the trainers need: they save from rank 0; see
 onebit.integrations). Loaded into a job of the same size, training continues bit for bit
-(docs/usage.md, "Restarting a job"). bias_correction=True gives torch.optim.Adam's corrected
+(docs/usage/restarting.md, "Restarting a job"). bias_correction=True gives torch.optim.Adam's corrected
 steps (off by default, as in the paper and DeepSpeed).
 """
 from __future__ import annotations
@@ -68,7 +68,7 @@ def _bits_double(bits):
 class OnebitAdam(_FlatOptimizer):
     """1-bit Adam (Tang et al., 2021): Adam whose momentum, once the variance has settled, is
     averaged over the ranks 1-bit compressed with error feedback — one compressed all_reduce per
-    step for every parameter group. A torch.optim.Optimizer; docs/usage.md, "OnebitAdam".
+    step for every parameter group. A torch.optim.Optimizer; docs/usage/optimizers.md, "OnebitAdam".
 
     What step() does in each stage:
 
@@ -79,7 +79,7 @@ class OnebitAdam(_FlatOptimizer):
       gradient, then averaged over the ranks in one compressed, error-compensated all_reduce of
       one flat tagged buffer (under DDP the hook sends no gradients), and applied with the frozen
       v. Elements whose frozen v is at most eps**2 ("dormant") take only weight decay, and every
-      step is clipped to the largest Adam itself can take (docs/usage.md, "Steps under a frozen
+      step is clipped to the largest Adam itself can take (docs/usage/optimizers.md, "Steps under a frozen
       variance"). A step that fails (NaN or Inf in some rank's momentum) raises and changes
       nothing.
 

@@ -10,7 +10,7 @@ to even out the layers' magnitudes, one flat tagged buffer is averaged compresse
 dist.all_reduce per step), and each layer moves with its frozen coefficient times a factor read
 from a fresh variance, kept within [factor_min, factor_max] and within factor_threshold of the last
 step's. The arithmetic is onebit's C core (onebit_lamb_*; the rule in include/onebit/onebit.h and
-docs/design.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
+docs/design/optimizer-rules.md), which the C++ shim include/onebit/onebit_lamb.hpp uses too.
 
 With DDP, register onebit.ddp_comm_hook. Parameters live on the CPU, or all on one CUDA device
 under libonebit-nccl-preload.so: the steps are then the C core's device steps (onebit_lamb_*_device:
@@ -36,7 +36,7 @@ __all__ = ["OnebitLamb"]
 class OnebitLamb(_FlatOptimizer):
     """1-bit LAMB (Li et al., 2021) with DeepSpeed's parameter names and defaults: LAMB (each
     parameter tensor a layer with its own trust ratio) with 1-bit Adam's two stages. A
-    torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device; docs/usage.md,
+    torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device; docs/usage/optimizers.md,
     "ZeroOneAdam and OnebitLamb".
 
     What step() does in each stage:

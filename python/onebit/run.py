@@ -1,5 +1,5 @@
 """onebit-run: start a training command with onebit's libraries switched on, or print the settings
-that do it (docs/usage.md, "Installing").
+that do it (docs/usage/installing.md, "Installing").
 
     onebit-run [--nccl-net] [--nccl-allreduce] [--gloo-preload] -- COMMAND [ARGS...]
     onebit-run [--nccl-net] [--nccl-allreduce] [--gloo-preload] --print-env

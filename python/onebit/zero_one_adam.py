@@ -3,7 +3,7 @@ parameter names and defaults (var_freeze_step, var_update_scaler, local_step_sca
 local_step_clipper).
 
 The schedule and arithmetic are onebit's C core (onebit_zero_one_adam_*; the rule is written out
-in include/onebit/onebit.h and docs/design.md), which the C++ shim include/onebit/zero_one_adam.hpp
+in include/onebit/onebit.h and docs/design/optimizer-rules.md), which the C++ shim include/onebit/zero_one_adam.hpp
 uses too. Step t (from 0) is one of four kinds:
 
 - variance step (t <= var_freeze_step and (t+1) % var_interval == 0): gradients averaged over
@@ -48,7 +48,7 @@ class ZeroOneAdam(_FlatOptimizer):
     is updated on ever sparser steps, whose gradients are averaged 1-bit compressed in between,
     and whose ranks, once the variance is frozen, take local steps and synchronise ever more
     rarely. A torch.optim.Optimizer over float32 parameters on the CPU or one CUDA device;
-    docs/usage.md, "ZeroOneAdam and OnebitLamb".
+    docs/usage/optimizers.md, "ZeroOneAdam and OnebitLamb".
 
     What step() does, by the kind of step (``next_step_kind()`` says the next one's):
 

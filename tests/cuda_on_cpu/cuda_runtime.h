@@ -1,6 +1,6 @@
 // A stand-in for the CUDA runtime and device, so that onebit's CUDA kernels (kernels/cuda,
 // optim/cuda), the device steps' ABI (plugin/capi/device_steps.cc) and their GPU tests (tests/cuda)
-// run on a machine without a GPU, against the same CPU oracles (docs/design.md, "The CUDA code on
+// run on a machine without a GPU, against the same CPU oracles (docs/design/gpu.md, "The CUDA code on
 // the CPU"). The .cu files are compiled as C++ after lower_launches.py has rewritten each
 // `kernel<<<grid, block, shared, stream>>>(args)` into a call of launch() below.
 //

@@ -1,7 +1,7 @@
 # The CUDA code on the CPU, wherever the project builds (no CUDA toolkit needed): kernels/cuda and
 # optim/cuda compiled as C++ over a stand-in for the CUDA runtime and device (cuda_runtime.h here
 # says what it models), each launch rewritten by lower_launches.py. Not the GPU's rounding, memory
-# model or speed: tools/gpu-check.sh runs the same code and tests on a GPU (docs/design.md, "The
+# model or speed: tools/gpu-check.sh runs the same code and tests on a GPU (docs/design/gpu.md, "The
 # CUDA code on the CPU").
 find_package(Python3 COMPONENTS Interpreter)
 if(NOT Python3_Interpreter_FOUND)

@@ -1,4 +1,4 @@
-// Hierarchical compression (docs/design.md) through the shipped C ABI: ranks are real processes on
+// Hierarchical compression (docs/design/engine.md) through the shipped C ABI: ranks are real processes on
 // loopback, told their ranks per host by ONEBIT_LOCAL_SIZE as a user would, the host reduce through
 // the shared-memory segment (ONEBIT_SHM=1) or the transport (0). Results are compared bit for bit
 // with the fp32 oracle of the hierarchical rule and within rounding with its float64 reference.

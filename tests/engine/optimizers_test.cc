@@ -1,6 +1,6 @@
 // The 0/1 Adam and 1-bit LAMB shims (include/onebit/zero_one_adam.hpp, onebit_lamb.hpp) with ranks
 // as real processes, against replays of their rules written out again here from onebit.h and
-// docs/design.md — not calling the C core — with exact sums for the full-precision averages and the
+// docs/design/optimizer-rules.md — not calling the C core — with exact sums for the full-precision averages and the
 // fp32 oracle for the compressed ones; checkpoints mid-compression, and under another schedule; a
 // failed sync step.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-"""The wheel as a PyTorch user gets it (docs/usage.md, "Installing"):
+"""The wheel as a PyTorch user gets it (docs/usage/installing.md, "Installing"):
 
   1. a clean copy of the source tree (git's tracked and unignored files, as a clone has them; no
      build tree) is built with `pip wheel . --no-build-isolation` by the pip-torch venv's Python
@@ -24,7 +24,7 @@
      - onebit-run --nccl-net --print-env prints the absolute plugin path inside the venv;
      - onebit-run passes a command's exit code through, refuses --gloo-preload for pip's torch
        (exit 2), and keeps LD_PRELOAD free of duplicates with --nccl-allreduce;
-     - `auditwheel show` on the wheel (printed for docs/status.md).
+     - `auditwheel show` on the wheel (printed for docs/benchmarks/torch-suites.md).
 
     /usr/bin/python3 tests/packaging/wheel_installed_check.py SOURCE_DIR WORK_DIR
 
@@ -298,7 +298,7 @@ def main():
     wheel = build_wheel(python, source, work)
     has_preload = check_wheel_shape(wheel)
     auditwheel = os.path.join(VENV, "bin", "auditwheel")
-    if os.path.exists(auditwheel):  # a record for docs/status.md, not a verdict: the tag depends on the build host
+    if os.path.exists(auditwheel):  # docs/benchmarks/torch-suites.md records it; the tag is the build host's
         print(run([auditwheel, "show", wheel], "auditwheel show", ok=(0, 1))[1])
     else:
         print(f"(no auditwheel in {VENV}: tools/pip-torch.sh installs it)")

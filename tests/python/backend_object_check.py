@@ -33,7 +33,7 @@ WORLD = 2
 failures = []
 # What torch itself refuses to every backend registered through Backend.register_backend (its
 # backend name is not "gloo", its type is CUSTOM) before any call reaches onebit: torch 2.5 and 2.8
-# (docs/status.md, "Older torch"); not torch 2.15, where the c10d suite's monitored_barrier tests
+# (docs/benchmarks/torch-suites.md, "Older torch"); not torch 2.15, where the c10d suite's monitored_barrier tests
 # in the test command would fail.
 TORCH_REFUSES_CUSTOM = ("monitored_barrier is only implemented for GLOO backend", "does not yet support sequence numbers")
 

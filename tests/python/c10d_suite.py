@@ -38,7 +38,7 @@ ROOT = os.path.join(HERE, "..", "..")
 
 # The test command's subset: every collective, point-to-point call, Work and group case of the
 # suite that runs on 2 CPU ranks, at least once — each of them passes on gloo (the --backend gloo
-# run recorded in docs/status.md, pip torch 2.15.0). Not in it, as they skip on gloo too: the
+# run recorded in docs/benchmarks/torch-suites.md, pip torch 2.15.0). Not in it, as they skip on gloo too: the
 # all_to_all tests (MPI only on CPU), the coalescing manager's (NCCL only), the _group tests
 # (3 ranks and more), new_subgroups (skipped upstream); tests/python/backend_object_check.py
 # covers all_to_all and the coalesced batch_isend_irecv on onebit itself.

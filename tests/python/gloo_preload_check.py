@@ -54,7 +54,7 @@ def reference(inputs):
 
 
 def hierarchical_reference(inputs, local):
-    """The hierarchical rule in float64 (docs/design.md): each host's mean of its `local` ranks,
+    """The hierarchical rule in float64 (docs/design/engine.md): each host's mean of its `local` ranks,
     then docs/algorithm.md per shard over the hosts' means → each call's SUM result."""
     world, n = len(inputs[0]), len(inputs[0][0])
     hosts = world // local

@@ -5,7 +5,7 @@ libonebit-preload.so.
    the steps after it ran compressed allreduces.
 2. "fixed": the same training with freeze_step set to that step gives bitwise the same parameters:
    the automatic run is 1-bit Adam with a freeze step the variance chose. This run's script routes
-   the "onebit" logger into its own logging (docs/usage.md, "Logging"): rank 0's freeze line lands
+   the "onebit" logger into its own logging (docs/usage/optimizers.md, "Logging"): rank 0's freeze line lands
    in the application's log file, with the logger's name and level, and not on stderr.
 3. "first" + "resume": saved in warmup between two measurements and resumed in fresh processes,
    the run ends bitwise where the uninterrupted one does (the decision, v's snapshot and the
@@ -38,7 +38,7 @@ def rank_main(mode, rank, store, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     if mode == "uneven":
         return uneven(rank, out_dir)
-    if mode == "fixed":  # docs/usage.md's recipe: the application's logging takes onebit's lines over
+    if mode == "fixed":  # docs/usage/optimizers.md's recipe: the application's logging takes onebit's lines over
         import logging
         logging.basicConfig(filename=os.path.join(out_dir, f"log{rank}.txt"), level=logging.INFO,
                             format="app: %(name)s %(levelname)s %(message)s")

@@ -66,7 +66,7 @@ def rank_main(rank, mode, store, out_dir):
     optimizer.close()
     # Torch 1.13: a DDP left to interpreter teardown can deadlock there — its Reducer's destructor
     # joins gloo's worker thread, holding the GIL that thread waits for to free a tensor (seen as a
-    # rank that never exits, about 1 run in 20 on a loaded machine). docs/usage.md's advice: let the
+    # rank that never exits, about 1 run in 20 on a loaded machine). docs/usage/optimizers.md's advice: let the
     # DDP module go before destroy_process_group().
     del net
     gc.collect()

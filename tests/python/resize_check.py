@@ -1,4 +1,4 @@
-"""A job restarted at another size or layout (docs/usage.md, "Restarting a job"), for each of the
+"""A job restarted at another size or layout (docs/usage/restarting.md, "Restarting a job"), for each of the
 three optimizers, through real torch.distributed (Debian's torch, gloo, libonebit-preload.so):
 
   save     4 ranks as 2 hosts of 2 (ONEBIT_LOCAL_SIZE=2, hierarchical compression): a checkpoint

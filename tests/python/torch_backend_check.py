@@ -1,7 +1,7 @@
 """The onebit torch.distributed backend (python/onebit/backend.py) with a PyTorch 2.x from pip, W
 ranks as processes over a file store. Each rank checks, naming what failed:
   - tagged float32 and float16 all_reduces equal the float64 reference of docs/algorithm.md over 3 calls
-    (of the hierarchical rule, docs/design.md, when ONEBIT_LOCAL_SIZE is set);
+    (of the hierarchical rule, docs/design/engine.md, when ONEBIT_LOCAL_SIZE is set);
   - untagged all_reduces of random floats are bit-identical to the same call on a plain gloo group
     of the same job (the backend forwards them to gloo), and a broadcast and an all_gather work;
   - DDP + onebit.ddp_comm_hook + OnebitAdam trains with every rank's parameters bitwise equal, and
@@ -118,7 +118,7 @@ def run_job(world, local=1):
     with tempfile.TemporaryDirectory() as tmp:
         store = os.path.join(tmp, "store")
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
-        if local > 1:  # hierarchical: 2 "hosts" of `local` ranks (docs/usage.md)
+        if local > 1:  # hierarchical: 2 "hosts" of `local` ranks (docs/usage/c-cpp.md)
             env["ONEBIT_LOCAL_SIZE"] = str(local)
         env.pop("LD_PRELOAD", None)
         mode = ["--installed"] if INSTALLED else []

@@ -4,7 +4,7 @@ backend (pip's torch), DDP with OnebitAdam and its comm hook, a consolidated che
 stage; torchrun (--max-restarts 1) starts both ranks again, they load the step-8 checkpoint and train
 to step 16. The final parameters must be bitwise equal on both ranks to an uninterrupted run's, under
 each of torchrun's rendezvous — static (--master-addr/--master-port) and c10d — both of which keep
-one store across restarts, with whatever the first attempt left there (docs/usage.md, "Restarting
+one store across restarts, with whatever the first attempt left there (docs/usage/restarting.md, "Restarting
 a job"). Without onebit's care the restarted ranks could take the dead attempt's bootstrap root or
 gloo addresses from it — a race, which this check loses only some of the time: membership_check.py
 `stale-store` makes every read lose it.

@@ -1,7 +1,7 @@
 """onebit's optimizers inside the trainers people use (issue 28), the way a user runs them: PyPI's
 transformers, accelerate and lightning over pip's torch, 2 CPU ranks under torch.distributed.run,
 onebit.integrations.init_process_group() first, a GPT-2 from GPT2Config (random init, 2 layers,
-no dropout) learning the bytes of docs/usage.md, with each framework's integration helper:
+no dropout) learning the bytes of docs/usage/pytorch.md, with each framework's integration helper:
 
   hf-adam      HF Trainer, optimizers=(OnebitAdam(...), None), OnebitTrainerCallback
   hf-cls       HF Trainer, optimizer_cls_and_kwargs=(onebit.OnebitAdam, {...})
@@ -63,11 +63,11 @@ def make_model():
 
 
 class Bytes:
-    """docs/usage.md's bytes as SEQ-byte sequences: one epoch is SAVE / 2 steps of BATCH per rank."""
+    """docs/usage/pytorch.md's bytes as SEQ-byte sequences: one epoch is SAVE / 2 steps of BATCH per rank."""
 
     def __init__(self):
         import torch
-        with open(os.path.join(ROOT, "docs", "usage.md"), "rb") as f:
+        with open(os.path.join(ROOT, "docs", "usage", "pytorch.md"), "rb") as f:
             data = torch.tensor(list(f.read()), dtype=torch.long)
         count = SAVE // 2 * BATCH * WORLD
         self.items = [data[i * SEQ:(i + 1) * SEQ] for i in range(count)]

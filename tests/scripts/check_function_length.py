@@ -1,4 +1,4 @@
-"""No function in the given folders runs longer than a screen (docs/design.md, "The algorithms in
+"""No function in the given folders runs longer than a screen (docs/design/engine.md, "The algorithms in
 named steps"): each is a sequence of steps short enough to name, so a long one is a step that has
 not been named yet.
 

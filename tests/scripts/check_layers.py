@@ -1,5 +1,5 @@
 """The layers hold: every `#include "..."` in the library's sources points down or sideways within
-its own layer, never up (docs/design.md, "Layers and folders"):
+its own layer, never up (docs/design/layers.md, "Layers and folders"):
 
     4  include/onebit/*.hpp      the C++ shims, over the C ABI alone
     3  plugin/capi, plugin/preload, plugin/nccl_net    the front doors (one layer: the doors share

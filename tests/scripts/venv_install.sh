@@ -1,6 +1,6 @@
 #!/bin/sh
 # venv_install.sh SOURCE_DIR WORK_DIR: the PyTorch shim installs with pip into a venv that sees
-# Debian's torch (docs/usage.md), imports from there, and says how to load onebit when it is not.
+# Debian's torch (docs/usage/pytorch.md), imports from there, and says how to load onebit when it is not.
 set -eu
 src=$1 work=$2
 rm -rf "$work/venv" "$work/shim"

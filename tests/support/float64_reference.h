@@ -69,7 +69,7 @@ class Reference {
   std::vector<char> ambiguous_;
 };
 
-// The hierarchical rule (docs/design.md, "Hierarchical compression") in float64: H hosts of L
+// The hierarchical rule (docs/design/engine.md, "Hierarchical compression") in float64: H hosts of L
 // ranks; host h's mean m_h = (1/L)·Σ_l x_{hL+l}; shard q of the buffer (ChunkGeometry's rule over L)
 // goes through docs/algorithm.md over the H hosts' means, with its own error state (a Reference of H
 // ranks per shard); every rank gets the concatenation.

@@ -75,7 +75,7 @@ void Bench::score(Row& row, std::size_t begin, const std::vector<double>& z, con
   row.relerr = norm > 0 ? std::sqrt(err / norm) : 0;
 }
 
-// The float64 reference of the hierarchical rule (docs/design.md), for a fresh tag (zero error
+// The float64 reference of the hierarchical rule (docs/design/engine.md), for a fresh tag (zero error
 // state). With L ranks per host and H hosts: host h's mean m_h = (1/L)·Σ_l x_{hL+l}; on rail q
 // (shard q of the buffer, chunks of ChunkGeometry's rule at both levels) host h's worker scale is
 // a_hq = ||m_h on shard q|| / sqrt(|shard q|); on chunk p of shard q, z = (1/H)·Σ_h sign(m_h)·a_hq,

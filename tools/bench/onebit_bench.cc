@@ -1,6 +1,6 @@
 // onebit-bench: allreduce bandwidth of onebit's compressed collective, onebit's full-precision ring
 // and Gloo's allreduce, side by side (same ranks, same link, sizes interleaved), printed in
-// nccl-tests' columns plus onebit's own. See docs/benchmarks.md.
+// nccl-tests' columns plus onebit's own. See docs/benchmarks/allreduce.md.
 //
 //   onebit-bench --ranks 4 -b 1M -e 256M -f 4 -c 1            # 4 local ranks on loopback
 //   RANK=.. WORLD_SIZE=.. ONEBIT_ROOT=.. onebit-bench --gloo-store DIR --host ADDR ...   # one rank

@@ -195,7 +195,7 @@ def rank_main(config):
         optimizer.close()
     # DDP's reducer first, while the process group is alive and idle: letting interpreter teardown
     # destroy it can deadlock torch 1.13 (the group's destructor joins a worker thread that waits
-    # for the GIL to free a tensor). docs/usage.md notes it for users of the DDP hook.
+    # for the GIL to free a tensor). docs/usage/optimizers.md notes it for users of the DDP hook.
     del net
     import gc
     gc.collect()
@@ -312,7 +312,7 @@ def main():
     parser.add_argument("--lamb-lr", type=float, default=2e-2,
                         help="OnebitLamb's learning rate: LAMB's is relative (a step moves a layer by about lr x |p|), "
                              "so Adam's does not carry over; 0.02 was the best of 0.005, 0.01, 0.02, 0.04 on the "
-                             "full run (docs/benchmarks.md)")
+                             "full run (docs/benchmarks/demo.md)")
     parser.add_argument("--width", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--context", type=int, default=64)

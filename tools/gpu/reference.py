@@ -52,7 +52,7 @@ class Reference:
 
 
 class HierarchicalReference:
-    """The hierarchical rule (docs/design.md) in float64: `local` ranks per host, host-major; each
+    """The hierarchical rule (docs/design/engine.md) in float64: `local` ranks per host, host-major; each
     host's mean of shard q goes through a Reference of the hosts per shard. step() returns the SUM."""
 
     def __init__(self, world, local, n):

@@ -1,4 +1,4 @@
-"""What one consolidated checkpoint costs (docs/usage.md, "Restarting a job"): W ranks on this
+"""What one consolidated checkpoint costs (docs/usage/restarting.md, "Restarting a job"): W ranks on this
 machine (gloo under libonebit-preload.so) train a 2.1 M-parameter model (two 1024 x 1024 linear
 layers) into the compression stage; then every rank calls consolidate_state_dict() and rank 0
 torch.save()s optimizer.state_dict(), as the trainers do. Rank 0 reports the file's bytes, the

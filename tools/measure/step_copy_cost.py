@@ -1,9 +1,9 @@
-"""What it costs OnebitAdam's step that the parameters own their storage (docs/design.md, "The
+"""What it costs OnebitAdam's step that the parameters own their storage (docs/design/optimizers.md, "The
 parameters own their storage"): the median time of one compression-stage step against the median
 time of the parameters' copy into the flat buffer and back, one rank (so no communication), 24
 tensors of 1024 x 1024 (25.2 M parameters), or `--demo`: the convergence demo's step-time model
 (width 256, its real shapes), whose whole step on emulated 1 GbE
-docs/benchmarks.md records.
+docs/benchmarks/demo.md records.
 
     /usr/bin/python3 tools/measure/step_copy_cost.py [--demo]   # with libonebit-preload.so or ONEBIT_LIBRARY
 """

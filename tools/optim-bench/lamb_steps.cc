@@ -1,6 +1,6 @@
 // 1-bit LAMB's CPU steps over one 25 M-element layer, through the C ABI of whichever libonebit.so
 // it is linked against: the best of 5 of onebit_lamb_warmup_step and of onebit_lamb_apply_step.
-// Built by hand against two libraries to compare them side by side in one run (docs/benchmarks.md,
+// Built by hand against two libraries to compare them side by side in one run (docs/benchmarks/optimizer-steps.md,
 // "1-bit LAMB's CPU steps"):
 //
 //   g++ -O2 -Iinclude tools/optim-bench/lamb_steps.cc -LDIR -lonebit -Wl,-rpath,DIR -o lamb_steps

@@ -1,7 +1,7 @@
 // The automatic freeze's variance change on the CPU over 25.2 M elements: summed in element order
 // (onebit_adam_variance_change before the tiled order, its loop kept here for the comparison) and
 // in optim/tiled_sums.h's order (the core's now, optim/variance_measures.h), side by side in one
-// run, alternating, best of 5 each (docs/benchmarks.md, "The variance change in the tiled order"):
+// run, alternating, best of 5 each (docs/benchmarks/optimizer-steps.md, "The variance change in the tiled order"):
 //
 //   g++ -O3 -ffp-contract=off -fno-math-errno -std=c++20 -I. -Iinclude \
 //       tools/optim-bench/variance_change_order.cc -o variance_change_order

@@ -4,7 +4,7 @@
 // registry (onebit_tag_find), queues the call on a C++ worker of its own, runs it through the C
 // API (onebit_allreduce on the group's communicator) and answers with a C++ Work. Python only sets
 // the group up (onebit/backend.py: the gloo half, the invitation, the root check, the
-// communicator) and makes the children of split and merge. docs/design.md, "The native c10d backend".
+// communicator) and makes the children of split and merge. docs/design/doors.md, "The native c10d backend".
 //
 // Shipped compiled in the wheel for the torch it was built against; for another torch built at
 // first use by python/onebit/_native.py (torch.utils.cpp_extension), since torch's C++ ABI changes

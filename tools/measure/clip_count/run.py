@@ -1,4 +1,4 @@
-"""How often Adam's step bound clips in the convergence demo's 1-bit Adam run (docs/benchmarks.md,
+"""How often Adam's step bound clips in the convergence demo's 1-bit Adam run (docs/benchmarks/demo.md,
 "Steps under a frozen variance"): the demo's "onebit" run (4 ranks, 600 steps, freeze at 90, the
 preload), each rank counting through sitecustomize.py beside this file.
 
