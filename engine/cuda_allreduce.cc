@@ -41,6 +41,8 @@ class CudaTagState final : public DeviceState {
     results = alloc<std::uint8_t>(w * geometry.chunk_bytes());
     server_scales = alloc<float>(w);
     saved_scales = alloc<float>(2);
+    digests = alloc<std::uint64_t>(w);
+    settings_differ = alloc<int>(1);
     sums = alloc<double>(2);
     verdict = alloc<int>(1);
     parity = alloc<int>(1);
@@ -106,6 +108,14 @@ class CudaTagState final : public DeviceState {
     return fresh;
   }
 
+  // Calls that found the ranks' settings digests unlike since the last look (the same way).
+  unsigned new_mismatches() {
+    const unsigned seen = static_cast<volatile Counters*>(counters_host)->mismatches;
+    const unsigned fresh = seen - reported_mismatches;
+    reported_mismatches = seen;
+    return fresh;
+  }
+
   // Calls that have finished on the device so far, replays of captured graphs included (read
   // without a sync: finish_call increments it in mapped host memory).
   std::uint64_t completed_calls() const override {
@@ -129,6 +139,8 @@ class CudaTagState final : public DeviceState {
   std::uint8_t* results = nullptr;        // W × chunk bits: every server's result
   float* server_scales = nullptr;         // W; [rank] is also the next call's b_prev
   float* saved_scales = nullptr;          // 2: [rank]'s scales before the call, for a revert
+  std::uint64_t* digests = nullptr;       // W: every rank's settings digest for this call
+  int* settings_differ = nullptr;         // 1 when they were not all alike
   double* sums = nullptr;                 // 2: worker, server
   int* verdict = nullptr;
   std::uint8_t* workspace = nullptr;
@@ -136,11 +148,13 @@ class CudaTagState final : public DeviceState {
   // ones (finish_call).
   struct Counters {
     unsigned failures;
+    unsigned mismatches;  // reverted because the ranks' settings differed
     unsigned long long completed;
   };
   Counters* counters_host = nullptr;
   Counters* counters_device = nullptr;
   unsigned reported_failures = 0;
+  unsigned reported_mismatches = 0;
   // The end of the tag's last call made outside capture: every later one waits for it on its own
   // stream (free on the same stream), so that two calls of one tag never share the scratch buffers
   // at once, whichever streams they come from — stream handles are no identity (0 is the legacy
@@ -208,23 +222,35 @@ CudaTagState& device_state_for(Tag& tag, const CudaAllreduceCall& call, int w, i
                " earlier call(s) had NaN or Inf in some rank's "
                "input: their results are non-finite on every rank and the error state was kept as before them");
   }
+  if (const unsigned mismatched = st.new_mismatches()) {
+    ONEBIT_LOG(WARN, "nccl preload: tag '", tag.name, "': ", mismatched,
+               " earlier call(s) found that the settings every rank must share for it (an optimizer's learning "
+               "rate, betas, eps, weight decay, step or stage; onebit_tag_set_step_settings) were not the same on "
+               "every rank: their results are non-finite on every rank and the error state was kept as before them. "
+               "This rank's settings now: ",
+               tag.settings_said(),
+               ". A learning-rate scheduler stepped on some ranks only, or skipped where GradScaler lowered its "
+               "scale, which is per rank?");
+  }
   return st;
 }
 
 // One call's steps, every one enqueued on the caller's stream (nothing waits on the host): a wait
-// for the tag's last call when it came from another stream, the scales saved for a revert, the worker pass, the bits to
-// their servers, the server pass, the results to everyone, the unpack, and the revert of a call whose scales are not
-// finite.
+// for the tag's last call when it came from another stream, the scales saved for a revert, the settings digest, the
+// worker pass, the bits (with scale and digest) to their servers, the settings compared, the server pass, the results
+// to everyone, the unpack, and the revert of a call whose scales are not finite.
 class CudaRound {
  public:
-  CudaRound(CudaTagState& st, const CudaAllreduceCall& call, int w, int me)
-      : st_(st), call_(call), g_(st.geometry), w_(w), me_(me), mine_(st.results + me * g_.chunk_bytes()) {}
+  CudaRound(Tag& tag, CudaTagState& st, const CudaAllreduceCall& call, int w, int me)
+      : tag_(tag), st_(st), call_(call), g_(st.geometry), w_(w), me_(me), mine_(st.results + me * g_.chunk_bytes()) {}
 
   std::uint64_t run() {
     after_last_call();
     save_scales();
+    store_digest();
     worker_pass();
     std::uint64_t sent = exchange_worker_bits();
+    poison_unless_settings_agree();
     server_pass();
     sent += exchange_results();
     unpack();
@@ -255,6 +281,11 @@ class CudaRound {
     copy_on_stream(st_.saved_scales + 1, st_.server_scales + me_, 4);
   }
 
+  // This call's settings digest (engine/tag_registry.h), which travels with the worker scale.
+  void store_digest() {
+    check_cuda(kernels::cuda::store_digest(st_.digests + me_, tag_.settings_digest(), call_.stream), "store_digest");
+  }
+
   // 1. Worker pass over the whole buffer; its scale lands in worker_scales[me].
   void worker_pass() {
     check_cuda(
@@ -273,7 +304,15 @@ class CudaRound {
         [&](int p) {
           return DeviceBytes{st_.received + p * g_.chunk_bytes(), kernels::packed_bytes(g_.length(me_))};
         },
-        st_.worker_scales);
+        st_.worker_scales, st_.digests);
+  }
+
+  // 2b. Ranks whose settings differ (an optimizer's lr on one rank only) make the call non-finite
+  // on every rank and change no state, as a NaN does; the host says why at the tag's next call.
+  void poison_unless_settings_agree() {
+    check_cuda(kernels::cuda::poison_unless_settings_agree(st_.digests, w_, st_.worker_scales, st_.settings_differ,
+                                                           call_.stream),
+               "poison_unless_settings_agree");
   }
 
   // 3. Server pass over this rank's chunk; its scale lands in server_scales[me].
@@ -319,7 +358,9 @@ class CudaRound {
                                              st_.worker_scales + me_,
                                              st_.server_scales + me_,
                                              st_.verdict,
-                                             &st_.counters_device->failures};
+                                             &st_.counters_device->failures,
+                                             st_.settings_differ,
+                                             &st_.counters_device->mismatches};
     check_cuda(kernels::cuda::revert_unless_finite(st_.worker_scales, st_.server_scales, w_, revert, call_.stream),
                "revert_unless_finite");
   }
@@ -334,6 +375,7 @@ class CudaRound {
     st_.has_last_call = true;
   }
 
+  Tag& tag_;
   CudaTagState& st_;
   const CudaAllreduceCall& call_;
   const ChunkGeometry& g_;
@@ -362,7 +404,7 @@ std::uint64_t cuda_compressed_allreduce(Tag& tag, const CudaAllreduceCall& call)
     }
     return 0;
   }
-  const std::uint64_t sent = CudaRound(device_state_for(tag, call, w, me), call, w, me).run();
+  const std::uint64_t sent = CudaRound(tag, device_state_for(tag, call, w, me), call, w, me).run();
   tag.bytes_sent += sent;
   return sent;
 }

@@ -153,6 +153,8 @@ struct RevertScales {
   float* server_scale;
   int* verdict;
   unsigned* failures;
+  const int* settings_differ;  // may be null
+  unsigned* mismatches;        // with settings_differ
 };
 
 // One thread: decides, and restores the two scales (which the copy kernel does not read).
@@ -163,7 +165,23 @@ __global__ void verdict_kernel(const float* worker_scales, const float* server_s
   if (!finite) {
     *r.worker_scale = r.saved_scales[0];
     *r.server_scale = r.saved_scales[1];
-    *r.failures += 1;  // mapped host memory; one thread, ordered on the stream: no atomic needed
+    // Mapped host memory; one thread, ordered on the stream: no atomic needed.
+    if (r.settings_differ != nullptr && *r.settings_differ != 0) {
+      *r.mismatches += 1;
+    } else {
+      *r.failures += 1;
+    }
+  }
+}
+
+__global__ void store_digest_kernel(std::uint64_t* slot, std::uint64_t digest) { *slot = digest; }
+
+__global__ void settings_kernel(const std::uint64_t* digests, int ranks, float* worker_scales, int* differ) {
+  bool same = true;
+  for (int p = 1; p < ranks; ++p) same = same && digests[p] == digests[0];
+  *differ = same ? 0 : 1;
+  if (!same) {
+    for (int p = 0; p < ranks; ++p) worker_scales[p] = nanf("");
   }
 }
 
@@ -222,18 +240,29 @@ cudaError_t launch_server(const std::uint8_t* const* bits, const float* scales, 
 
 cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
                                  const Revert& revert, cudaStream_t stream) {
-  const RevertScales scales{revert.saved_scales, revert.worker_scale, revert.server_scale, revert.verdict,
-                            revert.failures};
+  const RevertScales scales{
+      revert.saved_scales, revert.worker_scale, revert.server_scale, revert.verdict, revert.failures, nullptr, nullptr};
   return launch_revert(worker_scales, server_scales, ranks, scales, FixedPair{revert.e_prev, revert.e_next}, revert.n,
                        FixedPair{revert.s_prev, revert.s_next}, revert.server_n, stream);
 }
 
 cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
                                  const ParityRevert& revert, cudaStream_t stream) {
-  const RevertScales scales{revert.saved_scales, revert.worker_scale, revert.server_scale, revert.verdict,
-                            revert.failures};
+  const RevertScales scales{revert.saved_scales, revert.worker_scale,    revert.server_scale, revert.verdict,
+                            revert.failures,     revert.settings_differ, revert.mismatches};
   return launch_revert(worker_scales, server_scales, ranks, scales, ParityPair{revert.worker}, revert.n,
                        ParityPair{revert.server}, revert.server_n, stream);
+}
+
+cudaError_t store_digest(std::uint64_t* slot, std::uint64_t digest, cudaStream_t stream) {
+  store_digest_kernel<<<1, 1, 0, stream>>>(slot, digest);
+  return cudaGetLastError();
+}
+
+cudaError_t poison_unless_settings_agree(const std::uint64_t* digests, int ranks, float* worker_scales, int* differ,
+                                         cudaStream_t stream) {
+  settings_kernel<<<1, 1, 0, stream>>>(digests, ranks, worker_scales, differ);
+  return cudaGetLastError();
 }
 
 cudaError_t finish_call(int* parity, unsigned long long* completed, cudaStream_t stream) {

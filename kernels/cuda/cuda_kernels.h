@@ -78,6 +78,20 @@ struct Revert {
   unsigned* failures;   // incremented on every revert (mapped host memory, read by the host later)
 };
 
+// The settings digest of this rank's call (what onebit_tag_set_step_settings last set; 0: none)
+// into *slot, on the stream. A kernel argument, not a copy from host memory: a later call's digest
+// cannot overtake it, and a captured graph keeps the digest of the call it captured.
+cudaError_t store_digest(std::uint64_t* slot, std::uint64_t digest, cudaStream_t stream);
+
+// After the worker exchange, before the server pass (one thread): whether every rank's digest
+// (`ranks` of them, each rank's own from store_digest, exchanged with the scales) is rank 0's. When
+// one is not, *differ = 1 and every worker scale becomes NaN: the server pass, the results and the
+// output are then non-finite on every rank alike — every rank holds every digest —, and
+// revert_unless_finite keeps the state and counts the call as a mismatch, not a failure. Else
+// *differ = 0.
+cudaError_t poison_unless_settings_agree(const std::uint64_t* digests, int ranks, float* worker_scales, int* differ,
+                                         cudaStream_t stream);
+
 // docs/algorithm.md's non-finite rule on the device, where the host cannot look without a sync: after a
 // call's unpack, if any of the `ranks` worker scales or server scales (device arrays) is NaN or Inf —
 // some rank's input held one, and every rank sees the same scales — the call must change no state:
@@ -99,6 +113,8 @@ struct ParityRevert {
   float* server_scale;
   int* verdict;
   unsigned* failures;
+  const int* settings_differ = nullptr;  // poison_unless_settings_agree's verdict, or none
+  unsigned* mismatches = nullptr;        // counts the reverts it caused instead of `failures`
 };
 cudaError_t revert_unless_finite(const float* worker_scales, const float* server_scales, int ranks,
                                  const ParityRevert& revert, cudaStream_t stream);

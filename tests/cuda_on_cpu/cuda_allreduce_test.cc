@@ -162,6 +162,49 @@ TEST(CudaAllreduceOnStandIns, ACallWithANaNIsNonFiniteEverywhereAndKeepsTheState
   }
 }
 
+// Ranks whose settings differ for one call (one rank's learning rate stepped alone): that call's
+// output is non-finite on every rank and no state changes — the calls after it are the oracle's
+// that never saw it, bit for bit — and each rank's next call says why, naming its own settings,
+// not a NaN. The digests travel with the worker scales (the CPU engine's travel in its heads).
+TEST(CudaAllreduceOnStandIns, RanksWhoseSettingsDifferGetANonFiniteCallAndKeepTheState) {
+  constexpr int kWorld = 3, kSteps = 4, kDriftStep = 2;
+  constexpr std::size_t kN = 1000;
+  const auto x = inputs(kSteps, kWorld, kN, Dtype::kFloat32);
+  const testing::StandInWorld comms(kWorld);
+  std::vector<std::vector<std::vector<float>>> got(kSteps, std::vector<std::vector<float>>(kWorld));
+  ::testing::internal::CaptureStderr();
+  each_rank(kWorld, [&](int r) {
+    RankCalls rank("momentum", comms[r], 1, kN, Dtype::kFloat32, false);
+    for (int s = 0; s < kSteps; ++s) {
+      const bool drifted = s == kDriftStep && r == 1;
+      rank.tag.settings = drifted ? 0xD1F7 : 0x1000 + s;
+      rank.tag.settings_text = drifted ? "lr 0.002 (rank 1)" : "lr 0.001";
+      got[s][r] = rank.call(x[s][r], false);
+    }
+  });
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  testing::Float32Oracle oracle(kWorld, kN);  // never sees the drifted call
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == kDriftStep) {
+      for (int r = 0; r < kWorld; ++r) {
+        for (float v : got[s][r]) ASSERT_FALSE(std::isfinite(v)) << "rank " << r;
+      }
+      continue;
+    }
+    const auto expected = bits_of(oracle.step(x[s], false));
+    for (int r = 0; r < kWorld; ++r) ASSERT_EQ(bits_of(got[s][r]), expected) << "call " << s << ", rank " << r;
+  }
+  std::size_t said = 0;
+  for (std::size_t at = log.find("1 earlier call(s) found that the settings every rank must share");
+       at != std::string::npos;
+       at = log.find("1 earlier call(s) found that the settings every rank must share", at + 1)) {
+    ++said;
+  }
+  EXPECT_EQ(said, static_cast<std::size_t>(kWorld)) << log;
+  EXPECT_NE(log.find("This rank's settings now: lr 0.001"), std::string::npos) << log;
+  EXPECT_EQ(log.find("NaN or Inf"), std::string::npos) << log;
+}
+
 TEST(CudaAllreduceOnStandIns, ASavedStateLoadedIntoNewTagsContinuesAsIfNeverStopped) {
   constexpr int kWorld = 3, kSteps = 4, kSaveAfter = 2;
   constexpr std::size_t kN = 1001;

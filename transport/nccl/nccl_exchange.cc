@@ -7,7 +7,8 @@ namespace onebit::transport::nccl {
 
 std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int rank, int size,
                                        const std::function<DeviceBytes(int)>& out,
-                                       const std::function<DeviceBytes(int)>& in, float* scales) {
+                                       const std::function<DeviceBytes(int)>& in, float* scales,
+                                       std::uint64_t* digests) {
   const NcclApi& api = nccl_api();
   std::uint64_t sent = 0;
   check_nccl(api.group_start(), "pncclGroupStart");
@@ -20,6 +21,11 @@ std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int
       check_nccl(api.send(scales + rank, 1, ncclFloat32, p, comm, stream), "pncclSend (scale)");
       check_nccl(api.recv(scales + p, 1, ncclFloat32, p, comm, stream), "pncclRecv (scale)");
       sent += o.size + sizeof(float);
+      if (digests != nullptr) {
+        check_nccl(api.send(digests + rank, 8, ncclUint8, p, comm, stream), "pncclSend (settings digest)");
+        check_nccl(api.recv(digests + p, 8, ncclUint8, p, comm, stream), "pncclRecv (settings digest)");
+        sent += 8;
+      }
     }
   } catch (...) {
     api.group_end();  // close the group this call opened; the first error is the one reported

@@ -19,9 +19,11 @@ struct DeviceBytes {
 };
 
 // One NCCL group on `stream` in which this rank swaps with every other rank p: out(p) for in(p),
-// then its own scale scales[rank] for p's scales[p] (device floats). Returns the bytes it sends.
+// then its own scale scales[rank] for p's scales[p] (device floats), and, with `digests`, its own
+// digests[rank] for p's digests[p] (device, 8 bytes each). Returns the bytes it sends.
 std::uint64_t exchange_with_every_peer(ncclComm_t comm, cudaStream_t stream, int rank, int size,
                                        const std::function<DeviceBytes(int)>& out,
-                                       const std::function<DeviceBytes(int)>& in, float* scales);
+                                       const std::function<DeviceBytes(int)>& in, float* scales,
+                                       std::uint64_t* digests = nullptr);
 
 }  // namespace onebit::transport::nccl
