@@ -200,8 +200,10 @@ ONEBIT_API onebit_result_t onebit_tag_stats(const char* name, uint64_t* calls, u
  * may carry text, e.g. "stage: compression since step 20", with value 0). Their digest travels in
  * each call's worker messages, at no extra message: when the ranks' digests differ the call fails
  * on every rank with ONEBIT_MISMATCH naming the first rank that differs and, on each rank, its own
- * values, with no buffer or error state changed. A tag with none set (count 0) is not compared,
- * nor is a call of the NCCL door's device path. The settings stay until set again. */
+ * values, with no buffer or error state changed. On the NCCL door's device path, whose calls are
+ * queued on a stream and cannot fail afterwards, a difference makes the call's output non-finite
+ * on every rank instead, the error state kept, and the tag's next call logs why. Ranks that all set
+ * none (count 0) agree. The settings stay until set again. */
 ONEBIT_API onebit_result_t onebit_tag_set_step_settings(const char* name, const char* const* keys, const double* values,
                                                         size_t count);
 

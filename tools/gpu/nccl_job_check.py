@@ -7,6 +7,8 @@ network), with libonebit-nccl-preload.so preloaded. Checks, each naming what fai
     float32, float16 and bfloat16;
   - a NaN in one rank's input makes that call's result non-finite on both ranks and leaves the
     error state as it was: the next call equals the reference that never saw the NaN call;
+  - settings that differ on one rank (onebit_tag_set_step_settings) make that call non-finite on
+    both ranks and leave the error state as it was, as the NaN does;
   - untag + re-tag of the name with fewer elements starts from fresh state (the reference anew);
   - a tagged all_reduce captured once in a CUDA graph and replayed 3 times: every replay equals the
     reference's next call (the error feedback builds from replay to replay), and the tag's calls
@@ -108,6 +110,41 @@ def graph_replays(rank):
     return 2  # compressed calls the door saw: the first, and the captured one
 
 
+def set_settings(name, lr):
+    import ctypes
+    import onebit
+    keys = (ctypes.c_char_p * 1)(b"lr")
+    values = (ctypes.c_double * 1)(lr)
+    if onebit._library().onebit_tag_set_step_settings(name.encode(), keys, values, 1) != 0:
+        raise RuntimeError("onebit_tag_set_step_settings failed")
+
+
+def settings_drift(rank):
+    """Rank 1's lr differs at the second call: that call is non-finite on both ranks and changes no
+    state (the third call is the reference's second), as a NaN input's does."""
+    import torch
+    import torch.distributed as dist
+    import onebit
+    from reference import Reference, inputs_of, mismatches
+    reference = Reference(2, N)
+    set_settings("drift", 0.001)
+    t = tagged_calls(rank, "drift", N, torch.float32, 1e-4, reference, 1)
+    set_settings("drift", 0.002 if rank == 1 else 0.001)
+    t.copy_(inputs_of("drift", N, rank, 1))
+    dist.all_reduce(t)
+    if torch.isfinite(t).any():
+        fail(rank, "ranks whose settings differ got a finite result")
+    set_settings("drift", 0.001)
+    t.copy_(inputs_of("drift", N, rank, 2))
+    dist.all_reduce(t)
+    want = reference.step([inputs_of("drift", N, r, 2) for r in range(2)])
+    bad = mismatches(t, want, 1e-4)
+    if bad > N // 10000 + 1:
+        fail(rank, f"after the call whose settings differed the error state was not the one before it ({bad} off)")
+    onebit.untag(t)
+    return 3
+
+
 def rank_main(rank, store):
     import torch
     import torch.distributed as dist
@@ -141,6 +178,8 @@ def rank_main(rank, store):
         fail(rank, f"after the NaN call the error state was not the one before it ({bad} elements off)")
     onebit.untag(t)
     compressed += 3
+    check(rank, "settings that differ on rank 1")
+    compressed += settings_drift(rank)
     # Re-tag the name with fewer elements: fresh state, nothing of the old one.
     check(rank, "a re-tagged name")
     t = tagged_calls(rank, "retag", N, torch.float32, 1e-4, Reference(2, N), 2)
