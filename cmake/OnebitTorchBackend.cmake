@@ -28,7 +28,8 @@ set(ONEBIT_C10D_FILES ${ONEBIT_C10D_DIR}/onebit_c10d.so ${ONEBIT_C10D_DIR}/onebi
 add_custom_command(OUTPUT ${ONEBIT_C10D_FILES}
   COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${PROJECT_SOURCE_DIR}/python
           ${ONEBIT_TORCH_PYTHON} -W ignore -c "from onebit import _native; _native.build_into('${ONEBIT_C10D_DIR}')"
-  DEPENDS python/onebit/csrc/c10d_backend.cc include/onebit/onebit.h python/onebit/_native.py
+  DEPENDS python/onebit/csrc/c10d_backend.cc include/onebit/onebit.h include/onebit/onebit_types.h
+          python/onebit/_native.py
   COMMENT "Building the native c10d backend against torch ${ONEBIT_TORCH_VERSION}"
   VERBATIM)
 add_custom_target(onebit_c10d ALL DEPENDS ${ONEBIT_C10D_FILES})

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 
 namespace onebit {
 

@@ -19,7 +19,7 @@
 #include "common/aligned_buffer.h"
 #include "engine/tag_registry.h"
 #include "kernels/cpu/cpu_kernels.h"
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 #include "transport/transport.h"
 
 namespace onebit {

@@ -11,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "onebit/onebit.h"
-
 namespace onebit::optim {
 
 // Where the ranks are compared, which decides the hint their disagreement ends with.

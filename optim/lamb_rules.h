@@ -8,7 +8,7 @@
 
 #include <cstddef>
 
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 #include "optim/adam_elementwise.h"
 #include "optim/tiled_sums.h"
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 #include "optim/lamb_rules.h"
 
 namespace onebit::optim::lamb {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 
 namespace onebit::optim {
 

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 
 namespace onebit::optim::zero_one_adam {
 

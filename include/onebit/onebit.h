@@ -4,12 +4,21 @@
  * The C ABI. Every call returns an onebit_result_t; on failure the calling thread's
  * onebit_last_error() names the problem (rank, tag, sizes). No call throws, and a failed call
  * leaves the caller's buffers and the error-feedback state as they were.
+ *
+ * The plain types the calls take (result codes, element types, the communicator handle and its
+ * counters, the optimizers' settings and states) are in onebit_types.h, included here; the rules
+ * they follow are written out here, above the calls. onebit_config_t, which only the doors read,
+ * is here beside its call.
  */
 #ifndef ONEBIT_ONEBIT_H_
 #define ONEBIT_ONEBIT_H_
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* Quoted, beside this file: found both installed (include/onebit/) and where the torch backend's
+ * sources ship the two headers side by side (python/onebit/csrc/). */
+#include "onebit_types.h"
 
 #if defined(_WIN32)
 #define ONEBIT_API
@@ -26,46 +35,6 @@ extern "C" {
 #define ONEBIT_VERSION_PATCH 0
 /* 100 * 100 * major + 100 * minor + patch, like NCCL_VERSION_CODE. */
 #define ONEBIT_VERSION_CODE (ONEBIT_VERSION_MAJOR * 10000 + ONEBIT_VERSION_MINOR * 100 + ONEBIT_VERSION_PATCH)
-
-typedef enum {
-  ONEBIT_SUCCESS = 0,
-  ONEBIT_INVALID_ARGUMENT = 1, /* the caller passed something wrong (null, bad dtype, size) */
-  ONEBIT_SYSTEM_ERROR = 2,     /* the OS said no: socket, bind, memory */
-  ONEBIT_TIMEOUT = 3,          /* a peer did not answer within ONEBIT_TIMEOUT_MS */
-  ONEBIT_REMOTE_ERROR = 4,     /* a peer closed the connection or reported a failure */
-  ONEBIT_MISMATCH = 5,         /* ranks disagree: tag, element count, dtype, op or call order */
-  ONEBIT_NUMERIC_ERROR = 6,    /* a scale came out NaN or Inf: the input holds NaN/Inf */
-  ONEBIT_INTERNAL_ERROR = 7,   /* a bug in onebit; please report it with the log */
-  ONEBIT_UNSUPPORTED = 8,      /* not here: the library was built without what the call needs (CUDA), or
-                                  a call that synchronizes was made on a stream capturing a CUDA graph */
-  ONEBIT_RESULT_ENUM_MAX_ = 0x7fffffff
-} onebit_result_t;
-
-/* The *_ENUM_MAX_ members keep each enum int-sized and make every int a valid value of it in C++,
- * so a library compiled as C++ can check a caller's out-of-range value instead of meeting
- * undefined behaviour. They are not values to pass. */
-typedef enum {
-  ONEBIT_FLOAT32 = 0,
-  ONEBIT_FLOAT16 = 1,
-  ONEBIT_BFLOAT16 = 2,
-  ONEBIT_DTYPE_ENUM_MAX_ = 0x7fffffff
-} onebit_dtype_t;
-
-/* SUM: the sum over ranks. AVG: the average. A compressed call returns W x its average for SUM. */
-typedef enum { ONEBIT_SUM = 0, ONEBIT_AVG = 1, ONEBIT_OP_ENUM_MAX_ = 0x7fffffff } onebit_op_t;
-
-/* A communicator: W ranks joined over onebit's TCP transport. */
-typedef struct onebit_comm* onebit_comm_t;
-
-/* Counters of one communicator since it was created. Bytes count payload and message headers. */
-typedef struct {
-  uint64_t compressed_calls;     /* allreduces of tagged buffers */
-  uint64_t full_precision_calls; /* allreduces of untagged buffers (exact ring) */
-  uint64_t bytes_sent;
-  uint64_t bytes_received;
-  uint64_t compressed_bytes_sent;     /* payload sent by compressed calls */
-  uint64_t full_precision_bytes_sent; /* payload sent by ring calls */
-} onebit_stats_t;
 
 /* The library's version code (ONEBIT_VERSION_CODE of the build that is loaded). */
 ONEBIT_API int onebit_version(void);
@@ -242,11 +211,8 @@ ONEBIT_API onebit_result_t onebit_allreduce(onebit_comm_t comm, void* buf, size_
  * Step t (0-based) < freeze_step: warmup, full-precision Adam on the gradient averaged over ranks
  * (onebit_adam_warmup_step). From freeze_step on: onebit_adam_momentum_step with the local
  * gradient, then the caller allreduces the momentum (tagged: compressed) and averages it, then
- * onebit_adam_apply_step with the frozen variance. No bias correction; decoupled weight decay. */
-typedef struct {
-  float lr, beta1, beta2, eps, weight_decay;
-  int64_t freeze_step;
-} onebit_adam_config_t;
+ * onebit_adam_apply_step with the frozen variance. No bias correction; decoupled weight decay.
+ * The settings: onebit_adam_config_t (onebit_types.h). */
 
 /* The freeze step to use: ONEBIT_FREEZE_STEP when it is set (>= 0), else `requested`. Every shim
  * asks here, so the variable tunes an existing script, Python or C++, without edits. */
@@ -314,12 +280,8 @@ ONEBIT_API onebit_result_t onebit_dormant_count(const float* v, size_t count, fl
  * shim, C++ and Python — and ends the warmup after the first measurement whose largest change is
  * < threshold, or after step max_step - 1 when max_step > 0. The compression stage starts at the
  * next step. (The largest, not the average: the warmup ends only once every rank's variance has
- * settled; docs/design/optimizer-rules.md, "Automatic freeze".) */
-typedef struct {
-  int64_t window;   /* >= 1 */
-  double threshold; /* > 0 */
-  int64_t max_step; /* 0: no limit */
-} onebit_adam_auto_freeze_t;
+ * settled; docs/design/optimizer-rules.md, "Automatic freeze".) The settings:
+ * onebit_adam_auto_freeze_t (onebit_types.h). */
 
 /* 1 if the shim measures after warmup step `step`, 0 if not; -1 (and last error) for a bad config. */
 ONEBIT_API int onebit_adam_auto_freeze_measures(const onebit_adam_auto_freeze_t* config, int64_t step);
@@ -384,8 +346,8 @@ ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t ste
  * values, row r rank r's, each value named by `fields`) is alike; else "<who>: the ranks disagree on
  * <field>: rank 0 has X, rank 1 has Y; every rank must be given the same value (<hint>)" for the
  * first field that differs (INT64_MAX said "auto (undecided)"), which a shim raises as
- * ONEBIT_MISMATCH; `at` picks the hint: a disagreement met when the optimizers are made, or when a
- * checkpoint is loaded.
+ * ONEBIT_MISMATCH; `at` (onebit_agreed_at_t) picks the hint: a disagreement met when the optimizers
+ * are made, or when a checkpoint is loaded.
  * onebit_resume_refusal: whether a checkpoint saved after `step` steps can go on under this
  * optimizer's schedule: `count` settings named by `names`, as saved (INT64_MIN: not recorded,
  * taken as this optimizer's) and this optimizer's (`mine`). Setting 0 is the freeze step, which may
@@ -393,11 +355,6 @@ ONEBIT_API onebit_result_t onebit_step_failure_text(const char* who, int64_t ste
  * `freeze_inclusive`: 0/1 Adam's var_freeze_step is the last step of its variance stage); every
  * other must be the same. The text names each setting that cannot go on (docs/usage/restarting.md,
  * "Restarting a job"); a shim raises it as ONEBIT_INVALID_ARGUMENT. */
-typedef enum {
-  ONEBIT_AGREED_AT_CONSTRUCTION = 0,
-  ONEBIT_AGREED_AT_CHECKPOINT_LOAD = 1,
-  ONEBIT_AGREED_AT_ENUM_MAX_ = 0x7fffffff
-} onebit_agreed_at_t;
 ONEBIT_API onebit_result_t onebit_ranks_disagreement(const char* who, const char* const* fields, size_t field_count,
                                                      const int64_t* table, size_t ranks, onebit_agreed_at_t at,
                                                      char* text, size_t text_size, size_t* length);
@@ -423,30 +380,8 @@ ONEBIT_API onebit_result_t onebit_resume_refusal(int64_t step, const char* const
  *   local_step_interval doubles, up to local_step_clipper.
  * When the local-step stage begins the compressed buffer's error feedback restarts from zero (it
  * then compresses u, not gradients), u and lrs are 0, and p_sync is set to p. No bias correction; decoupled weight
- * decay; every step ends with onebit_zero_one_adam_advance. */
-typedef struct {
-  float lr, beta1, beta2, eps, weight_decay;
-  int64_t var_freeze_step;    /* DeepSpeed's default 100000 */
-  int64_t var_update_scaler;  /* 16 */
-  int64_t local_step_scaler;  /* 32678 */
-  int64_t local_step_clipper; /* 16 */
-} onebit_zero_one_adam_config_t;
-
-/* The schedule's counters: the same on every rank; a checkpoint keeps them. */
-typedef struct {
-  int64_t step; /* the next step, t */
-  int64_t var_interval, var_counter;
-  int64_t local_step_interval, local_step_counter;
-} onebit_zero_one_adam_schedule_t;
-
-typedef enum {
-  ONEBIT_ZERO_ONE_ADAM_VARIANCE_STEP = 0,   /* exact gradient average; gradient_step(update_variance = 1) */
-  ONEBIT_ZERO_ONE_ADAM_COMPRESSED_STEP = 1, /* compressed gradient average; gradient_step(update_variance = 0) */
-  ONEBIT_ZERO_ONE_ADAM_LOCAL_STEP = 2,      /* local_step; no communication */
-  ONEBIT_ZERO_ONE_ADAM_SYNC_STEP = 3,       /* local_step, sync_begin, compressed average of u, sync_end */
-  ONEBIT_ZERO_ONE_ADAM_STEP_ENUM_MAX_ = 0x7fffffff
-} onebit_zero_one_adam_step_t;
-
+ * decay; every step ends with onebit_zero_one_adam_advance. The settings, the schedule's counters and
+ * the kinds of step: onebit_zero_one_adam_config_t, _schedule_t, _step_t (onebit_types.h). */
 /* The schedule before step 0: step 0, intervals 1, counters 0. */
 ONEBIT_API onebit_result_t onebit_zero_one_adam_schedule_init(onebit_zero_one_adam_schedule_t* schedule);
 /* What step schedule->step is. */
@@ -518,24 +453,8 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_end_device(const onebit_zer
  *   max((sqrt(v)+eps) / (sqrt(v_fresh)+eps)) over the layer's elements that are not dormant (1 if
  *   all are), kept within [factor_min, factor_max] and within factor_threshold of the last step's.
  *   Norms and coefficients are fp64 (sums in a fixed tiled order, optim/tiled_sums.h); arrays fp32.
- * docs/design/optimizer-rules.md ("1-bit LAMB") writes out every operation. */
-typedef struct {
-  float lr, beta1, beta2, eps, weight_decay;
-  int64_t freeze_step;           /* DeepSpeed's default 100000 */
-  double max_coeff, min_coeff;   /* 10.0, 0.01 */
-  double coeff_beta;             /* 0.9 */
-  double factor_max, factor_min; /* 4.0, 0.5 */
-  double factor_threshold;       /* 0.1 */
-} onebit_lamb_config_t;
-
-/* A layer's scalars: the same on every rank; a checkpoint keeps them. */
-typedef struct {
-  double coeff_freeze;  /* lamb_coeff_freeze: 0 at the start */
-  double last_factor;   /* 1 at the start */
-  double scaling_coeff; /* 0 until the first compression step sets it */
-  double lamb_coeff;    /* the coefficient of the layer's last step (to log) */
-} onebit_lamb_layer_t;
-
+ * docs/design/optimizer-rules.md ("1-bit LAMB") writes out every operation. The settings and a
+ * layer's scalars: onebit_lamb_config_t, onebit_lamb_layer_t (onebit_types.h). */
 ONEBIT_API onebit_result_t onebit_lamb_layer_init(onebit_lamb_layer_t* layer);
 /* 1 if step t is in the compression stage, 0 if in warmup; -1 (and last error) for a bad config. */
 ONEBIT_API int onebit_lamb_compressing(const onebit_lamb_config_t* config, int64_t step);

@@ -1,5 +1,6 @@
-"""onebit's C ABI as ctypes sees it: every struct of include/onebit/onebit.h and preload.h, and the
-prototype (restype, argtypes) of every ONEBIT_API function, declared here once.
+"""onebit's C ABI as ctypes sees it: every struct of include/onebit/onebit.h (with the onebit_types.h
+it includes) and preload.h, and the prototype (restype, argtypes) of every ONEBIT_API function,
+declared here once.
 
 The headers are the truth; tests/python/capi_check.py parses them and fails when a function, a
 struct or a field here disagrees (ctest python.capi). Imports nothing but ctypes, so the check

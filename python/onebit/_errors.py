@@ -5,7 +5,7 @@ __all__ = ["OnebitError"]
 
 class OnebitError(RuntimeError):
     """A call into onebit's C library failed. ``code`` is the call's onebit_result_t
-    (include/onebit/onebit.h; the class constants below name them), ``str(error)`` the library's
+    (include/onebit/onebit_types.h; the class constants below name them), ``str(error)`` the library's
     message for it (onebit_last_error). A RuntimeError, so code that catches RuntimeError — as
     torch.distributed's own errors are — catches it too.
 

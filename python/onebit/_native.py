@@ -72,9 +72,10 @@ def _defines(torch):
 
 
 def _source_digest():
-    """The digest of what the module is compiled from: the backend's source and onebit.h."""
+    """The digest of what the module is compiled from: the backend's source and the C ABI's headers it
+    includes (onebit.h and the onebit_types.h that onebit.h includes)."""
     digest = hashlib.sha256()
-    for name in ("c10d_backend.cc", "onebit.h"):
+    for name in ("c10d_backend.cc", "onebit.h", "onebit_types.h"):
         with open(os.path.join(_CSRC, name), "rb") as f:
             digest.update(f.read())
     return digest.hexdigest()

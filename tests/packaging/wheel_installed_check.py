@@ -4,8 +4,8 @@
      build tree) is built with `pip wheel . --no-build-isolation` by the pip-torch venv's Python
      (tools/pip-torch.sh gives it scikit-build-core); the wheel must be py3-none-linux, hold each
      library once (no SONAME symlink copies), never libonebit-preload.so, and depend on no torch;
-     it holds the native c10d backend built against the venv's torch, with its record, its source
-     and onebit.h (for another torch), and the torch.distributed.backends entry point;
+     it holds the native c10d backend built against the venv's torch, with its record, its source,
+     onebit.h and onebit_types.h (for another torch), and the torch.distributed.backends entry point;
   2. a fresh venv sees PyPI's torch through a .pth file naming the pip-torch venv's site-packages (no
      second download) and gets the wheel with `pip install --no-deps`;
   3. from an empty working directory, with PYTHONPATH, LD_LIBRARY_PATH, LD_PRELOAD, ONEBIT_LIBRARY
@@ -135,7 +135,8 @@ def check_wheel_shape(wheel):
         fail("the wheel carries tests or tools")
     if "onebit = onebit.backend:register_backend" not in entry_points.split("[torch.distributed.backends]")[-1]:
         fail(f"no torch.distributed.backends entry point for onebit in entry_points.txt:\n{entry_points}")
-    for source in ("onebit/csrc/c10d_backend.cc", "onebit/csrc/onebit.h", "onebit/lib/onebit_c10d.json"):
+    for source in ("onebit/csrc/c10d_backend.cc", "onebit/csrc/onebit.h", "onebit/csrc/onebit_types.h",
+                   "onebit/lib/onebit_c10d.json"):
         if source not in names:
             fail(f"no {source} in the wheel: the native c10d backend could not be checked or built for another torch")
     if "onebit/py.typed" not in names:

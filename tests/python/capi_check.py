@@ -1,5 +1,5 @@
 """python/onebit/_capi.py against the C headers: the ctypes declarations of the shim must say what
-include/onebit/onebit.h and preload.h say.
+include/onebit/onebit.h, the onebit_types.h it includes, and preload.h say.
 
     capi_check.py SOURCE_DIR [LIBRARY]
 
@@ -10,7 +10,8 @@ with the same field names in the same order and matching types. Then it checks t
 of a few deliberately wrong declarations (an argument dropped, a result widened, a field renamed,
 a function missing, a struct pointer passed as a scalar) must be reported. With LIBRARY (a built
 libonebit.so), _capi.declare() runs on it, every declared function must be there, and two calls
-through the declarations return what the header promises.
+through the declarations return what the header promises. onebit_types.h, the types the library's
+core may use, must declare no function.
 
 Needs neither torch nor a build: /usr/bin/python3 and the source tree. Exit 0 on success, 1 with
 the problems listed.
@@ -188,11 +189,14 @@ def main():
     spec = importlib.util.spec_from_file_location("onebit_capi", os.path.join(source, "python", "onebit", "_capi.py"))
     capi = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(capi)
-    headers = parse_headers([os.path.join(source, "include", "onebit", name) for name in ("onebit.h", "preload.h")])
+    names = ("onebit_types.h", "onebit.h", "preload.h")
+    headers = parse_headers([os.path.join(source, "include", "onebit", name) for name in names])
     if len(headers[0]) < 40 or len(headers[1]) < 9:  # the parser found what the headers hold
         print(f"FAIL: parsed only {len(headers[0])} functions and {len(headers[1])} structs from the headers")
         return 1
-    problems = check(capi, headers)
+    types_only = parse_headers([os.path.join(source, "include", "onebit", "onebit_types.h")])
+    problems = [f"onebit_types.h declares {name}: it holds types only" for name in sorted(types_only[0])]
+    problems += check(capi, headers)
     problems += [f"the check missed: {what}" for what in check_the_check(capi, headers)]
     if len(sys.argv) == 3:
         problems += check_library(capi, sys.argv[2], headers)

@@ -2,15 +2,17 @@
 its own layer, never up (docs/design/layers.md, "Layers and folders"):
 
     4  include/onebit/*.hpp      the C++ shims, over the C ABI alone
-    3  plugin/capi, plugin/preload, plugin/nccl_net    the front doors (one layer: the doors share
+    3  include/onebit/onebit.h, preload.h              the C ABI's calls, which the doors implement
+       plugin/capi, plugin/preload, plugin/nccl_net    the front doors (one layer: the doors share
                                  the ABI guards of plugin/capi)
     2  engine | optim                                  the engine; the optimizer core
     1  kernels | transport                             the movers
     0  common                                          below everything
 
-Folders side by side in one layer (`|`) do not include each other. The C ABI's own headers
-(include/onebit/onebit.h, preload.h: plain C types and result codes) are the vocabulary every layer
-may use. tools/, tests/ and python/ stand outside and may include anything.
+Folders side by side in one layer (`|`) do not include each other. One header is the vocabulary
+every layer may use: include/onebit/onebit_types.h, the C ABI's plain types and result codes, which
+itself includes nothing of onebit's. A core file that includes onebit.h for a type is reported
+(onebit.h is the doors' layer). tools/, tests/ and python/ stand outside and may include anything.
 
     python3 tests/scripts/check_layers.py SOURCE_DIR                 # exit 1 naming each upward include
     python3 tests/scripts/check_layers.py SOURCE_DIR --plant FILE HEADER
@@ -20,37 +22,41 @@ import os
 import re
 import sys
 
-LAYERS = [  # (folder prefix, layer, side)
+LAYERS = [  # (folder prefix, or a file's exact path, layer, side): the first that matches
+    ("include/onebit/onebit.h", 3, "doors"), ("include/onebit/preload.h", 3, "doors"),
     ("include/onebit/", 4, "shims"),
     ("plugin/capi/", 3, "doors"), ("plugin/preload/", 3, "doors"), ("plugin/nccl_net/", 3, "doors"),
     ("engine/", 2, "engine"), ("optim/", 2, "optim"),
     ("kernels/", 1, "kernels"), ("transport/", 1, "transport"),
     ("common/", 0, "common"),
 ]
-VOCABULARY = {"include/onebit/onebit.h", "include/onebit/preload.h"}
+VOCABULARY = {"include/onebit/onebit_types.h"}
 SOURCES = (".h", ".hpp", ".cc", ".cu", ".cuh")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def layer_of(path):
     for prefix, layer, side in LAYERS:
-        if path.startswith(prefix):
+        if path == prefix or (prefix.endswith("/") and path.startswith(prefix)):
             return layer, side
     return None
 
 
-def resolve(root, header):
-    """A quoted include as a path from the root: the include directories are the root and include/."""
-    for candidate in (header, os.path.join("include", header)):
+def resolve(root, path, header):
+    """A quoted include of `path` as a path from the root: the including file's folder first (as the
+    compiler searches it), then the include directories, the root and include/."""
+    for candidate in (os.path.join(os.path.dirname(path), header), header, os.path.join("include", header)):
         if os.path.exists(os.path.join(root, candidate)):
-            return candidate
+            return os.path.normpath(candidate)
     return None
 
 
 def upward(root, path, header):
     """Why `path` including `header` breaks the layers, or None."""
-    target = resolve(root, header)
+    target = resolve(root, path, header)
     here = layer_of(path)
+    if path in VOCABULARY and target is not None:
+        return f"{path}, the vocabulary every layer may include, includes {target}: it must stand alone"
     if target is None or here is None or target in VOCABULARY:
         return None
     there = layer_of(target)
@@ -71,6 +77,8 @@ def main():
     planted = (sys.argv[3], sys.argv[4]) if len(sys.argv) == 5 else None
     problems, files = [], 0
     for prefix, _, _ in LAYERS:
+        if not prefix.endswith("/"):
+            continue  # a file of a folder walked below
         for folder, _, names in os.walk(os.path.join(root, prefix)):
             for name in sorted(names):
                 if not name.endswith(SOURCES):

@@ -15,6 +15,7 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work
 
 libdir=$(cd "$prefix" && ls -d lib* | head -n 1)
 for f in "$libdir/libonebit.so" "$libdir/libnccl-net-onebit.so" bin/onebit-info include/onebit/onebit.h \
+         include/onebit/onebit_types.h \
          "$libdir/cmake/onebit/onebitConfig.cmake" "$libdir/cmake/onebit/onebitConfigVersion.cmake" \
          "$libdir/pkgconfig/onebit.pc"; do
   [ -e "$prefix/$f" ] || { echo "FAIL: cmake --install left no $f in the prefix"; find "$prefix"; exit 1; }

@@ -29,7 +29,7 @@
 
 #include "common/crypto.h"
 #include "common/siphash.h"
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 #include "transport/tcp/root_listener.h"
 #include "transport/tcp/socket.h"
 #include "transport/wire.h"

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "onebit/onebit.h"
+#include "onebit/onebit_types.h"
 
 namespace onebit::transport::tcp {
 

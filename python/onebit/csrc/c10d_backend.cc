@@ -54,7 +54,7 @@
 #include <utility>
 #include <vector>
 
-#include "onebit.h"  // include/onebit/onebit.h, shipped beside this file
+#include "onebit.h"  // include/onebit/onebit.h, shipped beside this file with the onebit_types.h it includes
 
 namespace onebit_c10d {
 

@@ -1,0 +1,1 @@
+../../../include/onebit/onebit_types.h
