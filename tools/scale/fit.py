@@ -18,7 +18,7 @@ import sys
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model as M  # noqa: E402
+import model as M
 
 LOOPBACK = 1e15  # bytes/s: loopback has no link, only the TCP stack's CPU (gamma)
 
@@ -27,11 +27,12 @@ def load(directory):
     best = {}
     for path in glob.glob(os.path.join(directory, "**", "*.jsonl"), recursive=True):
         where, world, local = re.match(r"(eth|lo)-w(\d+)-l(\d+)\.jsonl", os.path.basename(path)).groups()
-        for line in open(path):
-            r = json.loads(line)
-            link = r["link"] if where == "eth" else "loopback"
-            key = (where, link, int(world), int(local), r["algo"], r["count"])
-            best[key] = min(best.get(key, math.inf), r["time_us"] * 1e-6)
+        with open(path) as fh:
+            for line in fh:
+                r = json.loads(line)
+                link = r["link"] if where == "eth" else "loopback"
+                key = (where, link, int(world), int(local), r["algo"], r["count"])
+                best[key] = min(best.get(key, math.inf), r["time_us"] * 1e-6)
     return best
 
 
@@ -77,9 +78,9 @@ def main():
         print(f"| {where} | {link} | {world} | {local} | {algo} | {n * 4 >> 20} | {t * 1e3:.1f} | {p * 1e3:.1f} | "
               f"{p / t:.2f} |")
     print(f"# within 20 %: {within} of {len(points)}")
-    json.dump({"cpu_scale": params[0], "alpha": params[1], "gamma_eth": params[2], "gamma_lo": params[3],
-               "host_scale": params[4]},
-              open(os.path.join(directory, "fitted.json"), "w"))
+    with open(os.path.join(directory, "fitted.json"), "w") as fh:
+        json.dump({"cpu_scale": params[0], "alpha": params[1], "gamma_eth": params[2], "gamma_lo": params[3],
+                   "host_scale": params[4]}, fh)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ user compares against), 4 and 2 bytes per element.
 
 Pure Python, no dependencies: the simulation (sim.py) and the test import it.
 """
-import math
 from dataclasses import dataclass, field, replace
 
 # Engine constants (engine/compressed_round.h, engine/ring_allreduce.cc).
