@@ -261,11 +261,14 @@ def time_of(algo, n, world, local, link, m, links=LINKS_TBF):
     raise ValueError(algo)
 
 
-# The constants fitted on this machine (fit.py; docs/scale.md): the emulation and loopback machine,
-# 2 shared cores.
-FITTED = Machine()
+# The constants fitted on this machine (fit.py over measure.sh's runs, docs/scale.md): the emulation
+# and loopback machine, 2 shared cores, "Intel(R) Xeon(R) Processor" with AVX-512, 2026-12-07.
+FITTED = Machine(cpu_scale=1.327, alpha=14.7e-6, gamma=0.482e-9,
+                 host_scale=0.97)
+GAMMA_LOOPBACK = 0.266e-9   # the TCP stack alone, no veth, bridge or tbf: at scale, a NIC's
 
 
-def at_scale(m=FITTED, latency=5e-6):
-    """The same CPU costs on a cluster: every rank its own core, a real network's latency."""
-    return replace(m, shared=False, latency=latency)
+def at_scale(m=FITTED, latency=10e-6):
+    """The same CPU costs on a cluster: every rank its own core, the TCP stack's per-byte cost
+    measured on loopback, a real network's latency, no token bucket."""
+    return replace(m, shared=False, latency=latency, gamma=GAMMA_LOOPBACK, burst=0.0)

@@ -15,7 +15,8 @@ a message (alpha) and of a wire byte (gamma), the links' payload rates; what it 
 flows, their sharing of links and switches (max-min fair, SimGrid's CM02 model with no TCP window
 limit and no cross-traffic), the order in which they start and the waits between phases.
 
-Two simplifications, both named in docs/scale.md: the blocks and the head of one chunk to one peer
+Three simplifications, named in docs/scale.md: tc tbf's bucket (emulated links only) is spent by
+the sender of a call's first bytes, the bridge's side of the link is not modelled apart; the blocks and the head of one chunk to one peer
 travel as one flow (their message costs are still charged one by one); and a pass that emits more than
 GROUPS sends emits them in GROUPS equal batches (each batch after its share of the pass).
 """
@@ -56,7 +57,8 @@ def platform_xml(hosts, cores, rate, latency, topology, speed):
 <platform version="4.1">
   <zone id="world" routing="Full">
     <cluster id="c" prefix="h" suffix="" radical="0-{hosts - 1}" speed="{speed}f" core="{cores}"
-             bw="{rate}Bps" lat="{lat}s" sharing_policy="SPLITDUPLEX" {topo}/>
+             bw="{rate}Bps" lat="{lat}s" sharing_policy="SPLITDUPLEX" loopback_bw="1e15Bps"
+             loopback_lat="0s" {topo}/>
   </zone>
 </platform>
 """
@@ -72,6 +74,17 @@ class Job:
         # the emulation's shared cores: each rank's core runs at 1/f of a core (model.Machine.oversub)
         self.f = machine.oversub(world if procs is None else procs)
         self.end = [0.0] * world
+        # tc tbf's bucket on each host's link (model.Machine.burst): the first bytes a host sends in a
+        # call leave at once; 0 on a real network
+        self.bucket = [machine.burst] * self.hosts
+
+    def sized(self, rank, nbytes):
+        """What a send of nbytes from `rank` costs the simulated link: less what its host's bucket
+        still holds."""
+        host = rank // self.local
+        free = min(nbytes, self.bucket[host])
+        self.bucket[host] -= free
+        return max(1, nbytes - free)
 
     def compute(self, seconds):
         import simgrid
@@ -89,7 +102,11 @@ class Job:
         inbox2 = mailbox(f"{tag}r{members[me]}")
         held = [inbox1.get_async() for _ in range(world - 1)]  # (Comm, payload holder): keep both alive
         gets = [g[0] for g in held]
-        held += [inbox2.get_async() for _ in range(world - 1)]
+        # every result block and head of every other member, posted up front as the engine does
+        # (a SimGrid send waits for its receive to be posted)
+        # (a result's head travels with its last block here)
+        expected = sum(M.blocks_of(M.length_of(n, world, j)) for j in range(world) if j != me)
+        held += [inbox2.get_async() for _ in range(expected)]
         results = [g[0] for g in held[world - 1:]]
         sends = []
         # worker pass: chunks me+1, me+2, ..., its own last; chunk j's bits and head leave once packed
@@ -107,7 +124,8 @@ class Job:
             if len(batch) >= per_group or j == me:
                 self.compute(self.f * batch_cpu)
                 for peer, nbytes in batch:
-                    sends.append(mailbox(f"{tag}w{members[peer]}").put_async(("w", me), nbytes))
+                    sends.append(mailbox(f"{tag}w{members[peer]}").put_async(("w", me),
+                                                                              self.sized(members[me], nbytes)))
                 batch, batch_cpu = [], 0.0
         Comm.wait_all(gets)
         # server pass, block by block; each result block goes to every member once made
@@ -120,11 +138,8 @@ class Job:
             msgs = 1 + (b == blocks - 1)
             self.compute(self.f * (m.server_s(length, world) + (world - 1) * (m.alpha * msgs + m.gamma * 2 * nbytes)))
             for k in range(1, world):
-                sends.append(mailbox(f"{tag}r{members[(me + k) % world]}").put_async(("r", me, b), nbytes))
-        # stage 2 of a peer with several blocks arrives as several messages
-        need = sum(M.blocks_of(M.length_of(n, world, j)) for j in range(world) if j != me) - (world - 1)
-        held += [inbox2.get_async() for _ in range(need)]
-        results = [g[0] for g in held[world - 1:]]
+                sends.append(mailbox(f"{tag}r{members[(me + k) % world]}").put_async(
+                    ("r", me, b), self.sized(members[me], nbytes)))
         Comm.wait_all(results)
         Comm.wait_all(sends)
 
@@ -178,10 +193,15 @@ class Job:
             return min(end, begin + (p + 1) * segment) - min(end, begin + p * segment)
 
         def send(t, p):
+            # the post costs alpha before the segment leaves; the TCP stack's work on it (gamma)
+            # overlaps its transmission, as in model.time_ring
             nbytes = M.on_wire(seg_len(t, p) * eb)
             if cpu:
-                self.compute(f * (m.alpha + m.gamma * 2 * nbytes))
-            return right.put_async((t, p), nbytes)
+                self.compute(f * m.alpha)
+            comm = right.put_async((t, p), self.sized(rank, nbytes))
+            if cpu:
+                self.compute(f * m.gamma * 2 * nbytes)
+            return comm
 
         # receives posted a step ahead, as the engine does, so a segment lands as soon as it is sent
         posted = [[inbox.get_async() for _ in range(segments)]]  # (Comm, payload holder): keep both alive
@@ -205,9 +225,9 @@ class Job:
         from simgrid import Barrier, Engine, Host
         engine = Engine([sys.argv[0], "--cfg=network/model:CM02", "--cfg=network/crosstraffic:0",
                          "--cfg=network/TCP-gamma:1e15", "--log=root.thres:critical"])
-        cores = self.local if self.algo == "hierarchical" else 1
-        xml = platform_xml(self.hosts if self.algo == "hierarchical" else self.world, cores, self.rate,
-                           self.m.latency, self.topology, SPEED)
+        # L ranks per host share its one link (and have a core each); their messages to each other
+        # take the host's loopback, which costs no link time
+        xml = platform_xml(self.hosts, self.local, self.rate, self.m.latency, self.topology, SPEED)
         with tempfile.NamedTemporaryFile("w", suffix=".xml", delete=False) as fh:
             fh.write(xml)
         try:
@@ -218,7 +238,7 @@ class Job:
         if self.algo == "hierarchical":
             self.barriers = [Barrier(self.local) for _ in range(self.hosts)]
         for rank in range(self.world):
-            host = Host.by_name(f"h{rank // self.local if self.algo == 'hierarchical' else rank}")
+            host = Host.by_name(f"h{rank // self.local}")
             Actor_create(f"rank{rank}", host, body, rank)
         engine.run()
         return max(self.end)
