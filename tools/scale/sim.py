@@ -84,7 +84,7 @@ class Job:
         host = rank // self.local
         free = min(nbytes, self.bucket[host])
         self.bucket[host] -= free
-        return max(1, nbytes - free)
+        return int(max(1, nbytes - free))
 
     def compute(self, seconds):
         import simgrid
@@ -195,9 +195,9 @@ class Job:
         def send(t, p):
             # the post costs alpha before the segment leaves; the TCP stack's work on it (gamma)
             # overlaps its transmission, as in model.time_ring
+            # (the ideal rings pay alpha too, as in model.time_ring: a step's post is never free)
             nbytes = M.on_wire(seg_len(t, p) * eb)
-            if cpu:
-                self.compute(f * m.alpha)
+            self.compute(f * m.alpha)
             comm = right.put_async((t, p), self.sized(rank, nbytes))
             if cpu:
                 self.compute(f * m.gamma * 2 * nbytes)

@@ -18,8 +18,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import model as M  # noqa: E402
-import sim as S  # noqa: E402
+import model as M
+import sim as S
 
 WORLDS = [16, 32, 64, 128, 256, 512, 1024]
 SIZES = [25_000_000, 250_000_000]
@@ -28,9 +28,14 @@ LINKS = ["10gbit", "25gbit"]
 ALGOS = [("compressed", 1), ("hierarchical", 8), ("ring_bf16", 1), ("ring_fp32", 1)]
 
 
-def points(max_ranks):
+def points(max_ranks, only=None):
     todo = [(algo, local, n, w, link) for w in WORLDS if w <= max_ranks for n in SIZES for link in LINKS
             for algo, local in ALGOS if w % local == 0 and w // local >= 2]
+    if only:  # "algo:n:W:link" patterns, "*" for any
+        def match(p):
+            return any(all(want in ("*", str(have)) for want, have in zip(o.split(":"), (p[0], p[2], p[3], p[4])))
+                       for o in only)
+        todo = [p for p in todo if match(p)]
     # cheap first: the flows grow as W^2 (flat) or W * steps (rings)
     return sorted(todo, key=lambda p: (p[3], p[0] == "compressed", p[2]))
 
@@ -50,7 +55,7 @@ def simulate_with_budget(spec_args, budget):
     return row["seconds"], row["wall"]
 
 
-def sweep(out, max_ranks, budget, latency):
+def sweep(out, max_ranks, budget, latency, only=None):
     machine = M.at_scale(M.FITTED, latency)
     seen = set()
     if os.path.exists(out):
@@ -58,7 +63,7 @@ def sweep(out, max_ranks, budget, latency):
             for line in fh:
                 r = json.loads(line)
                 seen.add((r["algo"], r["local"], r["n"], r["world"], r["link"]))
-    for algo, local, n, w, link in points(max_ranks):
+    for algo, local, n, w, link in points(max_ranks, only):
         if (algo, local, n, w, link) in seen:
             continue
         t_model = M.time_of(algo, n, w, local, link, machine, M.LINKS_REAL)
@@ -117,11 +122,12 @@ def main():
     parser.add_argument("--max-ranks", type=int, default=1024)
     parser.add_argument("--budget", type=float, default=1800, help="wall seconds per simulated point")
     parser.add_argument("--latency", type=float, default=10e-6, help="one-way network latency (s)")
+    parser.add_argument("--only", action="append", help="ALGO:N:W:LINK, '*' for any (repeatable)")
     parser.add_argument("--plot", nargs=2, metavar=("JSONL", "PNG"))
     args = parser.parse_args()
     if args.plot:
         return plot(*args.plot)
-    return sweep(args.out, args.max_ranks, args.budget, args.latency)
+    return sweep(args.out, args.max_ranks, args.budget, args.latency, args.only)
 
 
 if __name__ == "__main__":

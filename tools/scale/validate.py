@@ -13,9 +13,9 @@ import sys
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fit as F  # noqa: E402
-import model as M  # noqa: E402
-import sim as S  # noqa: E402
+import fit as F
+import model as M
+import sim as S
 
 
 def emulation_machine(where):
@@ -49,8 +49,7 @@ def main():
     print(f"# simulation within 20 % of the model at {within} of {len(rows)} points")
     if args.json:
         with open(args.json, "w") as fh:
-            for r in rows:
-                fh.write(json.dumps(r) + "\n")
+            fh.writelines(json.dumps(r) + "\n" for r in rows)
 
 
 if __name__ == "__main__":
