@@ -33,7 +33,7 @@ def tables(rows):
                     sim = f"{r['sim'] * 1e3:.1f}" if r["sim"] is not None else "n/s"
                     cells.append(f"{sim} ({r['model'] * 1e3:.1f})")
 
-                def ratio(a, b):
+                def ratio(a, b, t=t):
                     return f"{t[b] / t[a]:.2f}x" if a in t and b in t else "–"
                 print(f"| {w} | " + " | ".join(cells) + f" | {ratio('compressed', 'ring_bf16')} | "
                       f"{ratio('compressed', 'ring_fp32')} | {ratio('hierarchical', 'ring_bf16')} |")
@@ -91,7 +91,8 @@ def buckets(m):
                 if w % local or w // local < 2:
                     cells.append("–")
                     continue
-                n = smallest_bucket(lambda n, w=w: M.time_of(algo, n, w, local, link, m, M.LINKS_REAL))
+                n = smallest_bucket(lambda n, w=w, algo=algo, local=local, link=link: M.time_of(algo, n, w, local, link, m,
+                                                                                        M.LINKS_REAL))
                 cells.append(f"{n * 4 / 1e6:,.1f} MB" if n else "> 4 GB")
             name = {"compressed": "flat", "hierarchical": "hier. 8/host", "ring": "fp32 ring (engine)"}[algo]
             print(f"| {link.replace('gbit', ' GbE')} | {name} | " + " | ".join(cells) + " |")
@@ -100,7 +101,7 @@ def buckets(m):
 def auto_table(m, link="10gbit"):
     """Which compressed algorithm the model finds faster per (W, ranks per host, n), and by how much."""
     sizes = (262_144, 4_000_000, 25_000_000, 250_000_000)
-    print(f"\n| W | L | " + " | ".join(f"n = {n / 1e6:g} M" for n in sizes) + f" |   ({link.replace('gbit', ' GbE')})")
+    print("\n| W | L | " + " | ".join(f"n = {n / 1e6:g} M" for n in sizes) + f" |   ({link.replace('gbit', ' GbE')})")
     print("| ---: | ---: | " + " | ".join("---" for _ in sizes) + " |")
     for w, local in ((4, 2), (8, 2), (8, 4), (16, 8), (64, 8), (256, 8), (1024, 8), (16, 1), (1024, 1)):
         cells = []
