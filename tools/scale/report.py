@@ -1,7 +1,9 @@
 #!/usr/bin/python3
-"""docs/scale.md's tables from a sweep (sweep.py's JSON rows) and the crossovers from the cost model.
+"""docs/scale.md's tables from sweeps (sweep.py's JSON rows; a later file's row replaces an earlier
+one's for the same point; a point no file has gets the model's time alone, "sim": null), the
+crossovers, the bucket sizes and the auto decision table from the cost model, and the plot.
 
-    /usr/bin/python3 tools/scale/report.py build/scale/sweep.jsonl
+    /usr/bin/python3 tools/scale/report.py build/scale/sweep.jsonl [MORE.jsonl ...] [--plot docs/img/scale.png]
 """
 import json
 import os
@@ -116,9 +118,32 @@ def auto_table(m, link="10gbit"):
         print(f"| {w} | {local} | " + " | ".join(cells) + " |")
 
 
+def load(paths, latency=10e-6):
+    import sweep as SW
+    rows = {}
+    for path in paths:
+        with open(path) as fh:
+            for line in fh:
+                r = json.loads(line)
+                rows[(r["algo"], r["local"], r["n"], r["world"], r["link"])] = r
+    m = M.at_scale(M.FITTED, latency)
+    for algo, local, n, w, link in SW.points(max(SW.WORLDS)):
+        rows.setdefault((algo, local, n, w, link), {
+            "algo": algo, "local": local, "n": n, "world": w, "link": link, "sim": None, "latency": latency,
+            "model": M.time_of(algo, n, w, local, link, m, M.LINKS_REAL)})
+    return list(rows.values())
+
+
 def main():
-    with open(sys.argv[1]) as fh:
-        rows = [json.loads(line) for line in fh]
+    args = sys.argv[1:]
+    png = None
+    if "--plot" in args:
+        png = args[args.index("--plot") + 1]
+        del args[args.index("--plot"):args.index("--plot") + 2]
+    rows = load(args)
+    if png:
+        import sweep as SW
+        return SW.plot(rows, png)
     tables(rows)
     m = M.at_scale(M.FITTED, rows[0]["latency"] if rows else 10e-6)
     crossovers(m)

@@ -8,7 +8,7 @@ skipped. A point whose simulation runs past --budget seconds of wall time is rec
 
     /usr/bin/python3 tools/scale/sweep.py --out build/scale/sweep.jsonl            # hours at 1,024
     /usr/bin/python3 tools/scale/sweep.py --out build/scale/sweep.jsonl --max-ranks 256
-    /usr/bin/python3 tools/scale/sweep.py --plot build/scale/sweep.jsonl docs/img/scale.png
+    /usr/bin/python3 tools/scale/report.py build/scale/sweep.jsonl --plot docs/img/scale.png
 """
 import argparse
 import json
@@ -77,12 +77,12 @@ def sweep(out, max_ranks, budget, latency, only=None):
         print(json.dumps(row), flush=True)
 
 
-def plot(path, png):
+def plot(rows, png):
+    """Speed-up over the bf16 ring against W (report.py --plot: rows merged, the model where a point
+    was not simulated)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    with open(path) as fh:
-        rows = [json.loads(line) for line in fh]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     styles = {"compressed": ("flat compressed", "C0"), "hierarchical": ("hierarchical, 8 per host", "C2")}
     for ax, n in zip(axes, SIZES):
@@ -123,10 +123,7 @@ def main():
     parser.add_argument("--budget", type=float, default=1800, help="wall seconds per simulated point")
     parser.add_argument("--latency", type=float, default=10e-6, help="one-way network latency (s)")
     parser.add_argument("--only", action="append", help="ALGO:N:W:LINK, '*' for any (repeatable)")
-    parser.add_argument("--plot", nargs=2, metavar=("JSONL", "PNG"))
     args = parser.parse_args()
-    if args.plot:
-        return plot(*args.plot)
     return sweep(args.out, args.max_ranks, args.budget, args.latency, args.only)
 
 
