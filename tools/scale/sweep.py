@@ -97,7 +97,7 @@ def plot(rows, png):
                              and r["link"] == link]
                         if a and b:
                             ta = a[0]["sim"] if a[0]["sim"] is not None else a[0]["model"]
-                            tb = b[0]["sim"] if b[0]["sim"] is not None else b[0]["model"]
+                            tb = min(x for x in (b[0]["sim"], b[0]["model"]) if x is not None)
                             xs.append(w)
                             ys.append(tb / ta)
                     if xs and base == "ring_bf16":
