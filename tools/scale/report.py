@@ -107,7 +107,7 @@ def buckets(m):
 def auto_table(m, link="10gbit"):
     """Which compressed algorithm the model finds faster per (W, ranks per host, n), and by how much."""
     sizes = (262_144, 4_000_000, 25_000_000, 250_000_000)
-    print("\n| W | L | " + " | ".join(f"n = {n / 1e6:g} M" for n in sizes) + f" |   ({link.replace('gbit', ' GbE')})")
+    print("\n| W | L | " + " | ".join(f"n = {n / 1e6:g} M" if n >= 1e6 else f"n = {n >> 10} Ki" for n in sizes) + f" |   ({link.replace('gbit', ' GbE')})")
     print("| ---: | ---: | " + " | ".join("---" for _ in sizes) + " |")
     for w, local in ((4, 2), (8, 2), (8, 4), (16, 8), (64, 8), (256, 8), (1024, 8), (16, 1), (1024, 1)):
         cells = []
