@@ -12,6 +12,7 @@ packages=(
   libibverbs-dev                                   # the verbs transport's header (libibverbs.so.1 is loaded at run time)
   iproute2                                         # network namespaces and tc for the Ethernet emulation
   python3-matplotlib                               # the benchmark's plot (Debian's /usr/bin/python3)
+  python3-simgrid                                  # tools/scale's simulation (SimGrid 3.32; docs/scale.md)
   python3-torch python3-numpy python3-venv         # the PyTorch front door's end-to-end tests
   fortunes                                         # real English text for the convergence demo
 )
