@@ -119,37 +119,44 @@ def set_settings(name, lr):
         raise RuntimeError("onebit_tag_set_step_settings failed")
 
 
-def settings_drift(rank):
-    """Rank 1's lr differs at the second call: that call is non-finite on both ranks and changes no
-    state (the third call is the reference's second), as a NaN input's does."""
+def call_that_changes_nothing(rank, name, spoil, mend, what):
+    """Three tagged calls of `name`: `spoil(t)` before the second makes it non-finite on both ranks,
+    `mend()` before the third, which must equal the reference's second — the spoiled call changed
+    no state. Returns the compressed calls made."""
     import torch
     import torch.distributed as dist
     import onebit
     from reference import Reference, inputs_of, mismatches
     reference = Reference(2, N)
-    set_settings("drift", 0.001)
-    t = tagged_calls(rank, "drift", N, torch.float32, 1e-4, reference, 1)
-    set_settings("drift", 0.002 if rank == 1 else 0.001)
-    t.copy_(inputs_of("drift", N, rank, 1))
+    t = tagged_calls(rank, name, N, torch.float32, 1e-4, reference, 1)
+    t.copy_(inputs_of(name, N, rank, 1))
+    spoil(t)
     dist.all_reduce(t)
     if torch.isfinite(t).any():
-        fail(rank, "ranks whose settings differ got a finite result")
-    set_settings("drift", 0.001)
-    t.copy_(inputs_of("drift", N, rank, 2))
+        fail(rank, f"{what}: the call's result is not non-finite everywhere")
+    mend()
+    t.copy_(inputs_of(name, N, rank, 2))
     dist.all_reduce(t)
-    want = reference.step([inputs_of("drift", N, r, 2) for r in range(2)])
+    want = reference.step([inputs_of(name, N, r, 2) for r in range(2)])
     bad = mismatches(t, want, 1e-4)
     if bad > N // 10000 + 1:
-        fail(rank, f"after the call whose settings differed the error state was not the one before it ({bad} off)")
+        fail(rank, f"{what}: after that call the error state was not the one before it ({bad} elements off)")
     onebit.untag(t)
     return 3
+
+
+def spoil_with_nan(rank):
+    def spoil(t):
+        if rank == 1:
+            t[17] = float("nan")
+    return spoil
 
 
 def rank_main(rank, store):
     import torch
     import torch.distributed as dist
     import onebit
-    from reference import Reference, inputs_of, mismatches
+    from reference import Reference
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", init_method=f"file://{store}", rank=rank, world_size=2)
     compressed = 0
@@ -159,27 +166,14 @@ def rank_main(rank, store):
         t = tagged_calls(rank, name, N, dtype, tolerance, Reference(2, N), 3)
         onebit.untag(t)
         compressed += 3
-    # NaN on rank 1 at the second call: non-finite everywhere, then the third call is the
-    # reference's second (the NaN call changed no state).
+    # A NaN in rank 1's input, then settings (onebit_tag_set_step_settings) that differ on rank 1:
+    # each makes its call non-finite on both ranks and changes no state.
     check(rank, "a NaN on rank 1")
-    reference = Reference(2, N)
-    t = tagged_calls(rank, "nan", N, torch.float32, 1e-4, reference, 1)
-    t.copy_(inputs_of("nan", N, rank, 1))
-    if rank == 1:
-        t[17] = float("nan")
-    dist.all_reduce(t)
-    if torch.isfinite(t).all():
-        fail(rank, "a NaN in rank 1's input gave a finite result")
-    t.copy_(inputs_of("nan", N, rank, 2))
-    dist.all_reduce(t)
-    want = reference.step([inputs_of("nan", N, r, 2) for r in range(2)])
-    bad = mismatches(t, want, 1e-4)
-    if bad > N // 10000 + 1:
-        fail(rank, f"after the NaN call the error state was not the one before it ({bad} elements off)")
-    onebit.untag(t)
-    compressed += 3
+    compressed += call_that_changes_nothing(rank, "nan", spoil_with_nan(rank), lambda: None, "a NaN on rank 1")
     check(rank, "settings that differ on rank 1")
-    compressed += settings_drift(rank)
+    compressed += call_that_changes_nothing(
+        rank, "drift", lambda t: set_settings("drift", 0.002 if rank == 1 else 0.001),
+        lambda: set_settings("drift", 0.001), "rank 1's lr differs")
     # Re-tag the name with fewer elements: fresh state, nothing of the old one.
     check(rank, "a re-tagged name")
     t = tagged_calls(rank, "retag", N, torch.float32, 1e-4, Reference(2, N), 2)
