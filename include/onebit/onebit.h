@@ -362,6 +362,55 @@ ONEBIT_API onebit_result_t onebit_resume_refusal(int64_t step, const char* const
                                                  const int64_t* mine, size_t count, int freeze_inclusive, char* text,
                                                  size_t text_size, size_t* length);
 
+/* ---- OnebitAdam's driver: its schedule, written once for every shim ----
+ * Everything of OnebitAdam that is neither arithmetic nor I/O: the step count and what each step
+ * is, the freeze step and the automatic decision with its history, each group's step settings
+ * (bias correction folded in), the fields the ranks must agree on, and what a checkpoint of the
+ * schedule holds and when it may go on. The shim (C++ onebit::OnebitAdam, Python onebit.OnebitAdam)
+ * holds the arrays, runs the collectives over its own channel and the steps above, and asks:
+ *
+ *   status → next: COUNTING (nothing moves) | WARMUP | COMPRESSED (freezes_now: log the freeze report)
+ *   for each group: onebit_adam_driver_config → the step's onebit_adam_config_t, then the steps
+ *   onebit_adam_driver_taken(&measure): measure → the shim measures the variance change
+ *     (onebit_adam_variance_change or its device twin), gathers every rank's exactly, copies v into
+ *     v_then and calls onebit_adam_driver_decide with them
+ *   onebit_adam_driver_news: the line rank 0 logs of that step (the automatic freeze fired), or ""
+ *
+ * A step that fails before onebit_adam_driver_taken leaves the driver where it was.
+ * onebit_adam_driver_create: ONEBIT_INVALID_ARGUMENT naming `who` and the setting for a schedule
+ * that cannot run (freeze_step < -1; deepspeed_schedule with an automatic freeze or bias
+ * correction; the automatic rule out of range); ONEBIT_FREEZE_STEP, when set, overrides the
+ * schedule's freeze step ("auto" too). `parameters` and `groups` are agreed on with the schedule.
+ * onebit_adam_driver_agreed_fields: what every rank must hold alike (onebit_ranks_disagreement
+ * judges the table), names static; up to `capacity` written, the count in *count; `state` (may be
+ * NULL) gives a checkpoint's step and decided freeze step for the agreement at load.
+ * onebit_adam_driver_resume_refusal: why a checkpoint of `saved` cannot go on under this schedule
+ * (the texts' way, "" where it can); onebit_adam_driver_resume goes on from it (refusing as
+ * above), with the automatic freeze's recorded measurements (steps and changes, `count` of them).
+ * onebit_adam_driver_changes: the recorded measurements, up to `capacity`, the count in *count. */
+ONEBIT_API onebit_result_t onebit_adam_driver_create(const char* who, const onebit_adam_schedule_t* schedule,
+                                                     size_t parameters, size_t groups, onebit_adam_driver_t* driver);
+ONEBIT_API void onebit_adam_driver_destroy(onebit_adam_driver_t driver);
+ONEBIT_API onebit_result_t onebit_adam_driver_status(onebit_adam_driver_t driver, onebit_adam_driver_status_t* status);
+ONEBIT_API onebit_result_t onebit_adam_driver_config(onebit_adam_driver_t driver, const onebit_adam_hyper_t* group,
+                                                     onebit_adam_config_t* config);
+ONEBIT_API onebit_result_t onebit_adam_driver_taken(onebit_adam_driver_t driver, int* measure);
+ONEBIT_API onebit_result_t onebit_adam_driver_decide(onebit_adam_driver_t driver, const double* changes, size_t ranks);
+ONEBIT_API onebit_result_t onebit_adam_driver_news(onebit_adam_driver_t driver, char* text, size_t text_size,
+                                                   size_t* length);
+ONEBIT_API onebit_result_t onebit_adam_driver_changes(onebit_adam_driver_t driver, int64_t* steps, double* changes,
+                                                      size_t capacity, size_t* count);
+ONEBIT_API onebit_result_t onebit_adam_driver_agreed_fields(onebit_adam_driver_t driver,
+                                                            const onebit_adam_driver_state_t* state, const char** names,
+                                                            int64_t* values, size_t capacity, size_t* count);
+ONEBIT_API onebit_result_t onebit_adam_driver_state(onebit_adam_driver_t driver, onebit_adam_driver_state_t* state);
+ONEBIT_API onebit_result_t onebit_adam_driver_resume_refusal(onebit_adam_driver_t driver,
+                                                             const onebit_adam_driver_state_t* saved, char* text,
+                                                             size_t text_size, size_t* length);
+ONEBIT_API onebit_result_t onebit_adam_driver_resume(onebit_adam_driver_t driver,
+                                                     const onebit_adam_driver_state_t* saved, const int64_t* steps,
+                                                     const double* changes, size_t count);
+
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its
  * first step() call is an initialisation that moves nothing, so its schedule runs one call behind).

@@ -72,6 +72,47 @@ typedef struct {
   int64_t max_step; /* 0: no limit; else the warmup ends after step max_step - 1 at the latest */
 } onebit_adam_auto_freeze_t;
 
+/* OnebitAdam's driver (onebit.h, "OnebitAdam's driver"): the schedule it runs. */
+typedef struct {
+  int64_t freeze_step;                 /* the first step of the compression stage, >= 0; -1: automatic */
+  onebit_adam_auto_freeze_t automatic; /* the rule when freeze_step is -1 */
+  int32_t deepspeed_schedule;          /* 1: DeepSpeed's schedule call for call (the first call only counts) */
+  int32_t bias_correction;             /* 1: torch.optim.Adam's bias-corrected steps */
+} onebit_adam_schedule_t;
+
+/* A group's hyper-parameters as given (float64: the step settings are made from them). */
+typedef struct {
+  double lr, beta1, beta2, eps, weight_decay;
+} onebit_adam_hyper_t;
+
+/* What the next step of OnebitAdam is (onebit_adam_driver_status). */
+typedef enum {
+  ONEBIT_ADAM_COUNTING_STEP = 0,   /* DeepSpeed's initialising call: nothing moves, the gradient is dropped */
+  ONEBIT_ADAM_WARMUP_STEP = 1,     /* exact gradient average; onebit_adam_warmup_step */
+  ONEBIT_ADAM_COMPRESSED_STEP = 2, /* momentum step, compressed average of m, apply step */
+  ONEBIT_ADAM_STEP_ENUM_MAX_ = 0x7fffffff
+} onebit_adam_step_kind_t;
+
+/* Where OnebitAdam's driver stands. */
+typedef struct {
+  int64_t step;        /* the next step, t (0-based, every call counted) */
+  int64_t freeze_step; /* the first step of the compression stage; -1 while the automatic freeze is undecided */
+  int64_t steps_taken; /* the updates made (DeepSpeed's counting call made none) */
+  int32_t next;        /* onebit_adam_step_kind_t */
+  int32_t freezes_now; /* 1: the next step is the first of the compression stage (the freeze report) */
+} onebit_adam_driver_status_t;
+
+/* A checkpoint of OnebitAdam's schedule; INT64_MIN in a field: not recorded (taken as this optimizer's). */
+typedef struct {
+  int64_t step;
+  int64_t freeze_step; /* as decided; -1 or INT64_MAX: automatic and undecided */
+  int64_t automatic;   /* 1: saved under freeze_step "auto" (the checkpoint holds a variance snapshot) */
+  int64_t bias_correction;
+  int64_t deepspeed_schedule;
+} onebit_adam_driver_state_t;
+
+typedef struct onebit_adam_driver* onebit_adam_driver_t;
+
 /* Where a shim compares its ranks, which picks the hint of onebit_ranks_disagreement's text
  * (onebit.h, "What the shims hold their ranks and checkpoints to"). */
 typedef enum {

@@ -38,7 +38,7 @@ constexpr std::int64_t kNotRecorded = std::numeric_limits<std::int64_t>::min();
 // ONEBIT_MISMATCH naming it — where a rank that threw before agreeing would leave the others
 // waiting in the agreement until the timeout (each rank may load its own file).
 inline void agree_on_checkpoint(onebit_comm_t comm, const std::string& who, const std::string& unfit,
-                                std::initializer_list<AgreedField> fields) {
+                                const std::vector<AgreedField>& fields) {
   std::vector<AgreedField> all{{"whether their checkpoint fits (1: it does not)", unfit.empty() ? 0 : 1}};
   all.insert(all.end(), fields.begin(), fields.end());
   const auto refuse = [&] { throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + unfit + "; nothing was loaded"); };

@@ -24,6 +24,7 @@
 namespace {
 
 using onebit::capi::check_arrays;
+using onebit::capi::copy_text;
 using onebit::capi::non_null;
 using onebit::capi::to_adam;
 using onebit::capi::to_lamb;
@@ -34,17 +35,6 @@ onebit::optim::AutoFreeze to_auto_freeze(const onebit_adam_auto_freeze_t* c) {
   const onebit::optim::AutoFreeze config{c->window, c->threshold, c->max_step};
   onebit::optim::check(config);
   return config;
-}
-
-// `made` into text[0, text_size) as snprintf would write it, its whole length into *length.
-void copy_text(const std::string& made, char* text, size_t text_size, size_t* length) {
-  ONEBIT_CHECK(text != nullptr || text_size == 0, ONEBIT_INVALID_ARGUMENT, "text is NULL (text_size ", text_size, ")");
-  if (text_size > 0) {
-    const std::size_t kept = std::min(made.size(), text_size - 1);
-    std::copy_n(made.data(), kept, text);
-    text[kept] = '\0';
-  }
-  if (length != nullptr) *length = made.size();
 }
 
 }  // namespace

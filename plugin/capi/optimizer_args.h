@@ -2,9 +2,11 @@
 // (optimizer_abi.cc) and the device ones (device_steps.cc) alike.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 
 #include "common/error.h"
 #include "onebit/onebit.h"
@@ -13,6 +15,17 @@
 #include "optim/zero_one_adam.h"
 
 namespace onebit::capi {
+
+// `made` into text[0, text_size) as snprintf would write it, its whole length into *length.
+inline void copy_text(const std::string& made, char* text, size_t text_size, size_t* length) {
+  ONEBIT_CHECK(text != nullptr || text_size == 0, ONEBIT_INVALID_ARGUMENT, "text is NULL (text_size ", text_size, ")");
+  if (text_size > 0) {
+    const std::size_t kept = std::min(made.size(), text_size - 1);
+    std::copy_n(made.data(), kept, text);
+    text[kept] = '\0';
+  }
+  if (length != nullptr) *length = made.size();
+}
 
 inline onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {
   ONEBIT_CHECK(c != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");

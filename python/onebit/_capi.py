@@ -17,7 +17,7 @@ How C types are spelled here, so that the shim's call sites convert as they alwa
     create_string_buffer.
 """
 import ctypes
-from ctypes import POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int64, c_size_t, c_uint64, c_void_p
+from ctypes import POINTER, c_char, c_char_p, c_double, c_float, c_int, c_int32, c_int64, c_size_t, c_uint64, c_void_p
 
 
 class Stats(ctypes.Structure):  # onebit_stats_t
@@ -43,6 +43,26 @@ class AdamConfig(ctypes.Structure):  # onebit_adam_config_t
 
 class AdamAutoFreeze(ctypes.Structure):  # onebit_adam_auto_freeze_t
     _fields_ = [("window", c_int64), ("threshold", c_double), ("max_step", c_int64)]
+
+
+class AdamSchedule(ctypes.Structure):  # onebit_adam_schedule_t
+    _fields_ = [("freeze_step", c_int64), ("automatic", AdamAutoFreeze),
+                ("deepspeed_schedule", c_int32), ("bias_correction", c_int32)]
+
+
+class AdamHyper(ctypes.Structure):  # onebit_adam_hyper_t
+    _fields_ = [("lr", c_double), ("beta1", c_double), ("beta2", c_double),
+                ("eps", c_double), ("weight_decay", c_double)]
+
+
+class AdamDriverStatus(ctypes.Structure):  # onebit_adam_driver_status_t
+    _fields_ = [("step", c_int64), ("freeze_step", c_int64), ("steps_taken", c_int64),
+                ("next", c_int32), ("freezes_now", c_int32)]
+
+
+class AdamDriverState(ctypes.Structure):  # onebit_adam_driver_state_t
+    _fields_ = [("step", c_int64), ("freeze_step", c_int64), ("automatic", c_int64),
+                ("bias_correction", c_int64), ("deepspeed_schedule", c_int64)]
 
 
 class ZeroOneAdamConfig(ctypes.Structure):  # onebit_zero_one_adam_config_t
@@ -77,6 +97,10 @@ STRUCTS = {
     "onebit_config_t": Config,
     "onebit_adam_config_t": AdamConfig,
     "onebit_adam_auto_freeze_t": AdamAutoFreeze,
+    "onebit_adam_schedule_t": AdamSchedule,
+    "onebit_adam_hyper_t": AdamHyper,
+    "onebit_adam_driver_status_t": AdamDriverStatus,
+    "onebit_adam_driver_state_t": AdamDriverState,
     "onebit_zero_one_adam_config_t": ZeroOneAdamConfig,
     "onebit_zero_one_adam_schedule_t": ZeroOneAdamSchedule,
     "onebit_lamb_config_t": LambConfig,
@@ -86,6 +110,7 @@ STRUCTS = {
 _result = c_int  # onebit_result_t
 _enum = c_int  # onebit_dtype_t, onebit_op_t
 _comm = c_void_p  # onebit_comm_t (an opaque struct pointer)
+_driver = c_void_p  # onebit_adam_driver_t (an opaque struct pointer)
 _data = c_void_p  # float*, const float*, void*: see the module's docstring
 _AdamConfigP, _AutoFreezeP = POINTER(AdamConfig), POINTER(AdamAutoFreeze)
 _ZeroOneConfigP, _ScheduleP = POINTER(ZeroOneAdamConfig), POINTER(ZeroOneAdamSchedule)
@@ -146,6 +171,22 @@ PROTOTYPES = {
                                             POINTER(c_char), c_size_t, POINTER(c_size_t))),
     "onebit_resume_refusal": (_result, (c_int64, POINTER(c_char_p), POINTER(c_int64), POINTER(c_int64), c_size_t, c_int,
                                         POINTER(c_char), c_size_t, POINTER(c_size_t))),
+    "onebit_adam_driver_create": (_result, (c_char_p, POINTER(AdamSchedule), c_size_t, c_size_t, POINTER(_driver))),
+    "onebit_adam_driver_destroy": (None, (_driver,)),
+    "onebit_adam_driver_status": (_result, (_driver, POINTER(AdamDriverStatus))),
+    "onebit_adam_driver_config": (_result, (_driver, POINTER(AdamHyper), _AdamConfigP)),
+    "onebit_adam_driver_taken": (_result, (_driver, POINTER(c_int))),
+    "onebit_adam_driver_decide": (_result, (_driver, POINTER(c_double), c_size_t)),
+    "onebit_adam_driver_news": (_result, (_driver, POINTER(c_char), c_size_t, POINTER(c_size_t))),
+    "onebit_adam_driver_changes": (_result, (_driver, POINTER(c_int64), POINTER(c_double), c_size_t,
+                                             POINTER(c_size_t))),
+    "onebit_adam_driver_agreed_fields": (_result, (_driver, POINTER(AdamDriverState), POINTER(c_char_p),
+                                                   POINTER(c_int64), c_size_t, POINTER(c_size_t))),
+    "onebit_adam_driver_state": (_result, (_driver, POINTER(AdamDriverState))),
+    "onebit_adam_driver_resume_refusal": (_result, (_driver, POINTER(AdamDriverState), POINTER(c_char), c_size_t,
+                                                    POINTER(c_size_t))),
+    "onebit_adam_driver_resume": (_result, (_driver, POINTER(AdamDriverState), POINTER(c_int64), POINTER(c_double),
+                                            c_size_t)),
     "onebit_measure_workspace_size": (c_size_t, (c_size_t,)),
     "onebit_dormant_count_device": (_result, (_data, c_size_t, c_float, c_void_p, c_size_t, POINTER(c_size_t),
                                               c_void_p)),

@@ -50,7 +50,9 @@ from typing import Any, Dict, List, Literal, Optional, Tuple, Union
 import torch.distributed as dist
 
 from . import _capi, _check
-from ._flat_optimizer import _UNDECIDED, Params, _FlatOptimizer, _ptr
+from ._core import _NOT_RECORDED, _AdamDriver
+from ._errors import OnebitError
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 from ._logging import logger
 
 __all__ = ["OnebitAdam"]
@@ -142,76 +144,38 @@ class OnebitAdam(_FlatOptimizer):
                  deepspeed_schedule: bool = False, bias_correction: bool = False) -> None:
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self._flatten("OnebitAdam", process_group)
-        if deepspeed_schedule and freeze_step == "auto":
-            raise ValueError("OnebitAdam: deepspeed_schedule=True takes a fixed freeze_step (DeepSpeed has no 'auto')")
-        if deepspeed_schedule and bias_correction:
-            raise ValueError("OnebitAdam: deepspeed_schedule=True runs DeepSpeed's rule, which has no bias correction: "
-                             "leave bias_correction=False")
-        # bias_correction=True: torch.optim.Adam's m / (1 - beta1^t) and v / (1 - beta2^t) — with the
-        # variance frozen, 1 - beta2^freeze_step from then on. Off by default, as in the paper and
-        # DeepSpeed's 1-bit Adam (parity with their runs); on, warmup steps equal torch Adam's.
-        self._bias_correction = bool(bias_correction)
-        # DeepSpeed's schedule (docs/deepspeed.md): the first step() call only counts — no update,
-        # its gradient dropped, as DeepSpeed's initialising call — so freeze_step F gives F - 1
-        # full-precision updates and compression from the (F+1)-th call, as in DeepSpeed.
-        self._deepspeed_schedule = bool(deepspeed_schedule)
         auto = freeze_step == "auto"
-        if not auto and (not isinstance(freeze_step, int) or freeze_step < 0):
+        if not auto and (not isinstance(freeze_step, int) or isinstance(freeze_step, bool) or freeze_step < 0):
             raise ValueError(f"OnebitAdam: freeze_step must be a step (an int >= 0) or 'auto', not {freeze_step!r}")
-        # ONEBIT_FREEZE_STEP tunes an existing script without editing it (docs/env.md); set, it
-        # overrides "auto" too.
-        self._freeze_step = self._lib.onebit_adam_freeze_step(ctypes.c_int64(-1 if auto else int(freeze_step)))
-        self._auto = None
-        if self._freeze_step < 0:
-            self._auto = _capi.AdamAutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0)
-            if self._lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), ctypes.c_int64(0)) < 0:
-                _check(self._lib, 1)
-            self._freeze_step = _UNDECIDED
-        if self._deepspeed_schedule:
-            # DeepSpeed's freeze check skips its initialising call: F <= 2 all compress from call 3.
-            self._freeze_step = max(self._freeze_step, 2)
-        # "auto": (step, change) of every measurement, the largest over ranks
-        self.variance_changes: List[Tuple[int, float]] = []
+        # The schedule — the stages, DeepSpeed's counting call, the automatic freeze, bias correction,
+        # ONEBIT_FREEZE_STEP's override — is the C core's driver, the C++ shim's too.
+        schedule = _capi.AdamSchedule(-1 if auto else freeze_step,
+                                      _capi.AdamAutoFreeze(freeze_window, freeze_threshold, max_freeze_step or 0),
+                                      bool(deepspeed_schedule), bool(bias_correction))
+        try:
+            self._driver = _AdamDriver(self._lib, "OnebitAdam", schedule, self._total, len(self.param_groups))
+        except OnebitError as error:
+            raise ValueError(str(error)) from error  # a setting that cannot run, as torch's optimizers refuse them
         self._m = self._zeros()
         self._v = self._zeros()
         self._m_before = self._zeros()  # the momentum before a compressed step, to undo a failed one
-        self._v_then = self._zeros() if self._auto is not None else None  # "auto": v at the last measurement
+        # the automatic freeze's v at its last measurement
+        self._v_then = self._zeros() if self._driver.state().automatic else None
         self._name = name
-        self._step = 0
-        self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
+        self._agree(**self._driver.agreed_fields())  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._m, name)
 
-    def _agree_on_schedule(self, step=None, freeze_step=None):
-        """The ranks agree on what decides when collectives happen (step, freeze_step — or "auto"'s
-        window, threshold and limit — and deepspeed_schedule) and on the parameters."""
-        auto = self._auto or _capi.AdamAutoFreeze(0, 0.0, 0)
-        self._agree(parameters=self._total, groups=len(self.param_groups),
-                    step=self._step if step is None else step,
-                    freeze_step=self._freeze_step if freeze_step is None else freeze_step,
-                    freeze_window=auto.window, freeze_threshold_bits=_bits(auto.threshold),
-                    max_freeze_step=auto.max_step, deepspeed_schedule=self._deepspeed_schedule,
-                    bias_correction=self._bias_correction)
-
     def _config(self, group):
-        """The C core's config for the next step. With bias correction, Adam's corrected rule
-        lr m̂ / (sqrt(v̂) + eps) + lr wd p written in the core's uncorrected one: lr sqrt(c2)/c1,
-        eps sqrt(c2) and wd c1/sqrt(c2), where c1 = 1 - beta1^t and c2 = 1 - beta2^t (t the updates
-        so far, this one included; in the compression stage c2 stays at the freeze's). The dormant
-        test sqrt(v) <= eps is then sqrt(v̂) <= eps, and the clip bounds the corrected direction
-        in proportion."""
-        lr, eps, weight_decay = group["lr"], group["eps"], group["weight_decay"]
-        if self._bias_correction:
-            beta1, beta2 = group["betas"]
-            updates = self._step + 1
-            c1 = 1.0 - beta1 ** updates
-            c2 = 1.0 - beta2 ** min(updates, max(self._freeze_step, 1))  # freeze_step 0: v is 0, all dormant
-            lr, eps, weight_decay = lr * c2 ** 0.5 / c1, eps * c2 ** 0.5, weight_decay * c1 / c2 ** 0.5
-        return _capi.AdamConfig(lr, group["betas"][0], group["betas"][1], eps, weight_decay, self._freeze_step)
+        """The C core's config of `group` for the next step (the driver folds in bias correction)."""
+        return self._driver.config(group)
+
+    @property
+    def _step(self):
+        return self._driver.status().step
 
     @property
     def _steps_taken(self):
-        # The updates made: under deepspeed_schedule the first call made none.
-        return max(self._step - self._deepspeed_schedule, 0)
+        return self._driver.status().steps_taken
 
     @property
     def _wants_averaged_gradients(self):
@@ -224,118 +188,108 @@ class OnebitAdam(_FlatOptimizer):
     @property
     def compressing(self) -> bool:
         """Whether the next step (and the backward pass before it) is in the compression stage."""
-        answer = self._lib.onebit_adam_compressing(ctypes.byref(self._config(self.param_groups[0])),
-                                                   ctypes.c_int64(self._step))
-        if answer < 0:
-            _check(self._lib, 1)
-        return bool(answer)
+        return self._driver.status().next == _AdamDriver.COMPRESSED
 
     @property
     def freeze_step(self) -> Optional[int]:
         """The first step of the compression stage; None while freeze_step="auto" has not fired."""
-        return None if self._freeze_step == _UNDECIDED else self._freeze_step
+        freeze = self._driver.status().freeze_step
+        return None if freeze < 0 else freeze
 
-    def _measure_variance(self, taken):
-        """freeze_step="auto", after warmup step `taken`: measure, decide, and say so when it fires."""
-        lib, step = self._lib, ctypes.c_int64(taken)
-        measures = lib.onebit_adam_auto_freeze_measures(ctypes.byref(self._auto), step) == 1
-        changes = []  # every rank's
-        if measures:
+    @property
+    def variance_changes(self) -> List[Tuple[int, float]]:
+        """freeze_step="auto": (step, change) of every measurement, the largest over ranks."""
+        return self._driver.changes()
+
+    def _taken(self):
+        """The step is taken: the driver counts it, and with freeze_step="auto" decides the next
+        one's stage on every rank's measured variance change; rank 0 logs what it decided."""
+        if self._driver.taken():
             value = ctypes.c_double()
             self._measure("onebit_adam_variance_change", _ptr(self._v), _ptr(self._v_then),
                           ctypes.c_size_t(self._v.numel()), ctypes.byref(value))
-            changes = [_bits_double(row[0]) for row in self._every_rank([_bits(value.value)])]
+            self._driver.decide([_bits_double(row[0]) for row in self._every_rank([_bits(value.value)])])
             self._v_then.copy_(self._v)
-        decided = ctypes.c_double()
-        first = lib.onebit_adam_auto_freeze_decide_ranks(ctypes.byref(self._auto), step,
-                                                         (ctypes.c_double * max(len(changes), 1))(*changes),
-                                                         ctypes.c_size_t(len(changes)), ctypes.byref(decided))
-        if first == -2:
-            _check(lib, 1)
-        change = decided.value
-        if measures:
-            self.variance_changes.append((taken, change))
-        if first >= 0:
-            self._freeze_step = first
-            if dist.get_rank(self._group) == 0:
-                why = (f"the variance moved {change:.4f} < {self._auto.threshold} over the last "
-                       f"{self._auto.window} steps"
-                       if change < self._auto.threshold else f"max_freeze_step {self._auto.max_step}")
-                logger.info(f"OnebitAdam: freeze_step='auto' fired after step {taken}: {why}; "
-                            f"compression from step {first}")
+        news = self._driver.news()
+        if news and self._rank == 0:
+            logger.info(news)
 
     def _flat_step(self):
-        lib = self._lib
-        if self._deepspeed_schedule and self._step == 0:
-            self._step = 1  # DeepSpeed's initialising call: counted, nothing moves
+        now = self._driver.status()
+        if now.next == _AdamDriver.COUNTING:  # DeepSpeed's initialising call: counted, nothing moves
+            self._taken()
             return
         # On the CPU the C core runs over _pieces(): the flat copies, or each parameter in place.
-        if not self.compressing:
-            gathered = self._averaged_gradients_gathered()
-            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                config = ctypes.byref(self._config(group))
-                if self._device.type == "cuda":
-                    self._core_step("onebit_adam_warmup_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
-                                    _ptr(self._v[lo:]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
-                    continue
-                for params, at, n, p in self._pieces(index):
-                    grad = self._grad[at:] if gathered else self._local_gradient(p, at, at + n)
-                    _check(lib, lib.onebit_adam_warmup_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
-                                                            _ptr(grad), ctypes.c_size_t(n)))
+        if now.next == _AdamDriver.WARMUP:
+            self._warmup_step()
         else:
-            if self._step == self._freeze_step:
-                self._report_freeze(self._step, self._v)
-            self._warn_if_no_local_gradient()
-            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                config = ctypes.byref(self._config(group))
-                if self._device.type == "cuda":  # the momentum as it was kept in the same pass, as below
-                    self._core_step("onebit_adam_momentum_step", config, _ptr(self._m[lo:]), _ptr(self._m_before[lo:]),
-                                    _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
-                    continue
-                for _, at, n, p in self._pieces(index):
-                    grad = self._grad[at:] if p is None else self._local_gradient(p, at, at + n)
-                    _check(lib, lib.onebit_adam_momentum_step_keeping(config, _ptr(self._m[at:]),
-                                                                      _ptr(self._m_before[at:]), _ptr(grad),
-                                                                      ctypes.c_size_t(n)))
-            try:
-                self._average_tagged(self._m, self._step, f"compression stage since step {self._freeze_step}")
-            except RuntimeError:
-                self._m.copy_(self._m_before)  # a failed step changes nothing
-                raise
-            for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
-                config = ctypes.byref(self._config(group))
-                if self._device.type == "cuda":
-                    self._core_step("onebit_adam_apply_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
-                                    _ptr(self._v[lo:]), ctypes.c_size_t(hi - lo))
-                    continue
-                for params, at, n, _ in self._pieces(index):
-                    _check(lib, lib.onebit_adam_apply_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
-                                                           ctypes.c_size_t(n)))
-        self._step += 1
-        if self._auto is not None and self._freeze_step == _UNDECIDED:
-            self._measure_variance(self._step - 1)  # the step is taken; this decides the next one's stage
+            self._compressed_step(now)
+        self._taken()
+
+    def _warmup_step(self):
+        gathered = self._averaged_gradients_gathered()
+        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+            config = ctypes.byref(self._config(group))
+            if self._device.type == "cuda":
+                self._core_step("onebit_adam_warmup_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                _ptr(self._v[lo:]), _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
+                continue
+            for params, at, n, p in self._pieces(index):
+                grad = self._grad[at:] if gathered else self._local_gradient(p, at, at + n)
+                _check(self._lib, self._lib.onebit_adam_warmup_step(config, params, _ptr(self._m[at:]),
+                                                                    _ptr(self._v[at:]), _ptr(grad),
+                                                                    ctypes.c_size_t(n)))
+
+    def _compressed_step(self, now):
+        lib = self._lib
+        if now.freezes_now:
+            self._report_freeze(now.step, self._v)
+        self._warn_if_no_local_gradient()
+        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+            config = ctypes.byref(self._config(group))
+            if self._device.type == "cuda":  # the momentum as it was kept in the same pass, as below
+                self._core_step("onebit_adam_momentum_step", config, _ptr(self._m[lo:]), _ptr(self._m_before[lo:]),
+                                _ptr(self._grad[lo:]), ctypes.c_size_t(hi - lo))
+                continue
+            for _, at, n, p in self._pieces(index):
+                grad = self._grad[at:] if p is None else self._local_gradient(p, at, at + n)
+                _check(lib, lib.onebit_adam_momentum_step_keeping(config, _ptr(self._m[at:]), _ptr(self._m_before[at:]),
+                                                                  _ptr(grad), ctypes.c_size_t(n)))
+        try:
+            self._average_tagged(self._m, now.step, f"compression stage since step {now.freeze_step}")
+        except RuntimeError:
+            self._m.copy_(self._m_before)  # a failed step changes nothing
+            raise
+        for index, (group, (lo, hi)) in enumerate(zip(self.param_groups, self._ranges)):
+            config = ctypes.byref(self._config(group))
+            if self._device.type == "cuda":
+                self._core_step("onebit_adam_apply_step", config, _ptr(self._flat[lo:]), _ptr(self._m[lo:]),
+                                _ptr(self._v[lo:]), ctypes.c_size_t(hi - lo))
+                continue
+            for params, at, n, _ in self._pieces(index):
+                _check(lib, lib.onebit_adam_apply_step(config, params, _ptr(self._m[at:]), _ptr(self._v[at:]),
+                                                       ctypes.c_size_t(n)))
 
     def _onebit_state(self):
-        return self._rank_state(self.compressing and self._step > self._freeze_step, step=self._step,
-                                     freeze_step=self._freeze_step,
-                                     v_then=None if self._v_then is None else self._v_then.clone(),
-                                     variance_changes=list(self.variance_changes),
-                                     bias_correction=self._bias_correction,
-                                     deepspeed_schedule=self._deepspeed_schedule)
+        state, now = self._driver.state(), self._driver.status()
+        return self._rank_state(self.compressing and now.step > now.freeze_step, step=state.step,
+                                freeze_step=state.freeze_step,
+                                v_then=None if self._v_then is None else self._v_then.clone(),
+                                variance_changes=self.variance_changes,
+                                bias_correction=bool(state.bias_correction),
+                                deepspeed_schedule=bool(state.deepspeed_schedule))
+
+    @staticmethod
+    def _saved_schedule(part):
+        """A checkpoint part's schedule as the driver reads it (a field it lacks: not recorded)."""
+        def recorded(key):
+            value = part.get(key)
+            return _NOT_RECORDED if value is None else int(value)
+        return _capi.AdamDriverState(int(part["step"]), recorded("freeze_step"), int(part.get("v_then") is not None),
+                                     recorded("bias_correction"), recorded("deepspeed_schedule"))
 
     def _schedule_refusal(self, part):
-        if (part.get("v_then") is None) != (self._v_then is None):
-            return "the checkpoint and this optimizer disagree on freeze_step='auto'"
-        if part.get("bias_correction", False) != self._bias_correction:
-            return (f"the checkpoint was saved with bias_correction={part.get('bias_correction', False)}, this "
-                    f"optimizer has {self._bias_correction}: the steps would change size on resume; make the "
-                    "optimizer as the run was made")
-        recorded = part.get("deepspeed_schedule")  # None: a checkpoint from before it was recorded
-        if recorded is not None and recorded != self._deepspeed_schedule:
-            return (f"the checkpoint was saved with deepspeed_schedule={recorded}, this optimizer has "
-                    f"{self._deepspeed_schedule}: the steps would count from another origin on resume (the freeze one "
-                    "step off, the bias correction changed); make the optimizer as the run was made")
-        return None if self._v_then is not None else self._freeze_step_refusal(part["step"], part.get("freeze_step"))
+        return self._driver.resume_refusal(self._saved_schedule(part))
 
     def load_state_dict(self, state_dict: Dict[str, Any], reset_error_feedback: bool = False) -> None:
         """Resumes from a state_dict() (a collective: every rank loads). The checkpoint must hold
@@ -345,18 +299,14 @@ class OnebitAdam(_FlatOptimizer):
         (ranks, ranks per host) it was made in; reset_error_feedback=True drops it, so that a job
         resized or laid out anew goes on (rank 0 warns once)."""
         state_dict, saved = self._split_state_dict(state_dict, reset_error_feedback)
-        # "auto": the checkpoint's decision (or its undecided state) goes on; a fixed one is this
-        # optimizer's (_schedule_refusal has refused one the checkpoint's stage contradicts).
-        freeze_step = saved.get("freeze_step", self._freeze_step) if self._v_then is not None else self._freeze_step
-        self._agree_on_schedule(step=saved["step"], freeze_step=freeze_step)
+        schedule = self._saved_schedule(saved)  # _schedule_refusal has refused one that cannot go on
+        self._agree(**self._driver.agreed_fields(schedule))
         super().load_state_dict(state_dict)
-        self._step = saved["step"]
+        self._driver.resume(schedule, list(saved.get("variance_changes", ())))
         self._m.copy_(saved["m"])
         self._v.copy_(saved["v"])
-        self._freeze_step = freeze_step
         if self._v_then is not None:
             self._v_then.copy_(saved["v_then"])
-            self.variance_changes = list(saved["variance_changes"])
         self._load_error_state(saved["worker_error"], saved["server_error"])
         self._loaded(saved)
 

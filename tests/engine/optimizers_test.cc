@@ -783,7 +783,7 @@ TEST(ResumeRules, AnAutomaticFreezesCheckpointGoesOnlyToAnAutomaticFreeze) {
         adam.load(saved);
       },
       ONEBIT_INVALID_ARGUMENT,
-      "onebit::OnebitAdam::load: the checkpoint was saved with an automatic freeze (it holds a variance snapshot), "
+      "onebit::OnebitAdam::load: the checkpoint was saved with freeze_step='auto' (it holds a variance snapshot), "
       "this optimizer has a fixed freeze_step 3");
   expect_on_both_ranks(
       [&](int, onebit_comm_t comm) {

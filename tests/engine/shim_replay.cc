@@ -6,7 +6,7 @@
 // freeze step, -1 while undecided; ZeroOneAdam its schedule; OnebitLamb its steps) to OUT.
 //
 //   onebit-shim-replay --optimizer adam|zero_one|lamb --steps S --freeze N|auto
-//                      [--window W --threshold T --max-step M] --out OUT
+//                      [--window W --threshold T --max-step M] [--bias-correction 1] [--deepspeed 1] --out OUT
 //
 // The stream (the checker's twin, kept by it): two groups of kSizes[g] parameters, parameter i of
 // the groups end to end starting at (i % 61 - 30) / 64; rank r's gradient at step t, element i, is
@@ -91,7 +91,7 @@ int fail(const std::string& what) {
 
 int main(int argc, char** argv) {
   std::int64_t steps = 0, freeze = -1;
-  bool automatic = false;
+  bool automatic = false, bias_correction = false, deepspeed = false;
   onebit_adam_auto_freeze_t rule{10, 0.1, 0};
   std::string optimizer = "adam", out;
   for (int a = 1; a + 1 < argc; a += 2) {
@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
     else if (flag == "--window") rule.window = std::atoll(value.c_str());
     else if (flag == "--threshold") rule.threshold = std::atof(value.c_str());
     else if (flag == "--max-step") rule.max_step = std::atoll(value.c_str());
+    else if (flag == "--bias-correction") bias_correction = value == "1";
+    else if (flag == "--deepspeed") deepspeed = value == "1";
     else if (flag == "--out") out = value;
     else return fail("unknown flag " + flag);
   }
@@ -120,8 +122,10 @@ int main(int argc, char** argv) {
       const auto counters = [](const onebit::OnebitAdam& o) {
         return std::vector<std::int64_t>{o.steps(), o.freeze_step()};
       };
+      // The driver's whole schedule (onebit.h, "OnebitAdam's driver"): DeepSpeed's and bias correction too.
+      const onebit_adam_schedule_t schedule{automatic ? -1 : freeze, rule, deepspeed ? 1 : 0, bias_correction ? 1 : 0};
       replay<onebit::OnebitAdam>(comm, rank, params, steps, automatic ? 0 : freeze, adam_config, counters, out,
-                                 std::string("onebit_adam/momentum"), automatic ? &rule : nullptr);
+                                 std::string("onebit_adam/momentum"), schedule);
     } else if (optimizer == "zero_one") {
       const auto counters = [](const onebit::ZeroOneAdam& o) {
         const onebit_zero_one_adam_schedule_t& s = o.schedule();

@@ -22,7 +22,7 @@ import os
 import re
 import sys
 
-_SCALARS = {"int": ctypes.c_int, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t,
+_SCALARS = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "size_t": ctypes.c_size_t,
             "float": ctypes.c_float, "double": ctypes.c_double, "char": ctypes.c_char}
 
 

@@ -41,7 +41,7 @@ def rank_main(rank, store, out_dir):
     weights = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy()
     np.save(os.path.join(out_dir, f"weights{rank}.npy"), weights)
     np.save(os.path.join(out_dir, f"losses{rank}.npy"), np.array(losses))
-    require(stats["compressed_calls"] == max(0, STEPS - optimizer._freeze_step), stats)
+    require(stats["compressed_calls"] == max(0, STEPS - optimizer.freeze_step), stats)
     optimizer.close()
     dist.destroy_process_group()
 

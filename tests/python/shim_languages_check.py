@@ -6,6 +6,9 @@ stream, end with bitwise equal parameters, m and v on every rank, and the same c
   adam       OnebitAdam, freeze_step 5, 12 steps: warmup, the freeze, the compression stage;
   adam-auto  OnebitAdam, freeze_step "auto" (window 2, threshold 0.3, at most step 9), 14 steps: the
              automatic freeze decides at the same step in both languages (the C core's rule);
+  adam-bias  OnebitAdam, freeze_step 5, bias_correction=True, 12 steps: the corrected steps, the
+             variance's correction frozen at the freeze;
+  adam-deepspeed  OnebitAdam, freeze_step 5, deepspeed_schedule=True, 12 steps: the first call counts only;
   zero_one   ZeroOneAdam, var_freeze_step 6 (scalers 2 and 4, clipper 4), 18 steps: variance steps,
              compressed-gradient steps, local steps and syncs, with its schedule's counters;
   lamb       OnebitLamb, freeze_step 5, 12 steps: each group one layer, its trust ratio frozen.
@@ -31,6 +34,8 @@ WORLD = 4
 SIZES = (1000, 37)
 MODES = {"adam": dict(optimizer="adam", steps=12, freeze="5"),
          "adam-auto": dict(optimizer="adam", steps=14, freeze="auto", window=2, threshold=0.3, max_step=10),
+         "adam-bias": dict(optimizer="adam", steps=12, freeze="5", bias_correction=True),
+         "adam-deepspeed": dict(optimizer="adam", steps=12, freeze="5", deepspeed_schedule=True),
          "zero_one": dict(optimizer="zero_one", steps=18, freeze="6"),
          "lamb": dict(optimizer="lamb", steps=12, freeze="5")}
 
@@ -52,7 +57,10 @@ def rank_main(mode, rank, store, out_dir):
     start = np.array([(i % 61 - 30) / 64.0 for i in range(sum(SIZES))], dtype=np.float32)
     params = [torch.nn.Parameter(torch.from_numpy(start[:SIZES[0]].copy())),
               torch.nn.Parameter(torch.from_numpy(start[SIZES[0]:].copy()))]
-    groups = [dict(params=[params[0]], lr=1e-3, weight_decay=0.0), dict(params=[params[1]], lr=3e-3, weight_decay=0.01)]
+    # The C++ replay's float settings, as float64s: the bias correction computes in float64 from them.
+    f32 = lambda x: float(np.float32(x))  # noqa: E731
+    groups = [dict(params=[params[0]], lr=f32(1e-3), weight_decay=0.0),
+              dict(params=[params[1]], lr=f32(3e-3), weight_decay=f32(0.01))]
     optimizer = make_optimizer(onebit, run, groups)
     for step in range(run["steps"]):
         g = torch.from_numpy(stream(np, rank, step))
@@ -78,10 +86,13 @@ def make_optimizer(onebit, run, groups):
                                   local_step_clipper=4)
     if run["optimizer"] == "lamb":
         return onebit.OnebitLamb(groups, freeze_step=int(freeze))
+    import numpy as np
+    adam = dict(betas=(float(np.float32(0.9)), float(np.float32(0.999))), eps=float(np.float32(1e-8)),
+                bias_correction=run.get("bias_correction", False), deepspeed_schedule=run.get("deepspeed_schedule", False))
     if freeze == "auto":
         return onebit.OnebitAdam(groups, freeze_step="auto", freeze_window=run["window"],
-                                 freeze_threshold=run["threshold"], max_freeze_step=run["max_step"])
-    return onebit.OnebitAdam(groups, freeze_step=int(freeze))
+                                 freeze_threshold=run["threshold"], max_freeze_step=run["max_step"], **adam)
+    return onebit.OnebitAdam(groups, freeze_step=int(freeze), **adam)
 
 
 def counters(run, optimizer, part):
@@ -105,6 +116,8 @@ def run_cpp(build, mode, tmp):
     args = ["--optimizer", run["optimizer"], "--steps", str(run["steps"]), "--freeze", run["freeze"]]
     if run["freeze"] == "auto":
         args += ["--window", str(run["window"]), "--threshold", str(run["threshold"]), "--max-step", str(run["max_step"])]
+    args += ["--bias-correction", str(int(run.get("bias_correction", False))),
+             "--deepspeed", str(int(run.get("deepspeed_schedule", False)))]
     root = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONEBIT_") and k not in ("LD_PRELOAD",)}
     procs = [subprocess.Popen([os.path.join(build, "tests", "onebit-shim-replay"), *args, "--out",
