@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+#include "optim/zero_one_adam.h"
+
 namespace onebit::optim {
 
 namespace {
@@ -57,6 +60,51 @@ std::string resume_refusal(std::int64_t step, const std::vector<ResumedSetting>&
          ": its stage and counters were made under those values (" + freeze.name +
          " can change on resume only from a checkpoint before the freeze under both). Make the optimizer with the "
          "checkpoint's values";
+}
+
+AgreedFields zero_one_adam_fields(const onebit_zero_one_adam_config_t& config,
+                                  const onebit_zero_one_adam_schedule_t& schedule, std::size_t parameters,
+                                  std::size_t groups) {
+  return {{"parameters", static_cast<std::int64_t>(parameters)},
+          {"groups", static_cast<std::int64_t>(groups)},
+          {"step", schedule.step},
+          {"var_interval", schedule.var_interval},
+          {"var_counter", schedule.var_counter},
+          {"local_step_interval", schedule.local_step_interval},
+          {"local_step_counter", schedule.local_step_counter},
+          {"var_freeze_step", config.var_freeze_step},
+          {"var_update_scaler", config.var_update_scaler},
+          {"local_step_scaler", config.local_step_scaler},
+          {"local_step_clipper", config.local_step_clipper}};
+}
+
+AgreedFields lamb_fields(const onebit_lamb_config_t& config, std::int64_t step, std::size_t parameters,
+                         std::size_t layers) {
+  return {{"parameters", static_cast<std::int64_t>(parameters)},
+          {"layers", static_cast<std::int64_t>(layers)},
+          {"step", step},
+          {"freeze_step", config.freeze_step}};
+}
+
+std::string zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t& mine,
+                                         const onebit_zero_one_adam_schedule_t& saved,
+                                         const onebit_zero_one_adam_config_t* saved_knobs) {
+  try {
+    zero_one_adam::check(saved);
+  } catch (const Error& error) {
+    return std::string("the checkpoint's schedule is malformed (") + error.what() + ")";
+  }
+  if (saved_knobs == nullptr) return "";  // a checkpoint from before they were recorded
+  return resume_refusal(saved.step,
+                        {{"var_freeze_step", saved_knobs->var_freeze_step, mine.var_freeze_step},
+                         {"var_update_scaler", saved_knobs->var_update_scaler, mine.var_update_scaler},
+                         {"local_step_scaler", saved_knobs->local_step_scaler, mine.local_step_scaler},
+                         {"local_step_clipper", saved_knobs->local_step_clipper, mine.local_step_clipper}},
+                        /*freeze_inclusive=*/true);
+}
+
+std::string lamb_resume_refusal(const onebit_lamb_config_t& mine, std::int64_t step, std::int64_t saved_freeze_step) {
+  return resume_refusal(step, {{"freeze_step", saved_freeze_step, mine.freeze_step}}, /*freeze_inclusive=*/false);
 }
 
 }  // namespace onebit::optim

@@ -9,7 +9,10 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "onebit/onebit_types.h"
 
 namespace onebit::optim {
 
@@ -39,5 +42,24 @@ struct ResumedSetting {
 // from a warmup checkpoint with a later one. Every other setting must be the same: the
 // checkpoint's stage and counters were made under those values.
 std::string resume_refusal(std::int64_t step, const std::vector<ResumedSetting>& settings, bool freeze_inclusive);
+
+// What every rank of an optimizer must hold alike, named in the words the disagreement says. The
+// shims exchange the values and ask disagreement() for the verdict; at a load, the checkpoint's
+// schedule state stands for this optimizer's.
+using AgreedFields = std::vector<std::pair<const char*, std::int64_t>>;
+AgreedFields zero_one_adam_fields(const onebit_zero_one_adam_config_t& config,
+                                  const onebit_zero_one_adam_schedule_t& schedule, std::size_t parameters,
+                                  std::size_t groups);
+AgreedFields lamb_fields(const onebit_lamb_config_t& config, std::int64_t step, std::size_t parameters,
+                         std::size_t layers);
+
+// Why a checkpoint cannot go on under this optimizer's schedule, or "". 0/1 Adam: the saved
+// schedule state must be one the rule can reach (else "the checkpoint's schedule is malformed"),
+// and the knobs follow resume_refusal() (var_freeze_step the inclusive freeze; `saved_knobs` NULL,
+// or a knob kNotRecorded: not recorded). 1-bit LAMB: its freeze step, as OnebitAdam's.
+std::string zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t& mine,
+                                         const onebit_zero_one_adam_schedule_t& saved,
+                                         const onebit_zero_one_adam_config_t* saved_knobs);
+std::string lamb_resume_refusal(const onebit_lamb_config_t& mine, std::int64_t step, std::int64_t saved_freeze_step);
 
 }  // namespace onebit::optim

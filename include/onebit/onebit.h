@@ -362,6 +362,29 @@ ONEBIT_API onebit_result_t onebit_resume_refusal(int64_t step, const char* const
                                                  const int64_t* mine, size_t count, int freeze_inclusive, char* text,
                                                  size_t text_size, size_t* length);
 
+/* What each optimizer's ranks agree on and what its checkpoints may resume, for 0/1 Adam and
+ * 1-bit LAMB (OnebitAdam's: its driver, below): the fields, named (static names; up to
+ * `capacity` written, the count in *count), that onebit_ranks_disagreement judges — at a load, with
+ * the checkpoint's schedule state (`schedule`, `step`) for this optimizer's; and the refusal text
+ * ("" where it can go on). 0/1 Adam's refuses a schedule state no run reaches ("the checkpoint's
+ * schedule is malformed") and, from `saved_knobs` (NULL, or a field INT64_MIN: not recorded), a
+ * moved var_freeze_step past the variance stage or any other knob changed; 1-bit LAMB's a moved
+ * freeze step past the warmup (onebit_resume_refusal's rule). */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_agreed_fields(const onebit_zero_one_adam_config_t* config,
+                                                              const onebit_zero_one_adam_schedule_t* schedule,
+                                                              size_t parameters, size_t groups, const char** names,
+                                                              int64_t* values, size_t capacity, size_t* count);
+ONEBIT_API onebit_result_t onebit_zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t* config,
+                                                               const onebit_zero_one_adam_schedule_t* saved,
+                                                               const onebit_zero_one_adam_config_t* saved_knobs,
+                                                               char* text, size_t text_size, size_t* length);
+ONEBIT_API onebit_result_t onebit_lamb_agreed_fields(const onebit_lamb_config_t* config, int64_t step,
+                                                     size_t parameters, size_t layers, const char** names,
+                                                     int64_t* values, size_t capacity, size_t* count);
+ONEBIT_API onebit_result_t onebit_lamb_resume_refusal(const onebit_lamb_config_t* config, int64_t step,
+                                                      int64_t saved_freeze_step, char* text, size_t text_size,
+                                                      size_t* length);
+
 /* ---- OnebitAdam's driver: its schedule, written once for every shim ----
  * Everything of OnebitAdam that is neither arithmetic nor I/O: the step count and what each step
  * is, the freeze step and the automatic decision with its history, each group's step settings

@@ -206,14 +206,9 @@ class OnebitAdam {
   }
 
   std::vector<AgreedField> agreed_fields(const onebit_adam_driver_state_t* saved) const {
-    std::size_t count = 0;
-    check(onebit_adam_driver_agreed_fields(driver_.get(), saved, nullptr, nullptr, 0, &count));
-    std::vector<const char*> names(count);
-    std::vector<std::int64_t> values(count);
-    check(onebit_adam_driver_agreed_fields(driver_.get(), saved, names.data(), values.data(), count, &count));
-    std::vector<AgreedField> fields;
-    for (std::size_t i = 0; i < count; ++i) fields.push_back({names[i], values[i]});
-    return fields;
+    return core_fields([&](const char** names, std::int64_t* values, std::size_t capacity, std::size_t* count) {
+      return onebit_adam_driver_agreed_fields(driver_.get(), saved, names, values, capacity, count);
+    });
   }
 
   // Group i's step settings from the driver (bias correction folded in).

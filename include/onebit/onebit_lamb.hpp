@@ -82,10 +82,7 @@ class OnebitLamb {
       check_call(onebit_lamb_layer_init(&layer));
       layers_.push_back(layer);
     }
-    agree_across_ranks(comm_, "onebit::OnebitLamb",
-                       {{"the parameter count", static_cast<std::int64_t>(total_)},
-                        {"the number of groups", static_cast<std::int64_t>(groups_.size())},
-                        {"freeze_step", freeze}});
+    agree_across_ranks(comm_, "onebit::OnebitLamb", agreed_fields(0));
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     v_fresh_.assign(total_, 0.0f);
@@ -171,11 +168,13 @@ class OnebitLamb {
     } else {
       unfit = error_state_unfit(comm_, name_, c.worker_error, c.server_error, c.world_size, c.local_size);
     }
+    if (unfit.empty()) {
+      unfit = core_text([&](char* text, std::size_t size, std::size_t* length) {
+        return onebit_lamb_resume_refusal(&groups_[0].config, c.step, c.freeze_step, text, size, length);
+      });
+    }
     // Every rank resumes at the same step, or they part at the freeze (load is collective).
-    agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit,
-                        {{"the checkpoint's step", c.step}, {"the checkpoint's freeze_step", c.freeze_step}});
-    check_resumed_schedule("onebit::OnebitLamb::load", c.step,
-                           {"freeze_step", c.freeze_step, groups_[0].config.freeze_step}, /*freeze_inclusive=*/false);
+    agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unfit, agreed_fields(c.step));
     load_tag_state(name_, c.worker_error, c.server_error);
     step_ = c.step;
     std::copy(c.m.begin(), c.m.end(), m_.begin());  // in place: the tag holds m_'s address
@@ -185,6 +184,14 @@ class OnebitLamb {
   }
 
  private:
+  // What every rank must hold alike (the C core's fields), at `step`.
+  std::vector<AgreedField> agreed_fields(std::int64_t step) const {
+    return core_fields([&](const char** names, std::int64_t* values, std::size_t capacity, std::size_t* count) {
+      return onebit_lamb_agreed_fields(&groups_[0].config, step, total_, groups_.size(), names, values, capacity,
+                                       count);
+    });
+  }
+
   onebit_comm_t comm_;
   std::vector<ParamGroup> groups_;
   std::string name_;

@@ -24,6 +24,20 @@ struct AgreedField {
   std::int64_t value;
 };
 
+// The fields a C call of the core names (onebit.h: `fill(names, values, capacity, &count)`, e.g.
+// onebit_lamb_agreed_fields with its first arguments bound): what every rank must hold alike.
+template <typename Fill>
+std::vector<AgreedField> core_fields(Fill fill) {
+  std::size_t count = 0;
+  check_call(fill(nullptr, nullptr, 0, &count));
+  std::vector<const char*> names(count);
+  std::vector<std::int64_t> values(count);
+  check_call(fill(names.data(), values.data(), count, &count));
+  std::vector<AgreedField> fields;
+  for (std::size_t i = 0; i < count; ++i) fields.push_back({names[i], values[i]});
+  return fields;
+}
+
 // Every rank's row of `values` (this rank's), exactly: row r of the answer is rank r's. A W x F
 // table of values, each as three 22-bit pieces (exact in a float); each rank fills its own row,
 // so the sum — untagged: the exact ring — is every rank's row. Collective.

@@ -1,13 +1,7 @@
 // What the C++ optimizer shims' load() refuses, and how every rank learns it. agree_on_checkpoint:
-// whether each rank's checkpoint fits its optimizer, and the checkpoint's schedule, agreed before
-// anything is loaded. check_resumed_schedule: what load() refuses of a checkpoint's schedule (the C
-// core's rule, which python/onebit's optimizers ask too, docs/usage/restarting.md "Restarting a job"). A
-// checkpoint's stage and counters were made under the schedule's settings it was saved with: a
-// freeze step may change on resume only where the checkpoint is before the freeze under both (as
-// when a run that diverged after its freeze resumes from a warmup checkpoint with a later freeze
-// step, which the NaN error advises); any other setting that counters are compared with must be
-// the same. Otherwise the resumed run would skip or repeat the work done at the freeze, or an
-// interval would stop growing, without a word.
+// whether each rank's checkpoint fits its optimizer — its arrays, its error feedback, and its
+// schedule by the C core's rule (each optimizer's *_resume_refusal, docs/usage/restarting.md
+// "Restarting a job") — and the checkpoint's schedule, agreed before anything is loaded.
 #ifndef ONEBIT_RESUME_RULES_HPP_
 #define ONEBIT_RESUME_RULES_HPP_
 
@@ -78,34 +72,6 @@ inline std::string error_state_unfit(onebit_comm_t comm, const std::string& name
   const onebit_result_t fits = onebit_tag_state_check_layout(
       static_cast<int>(saved_size), saved_local_size, static_cast<int>(layout.first), static_cast<int>(layout.second));
   return fits == ONEBIT_SUCCESS ? "" : onebit_last_error();
-}
-
-struct ResumedSetting {
-  const char* name;
-  std::int64_t saved;  // the checkpoint's (kNotRecorded: not recorded)
-  std::int64_t mine;   // this optimizer's
-};
-
-// Throws CallError(ONEBIT_INVALID_ARGUMENT) naming every setting that cannot go on, in the C core's
-// words and by its rule (onebit_resume_refusal): `freeze` (the freeze step) may differ where the
-// checkpoint, saved after `step` steps, is before the freeze under both — step < freeze step, or
-// step <= it where `freeze_inclusive` (0/1 Adam's var_freeze_step is the last step of its variance
-// stage) —; each of `settings` must be the same. Call it after the ranks agreed on the
-// checkpoint's values: every rank then refuses alike.
-inline void check_resumed_schedule(const std::string& who, std::int64_t step, ResumedSetting freeze,
-                                   bool freeze_inclusive, std::initializer_list<ResumedSetting> settings = {}) {
-  std::vector<const char*> names{freeze.name};
-  std::vector<std::int64_t> saved{freeze.saved}, mine{freeze.mine};
-  for (const ResumedSetting& s : settings) {
-    names.push_back(s.name);
-    saved.push_back(s.saved);
-    mine.push_back(s.mine);
-  }
-  const std::string refusal = core_text([&](char* text, std::size_t size, std::size_t* length) {
-    return onebit_resume_refusal(step, names.data(), saved.data(), mine.data(), names.size(), freeze_inclusive ? 1 : 0,
-                                 text, size, length);
-  });
-  if (!refusal.empty()) throw CallError(ONEBIT_INVALID_ARGUMENT, who + ": " + refusal + "; nothing was loaded");
 }
 
 }  // namespace onebit

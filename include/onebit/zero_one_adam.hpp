@@ -84,13 +84,7 @@ class ZeroOneAdam {
     check_call(onebit_zero_one_adam_schedule_init(&schedule_));
     onebit_zero_one_adam_step_t kind;
     check_call(onebit_zero_one_adam_next(&first, &schedule_, &kind));  // validates the config
-    agree_across_ranks(comm_, "onebit::ZeroOneAdam",
-                       {{"the parameter count", static_cast<std::int64_t>(total_)},
-                        {"the number of groups", static_cast<std::int64_t>(groups_.size())},
-                        {"var_freeze_step", first.var_freeze_step},
-                        {"var_update_scaler", first.var_update_scaler},
-                        {"local_step_scaler", first.local_step_scaler},
-                        {"local_step_clipper", first.local_step_clipper}});
+    agree_across_ranks(comm_, "onebit::ZeroOneAdam", agreed_fields(schedule_));
     m_.assign(total_, 0.0f);
     v_.assign(total_, 0.0f);
     grad_.assign(total_, 0.0f);
@@ -173,34 +167,26 @@ class ZeroOneAdam {
 
   void load(const Checkpoint& c) {
     std::string unfit;
-    onebit_zero_one_adam_step_t kind;
     if (c.m.size() != total_ || c.v.size() != total_ || c.u.size() != total_ || c.params_at_sync.size() != total_ ||
         c.lrs.size() != groups_.size()) {
       unfit = "the checkpoint holds " + std::to_string(c.m.size()) + " floats of m and " +
               std::to_string(c.lrs.size()) + " lr sums; this optimizer has " + std::to_string(total_) + " and " +
               std::to_string(groups_.size()) + " groups";
-    } else if (onebit_zero_one_adam_next(&groups_[0].config, &c.schedule, &kind) != ONEBIT_SUCCESS) {
-      unfit = onebit_last_error();  // the schedule state out of range
     } else {
       unfit = error_state_unfit(comm_, name_, c.worker_error, c.server_error, c.world_size, c.local_size);
     }
+    if (unfit.empty()) {
+      onebit_zero_one_adam_config_t saved = groups_[0].config;  // the knobs the checkpoint was saved under
+      saved.var_freeze_step = c.var_freeze_step;
+      saved.var_update_scaler = c.var_update_scaler;
+      saved.local_step_scaler = c.local_step_scaler;
+      saved.local_step_clipper = c.local_step_clipper;
+      unfit = core_text([&](char* text, std::size_t size, std::size_t* length) {
+        return onebit_zero_one_adam_resume_refusal(&groups_[0].config, &c.schedule, &saved, text, size, length);
+      });
+    }
     // Every rank resumes at the same point of the schedule (load is collective).
-    agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit,
-                        {{"the checkpoint's step", c.schedule.step},
-                         {"the checkpoint's variance interval", c.schedule.var_interval},
-                         {"the checkpoint's variance counter", c.schedule.var_counter},
-                         {"the checkpoint's local-step interval", c.schedule.local_step_interval},
-                         {"the checkpoint's local-step counter", c.schedule.local_step_counter},
-                         {"the checkpoint's var_freeze_step", c.var_freeze_step},
-                         {"the checkpoint's var_update_scaler", c.var_update_scaler},
-                         {"the checkpoint's local_step_scaler", c.local_step_scaler},
-                         {"the checkpoint's local_step_clipper", c.local_step_clipper}});
-    const onebit_zero_one_adam_config_t& knobs = groups_[0].config;
-    check_resumed_schedule("onebit::ZeroOneAdam::load", c.schedule.step,
-                           {"var_freeze_step", c.var_freeze_step, knobs.var_freeze_step}, /*freeze_inclusive=*/true,
-                           {{"var_update_scaler", c.var_update_scaler, knobs.var_update_scaler},
-                            {"local_step_scaler", c.local_step_scaler, knobs.local_step_scaler},
-                            {"local_step_clipper", c.local_step_clipper, knobs.local_step_clipper}});
+    agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unfit, agreed_fields(c.schedule));
     load_tag_state(name_, c.worker_error, c.server_error);
     schedule_ = c.schedule;
     std::copy(c.m.begin(), c.m.end(), m_.begin());
@@ -211,6 +197,14 @@ class ZeroOneAdam {
   }
 
  private:
+  // What every rank must hold alike (the C core's fields), at schedule state `at`.
+  std::vector<AgreedField> agreed_fields(const onebit_zero_one_adam_schedule_t& at) const {
+    return core_fields([&](const char** names, std::int64_t* values, std::size_t capacity, std::size_t* count) {
+      return onebit_zero_one_adam_agreed_fields(&groups_[0].config, &at, total_, groups_.size(), names, values,
+                                                capacity, count);
+    });
+  }
+
   template <typename Body>
   void for_each_group(Body&& body) {
     for (std::size_t i = 0; i < groups_.size(); ++i) body(i, groups_[i].params, layout_.offset(i), layout_.count(i));

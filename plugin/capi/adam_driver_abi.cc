@@ -17,19 +17,15 @@ struct onebit_adam_driver {
 
 namespace {
 
+using onebit::capi::copy_fields;
 using onebit::capi::copy_text;
+using onebit::capi::non_null;
 using onebit::optim::AdamDriver;
 using onebit::optim::AdamDriverState;
 
 AdamDriver& driver_of(onebit_adam_driver_t handle) {
   ONEBIT_CHECK(handle != nullptr, ONEBIT_INVALID_ARGUMENT, "driver is NULL");
   return handle->driver;
-}
-
-template <typename T>
-const T& non_null_struct(const T* value, const char* what) {
-  ONEBIT_CHECK(value != nullptr, ONEBIT_INVALID_ARGUMENT, what, " is NULL");
-  return *value;
 }
 
 AdamDriverState from_c(const onebit_adam_driver_state_t& s) {
@@ -46,7 +42,7 @@ onebit_result_t onebit_adam_driver_create(const char* who, const onebit_adam_sch
                                           size_t groups, onebit_adam_driver_t* driver) {
   return onebit::abi_guard("onebit_adam_driver_create", [&] {
     ONEBIT_CHECK(who != nullptr && driver != nullptr, ONEBIT_INVALID_ARGUMENT, "who or driver is NULL");
-    const onebit_adam_schedule_t& s = non_null_struct(schedule, "schedule");
+    const onebit_adam_schedule_t& s = non_null(schedule, "schedule");
     const onebit::optim::AdamSchedule made{s.freeze_step,
                                            {s.automatic.window, s.automatic.threshold, s.automatic.max_step},
                                            s.deepspeed_schedule != 0,
@@ -71,7 +67,7 @@ onebit_result_t onebit_adam_driver_config(onebit_adam_driver_t driver, const one
                                           onebit_adam_config_t* config) {
   return onebit::abi_guard("onebit_adam_driver_config", [&] {
     const AdamDriver& d = driver_of(driver);
-    const onebit_adam_hyper_t& g = non_null_struct(group, "group");
+    const onebit_adam_hyper_t& g = non_null(group, "group");
     ONEBIT_CHECK(config != nullptr, ONEBIT_INVALID_ARGUMENT, "config is NULL");
     *config = d.config({g.lr, g.beta1, g.beta2, g.eps, g.weight_decay});
   });
@@ -111,17 +107,9 @@ onebit_result_t onebit_adam_driver_changes(onebit_adam_driver_t driver, int64_t*
 onebit_result_t onebit_adam_driver_agreed_fields(onebit_adam_driver_t driver, const onebit_adam_driver_state_t* state,
                                                  const char** names, int64_t* values, size_t capacity, size_t* count) {
   return onebit::abi_guard("onebit_adam_driver_agreed_fields", [&] {
-    const AdamDriver& d = driver_of(driver);
-    ONEBIT_CHECK(count != nullptr && (capacity == 0 || (names != nullptr && values != nullptr)),
-                 ONEBIT_INVALID_ARGUMENT, "names, values or count is NULL");
     AdamDriverState saved;
     if (state != nullptr) saved = from_c(*state);
-    const auto fields = d.agreed_fields(state != nullptr ? &saved : nullptr);
-    for (std::size_t i = 0; i < fields.size() && i < capacity; ++i) {
-      names[i] = fields[i].first;
-      values[i] = fields[i].second;
-    }
-    *count = fields.size();
+    copy_fields(driver_of(driver).agreed_fields(state != nullptr ? &saved : nullptr), names, values, capacity, count);
   });
 }
 
@@ -138,7 +126,7 @@ onebit_result_t onebit_adam_driver_resume_refusal(onebit_adam_driver_t driver, c
                                                   char* text, size_t text_size, size_t* length) {
   return onebit::abi_guard("onebit_adam_driver_resume_refusal", [&] {
     const AdamDriver& d = driver_of(driver);
-    copy_text(d.resume_refusal(from_c(non_null_struct(saved, "saved"))), text, text_size, length);
+    copy_text(d.resume_refusal(from_c(non_null(saved, "saved"))), text, text_size, length);
   });
 }
 
@@ -150,7 +138,7 @@ onebit_result_t onebit_adam_driver_resume(onebit_adam_driver_t driver, const one
                  "steps or changes is NULL (count ", count, ")");
     std::vector<std::pair<std::int64_t, double>> recorded;
     for (std::size_t i = 0; i < count; ++i) recorded.emplace_back(steps[i], changes[i]);
-    d.resume(from_c(non_null_struct(saved, "saved")), std::move(recorded));
+    d.resume(from_c(non_null(saved, "saved")), std::move(recorded));
   });
 }
 

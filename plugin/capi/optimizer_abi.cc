@@ -24,6 +24,7 @@
 namespace {
 
 using onebit::capi::check_arrays;
+using onebit::capi::copy_fields;
 using onebit::capi::copy_text;
 using onebit::capi::non_null;
 using onebit::capi::to_adam;
@@ -318,6 +319,45 @@ size_t onebit_lamb_workspace_size(const size_t* counts, size_t layers) {
     bytes = onebit::optim::tiled::workspace_bytes(counts, layers);
   });
   return bytes;
+}
+
+onebit_result_t onebit_zero_one_adam_agreed_fields(const onebit_zero_one_adam_config_t* config,
+                                                   const onebit_zero_one_adam_schedule_t* schedule, size_t parameters,
+                                                   size_t groups, const char** names, int64_t* values, size_t capacity,
+                                                   size_t* count) {
+  return onebit::abi_guard("onebit_zero_one_adam_agreed_fields", [&] {
+    const auto& c = to_zero_one_adam(config);
+    copy_fields(onebit::optim::zero_one_adam_fields(c, non_null(schedule, "schedule"), parameters, groups), names,
+                values, capacity, count);
+  });
+}
+
+onebit_result_t onebit_zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t* config,
+                                                    const onebit_zero_one_adam_schedule_t* saved,
+                                                    const onebit_zero_one_adam_config_t* saved_knobs, char* text,
+                                                    size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_zero_one_adam_resume_refusal", [&] {
+    const auto& c = to_zero_one_adam(config);
+    copy_text(onebit::optim::zero_one_adam_resume_refusal(c, non_null(saved, "saved"), saved_knobs), text, text_size,
+              length);
+  });
+}
+
+onebit_result_t onebit_lamb_agreed_fields(const onebit_lamb_config_t* config, int64_t step, size_t parameters,
+                                          size_t layers, const char** names, int64_t* values, size_t capacity,
+                                          size_t* count) {
+  return onebit::abi_guard("onebit_lamb_agreed_fields", [&] {
+    const auto c = to_lamb(config);
+    copy_fields(onebit::optim::lamb_fields(c, step, parameters, layers), names, values, capacity, count);
+  });
+}
+
+onebit_result_t onebit_lamb_resume_refusal(const onebit_lamb_config_t* config, int64_t step, int64_t saved_freeze_step,
+                                           char* text, size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_lamb_resume_refusal", [&] {
+    const auto c = to_lamb(config);
+    copy_text(onebit::optim::lamb_resume_refusal(c, step, saved_freeze_step), text, text_size, length);
+  });
 }
 
 }  // extern "C"

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/error.h"
 #include "onebit/onebit.h"
@@ -25,6 +27,18 @@ inline void copy_text(const std::string& made, char* text, size_t text_size, siz
     text[kept] = '\0';
   }
   if (length != nullptr) *length = made.size();
+}
+
+// `fields` into names/values (up to `capacity`), their number into *count.
+inline void copy_fields(const std::vector<std::pair<const char*, std::int64_t>>& fields, const char** names,
+                        int64_t* values, size_t capacity, size_t* count) {
+  ONEBIT_CHECK(count != nullptr && (capacity == 0 || (names != nullptr && values != nullptr)), ONEBIT_INVALID_ARGUMENT,
+               "names, values or count is NULL");
+  for (std::size_t i = 0; i < fields.size() && i < capacity; ++i) {
+    names[i] = fields[i].first;
+    values[i] = fields[i].second;
+  }
+  *count = fields.size();
 }
 
 inline onebit::optim::AdamConfig to_adam(const onebit_adam_config_t* c) {

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _check
-from ._core import _ptr, _schedule_change_refusal
+from ._core import _ptr
 from ._errors import OnebitError
 from ._logging import logger
 
@@ -325,12 +325,6 @@ class _Checkpoints:
         checkpoint's stage would contradict it — or None. Part of the agreed refusal of
         _split_state_dict, so every rank learns it."""
         raise NotImplementedError
-
-    def _freeze_step_refusal(self, step, saved):
-        """Why this optimizer's fixed freeze step cannot go on from a checkpoint saved after `step`
-        steps with freeze step `saved` (None: not recorded), or None (_schedule_change_refusal;
-        warmup is the steps before the freeze)."""
-        return _schedule_change_refusal(self._lib, step, ("freeze_step", saved, self._freeze_step), inclusive=False)
 
     def _loaded(self, part):
         """After a load_state_dict() that succeeded: what the part says of the error feedback."""

@@ -25,17 +25,14 @@ def _core_text(lib, name, *args):
     return text.value.decode()
 
 
-def _schedule_change_refusal(lib, step, freeze, inclusive, settings=()):
-    """Why a checkpoint saved after `step` steps cannot go on under this optimizer's schedule, or
-    None: the C core's rule and words (onebit_resume_refusal). `freeze` is (name, saved, mine) of
-    the freeze step, `settings` more of them; a saved value of None was not recorded."""
-    every = [freeze, *settings]
-    names = (ctypes.c_char_p * len(every))(*[name.encode() for name, _, _ in every])
-    saved = (ctypes.c_int64 * len(every))(*[_NOT_RECORDED if s is None else int(s) for _, s, _ in every])
-    mine = (ctypes.c_int64 * len(every))(*[int(m) for _, _, m in every])
-    refusal = _core_text(lib, "onebit_resume_refusal", ctypes.c_int64(step), names, saved, mine, len(every),
-                         int(inclusive))
-    return refusal or None
+def _core_fields(lib, name, *args):
+    """{name: value} of what every rank must hold alike, in the C core's names:
+    `name`(*args, names, values, capacity, &count) (onebit.h)."""
+    count = ctypes.c_size_t()
+    _check(lib, getattr(lib, name)(*args, None, None, 0, ctypes.byref(count)))
+    names, values = (ctypes.c_char_p * count.value)(), (ctypes.c_int64 * count.value)()
+    _check(lib, getattr(lib, name)(*args, names, values, count, ctypes.byref(count)))
+    return {field.decode(): value for field, value in zip(names, values)}
 
 
 class _AdamDriver:
@@ -90,14 +87,8 @@ class _AdamDriver:
 
     def agreed_fields(self, state=None):
         """{name: value} of what every rank must hold alike (`state`: a checkpoint's, at load)."""
-        at = None if state is None else ctypes.byref(state)
-        count = ctypes.c_size_t()
-        _check(self._lib, self._lib.onebit_adam_driver_agreed_fields(self._handle, at, None, None, 0,
-                                                                     ctypes.byref(count)))
-        names, values = (ctypes.c_char_p * count.value)(), (ctypes.c_int64 * count.value)()
-        _check(self._lib, self._lib.onebit_adam_driver_agreed_fields(self._handle, at, names, values, count,
-                                                                     ctypes.byref(count)))
-        return {name.decode(): value for name, value in zip(names, values)}
+        return _core_fields(self._lib, "onebit_adam_driver_agreed_fields", self._handle,
+                            None if state is None else ctypes.byref(state))
 
     def state(self):
         state = _capi.AdamDriverState()

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from . import _library, _check, _tags, _wait_for_compressed_calls, stats, tag
 from ._checkpoints import _Checkpoints
-from ._core import _core_text, _ptr, _schedule_change_refusal  # noqa: F401 (the optimizers import these from here)
+from ._core import _core_text, _ptr  # noqa: F401 (the optimizers import these from here)
 from ._errors import OnebitError
 from ._gloo_threads import returned_by_gloo
 from ._logging import logger

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check
+from ._core import _NOT_RECORDED, _core_fields, _core_text
 from ._flat_optimizer import Params, _FlatOptimizer, _ptr
 
 __all__ = ["OnebitLamb"]
@@ -122,9 +123,12 @@ class OnebitLamb(_FlatOptimizer):
         self._agree_on_schedule()  # before tagging: a refused optimizer leaves no tag behind
         self._own_tag(self._m, name)
 
-    def _agree_on_schedule(self, step=None, freeze_step=None):
-        self._agree(parameters=self._total, layers=len(self._layers), step=self._step if step is None else step,
-                    freeze_step=self._freeze_step if freeze_step is None else freeze_step)
+    def _agree_on_schedule(self, step=None):
+        """The ranks agree on the fields the C core names (onebit_lamb_agreed_fields): at a load,
+        with the checkpoint's `step`."""
+        config = ctypes.byref(self._config(self.param_groups[0]))
+        at = ctypes.c_int64(self._step if step is None else step)
+        self._agree(**_core_fields(self._lib, "onebit_lamb_agreed_fields", config, at, self._total, len(self._layers)))
 
     def _config(self, group):
         coeff_beta, factor_max, factor_min, factor_threshold = self._factors
@@ -238,7 +242,10 @@ class OnebitLamb(_FlatOptimizer):
     def _schedule_refusal(self, part):
         if len(part["layers"]) != len(self._layers):
             return f"the checkpoint has {len(part['layers'])} layers, this optimizer {len(self._layers)}"
-        return self._freeze_step_refusal(part["step"], part.get("freeze_step"))
+        saved = part.get("freeze_step")  # None: not recorded, this optimizer's
+        saved = ctypes.c_int64(_NOT_RECORDED if saved is None else saved)
+        return _core_text(self._lib, "onebit_lamb_resume_refusal", ctypes.byref(self._config(self.param_groups[0])),
+                          ctypes.c_int64(part["step"]), saved) or None
 
     def load_state_dict(self, state_dict: Dict[str, Any], reset_error_feedback: bool = False) -> None:
         """Resumes from a state_dict() (a collective: every rank loads), checked on every rank

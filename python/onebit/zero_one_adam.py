@@ -35,8 +35,8 @@ import torch
 import torch.distributed as dist
 
 from . import _capi, _check, tag, untag
-from ._errors import OnebitError
-from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly, _schedule_change_refusal
+from ._core import _core_fields, _core_text
+from ._flat_optimizer import Params, _FlatOptimizer, _ptr, _run_eagerly
 
 __all__ = ["ZeroOneAdam"]
 
@@ -120,14 +120,11 @@ class ZeroOneAdam(_FlatOptimizer):
 
     def _agree_on_schedule(self, schedule=None):
         """The ranks agree on the schedule's settings and on its state (this optimizer's, or the
-        `schedule` a load is about to take)."""
-        var_freeze_step, var_update_scaler, local_step_scaler, local_step_clipper = self._schedule_config
+        `schedule` a load is about to take), the fields the C core names."""
         state = self._schedule if schedule is None else schedule
-        self._agree(parameters=self._total, groups=len(self.param_groups), step=state.step,
-                    var_interval=state.var_interval, var_counter=state.var_counter,
-                    local_step_interval=state.local_step_interval, local_step_counter=state.local_step_counter,
-                    var_freeze_step=var_freeze_step, var_update_scaler=var_update_scaler,
-                    local_step_scaler=local_step_scaler, local_step_clipper=local_step_clipper)
+        self._agree(**_core_fields(self._lib, "onebit_zero_one_adam_agreed_fields",
+                                   ctypes.byref(self._config(self.param_groups[0])), ctypes.byref(state),
+                                   self._total, len(self.param_groups)))
 
     def _config(self, group):
         return _capi.ZeroOneAdamConfig(group["lr"], group["betas"][0], group["betas"][1], group["eps"],
@@ -312,29 +309,21 @@ class ZeroOneAdam(_FlatOptimizer):
                                 schedule_config=dict(zip(self._SCHEDULE_KNOBS, self._schedule_config)))
 
     def _schedule_refusal(self, part):
-        """A checkpoint's schedule goes on only under the knobs that made it: the scalers are
-        compared with counters (one smaller than its counter has reached would stop its interval
-        from ever growing again), the clipper caps an interval already grown under it, and the stage
-        change at var_freeze_step does work (u zeroed, the parameters kept for the first sync) that
-        a moved var_freeze_step would skip or repeat — so var_freeze_step may change only from a
-        checkpoint in the variance stage under both, as OnebitAdam's freeze_step from one in
-        warmup. A schedule state out of range (a corrupt checkpoint) is refused here too."""
+        """A checkpoint's schedule goes on only under the knobs that made it, and only from a state
+        the schedule can reach: the C core's rule and words (onebit_zero_one_adam_resume_refusal,
+        docs/usage/restarting.md). What cannot even be read as a schedule is refused here."""
         if len(part["lrs"]) != len(self._lrs):
             return f"the checkpoint has {len(part['lrs'])} parameter groups, this optimizer {len(self._lrs)}"
         saved = part.get("schedule_config")  # None: a checkpoint from before it was recorded
         try:
-            self._loaded_schedule(part)
-            if saved is not None:
-                saved = {k: int(saved[k]) for k in self._SCHEDULE_KNOBS}
-        except (OnebitError, TypeError, KeyError, ValueError) as error:  # refused here, on every rank alike
-            return f"the checkpoint's schedule is malformed ({type(error).__name__}: {error})"
-        if saved is None:
-            return None
-        mine = dict(zip(self._SCHEDULE_KNOBS, self._schedule_config))
-        return _schedule_change_refusal(self._lib, part["schedule"]["step"],
-                                        ("var_freeze_step", saved["var_freeze_step"], mine["var_freeze_step"]),
-                                        inclusive=True,
-                                        settings=[(k, saved[k], mine[k]) for k in self._SCHEDULE_KNOBS[1:]])
+            schedule = _capi.ZeroOneAdamSchedule(**part["schedule"])
+            knobs = None if saved is None else _capi.ZeroOneAdamConfig(
+                0, 0, 0, 0, 0, *(int(saved[k]) for k in self._SCHEDULE_KNOBS))
+        except (TypeError, KeyError, ValueError) as error:  # refused here, on every rank alike
+            return f"the checkpoint's schedule cannot be read ({type(error).__name__}: {error})"
+        return _core_text(self._lib, "onebit_zero_one_adam_resume_refusal",
+                          ctypes.byref(self._config(self.param_groups[0])), ctypes.byref(schedule),
+                          None if knobs is None else ctypes.byref(knobs)) or None
 
     def _loaded_schedule(self, part):
         """The schedule state of checkpoint part `part`, checked by the C core (OnebitError if out of range)."""

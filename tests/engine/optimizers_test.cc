@@ -621,7 +621,7 @@ TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
       [&](int rank, onebit_comm_t comm) {
         ZeroOneAdam adam(comm, {{p.data(), rank == 0 ? kTotal : kTotal - 1, zero_one_config(0)}});
       },
-      "the ranks disagree on the parameter count: rank 0 has 1037, rank 1 has 1036");
+      "the ranks disagree on parameters: rank 0 has 1037, rank 1 has 1036");
   // Loading checkpoints of different steps (another rank's file, an older one) is named too.
   expect_disagreement_named(
       [&](int rank, onebit_comm_t comm) {
@@ -630,7 +630,7 @@ TEST(RankAgreement, ShimsWithDifferentSchedulesAreNamedAtConstruction) {
         saved.step = rank == 0 ? 12 : 9;
         lamb.load(saved);
       },
-      "onebit::OnebitLamb::load: the ranks disagree on the checkpoint's step: rank 0 has 12, rank 1 has 9");
+      "onebit::OnebitLamb::load: the ranks disagree on step: rank 0 has 12, rank 1 has 9");
 }
 
 // Ranks given different learning rates (which construction does not compare: a scheduler may change

@@ -1,6 +1,6 @@
 """check_core_words.py SOURCE_DIR: the words the optimizer shims say that the C core writes
 (onebit.h, "What the shims say" and "What the shims hold their ranks and checkpoints to"; the
-checkpoint refusals of onebit_tag_state_check*; the freeze rule across ranks) stand in the C core only — not again in the Python shims (python/onebit) nor in
+checkpoint refusals of onebit_tag_state_check*; the freeze rule across ranks; OnebitAdam's driver) stand in the C core only — not again in the Python shims (python/onebit) nor in
 the C++ shims' headers (include/onebit/*.hpp), where a second copy would drift from the first.
 Each phrase must stand in the core, so that the check cannot pass on words nobody writes."""
 import pathlib
@@ -19,6 +19,14 @@ PHRASES = (
     "every rank loads the checkpoint of the same step",
     "its stage and counters were made under those values",
     "can change on resume only from a checkpoint before the freeze under both",
+    "freeze_step='auto' fired after step",
+    "the variance moved",
+    "takes a fixed freeze_step (DeepSpeed has no 'auto')",
+    "runs DeepSpeed's rule, which has no bias correction",
+    "the steps would change size on resume",
+    "the steps would count from another origin on resume",
+    "(it holds a variance snapshot)",
+    "the checkpoint's schedule is malformed",
 )
 CORE = ("optim", "engine", "plugin/capi")
 SHIMS = (("python/onebit", "*.py"), ("include/onebit", "*.hpp"))
