@@ -35,6 +35,7 @@ add_executable(onebit_unit_tests
   unit/bootstrap_test.cc
   unit/optim_test.cc
   unit/adam_driver_test.cc
+  unit/checkpoint_file_test.cc
   unit/socket_test.cc
   unit/tag_state_test.cc
   unit/communicator_table_test.cc

@@ -7,12 +7,15 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "onebit/call_error.hpp"
 #include "onebit/onebit.h"
 #include "onebit/optimizer_report.hpp"
+#include "onebit/resume_rules.hpp"
 
 namespace onebit {
 
@@ -94,6 +97,111 @@ inline void save_tag_state(const std::string& tag, std::vector<float>& worker, s
 inline void load_tag_state(const std::string& tag, const std::vector<float>& worker, const std::vector<float>& server) {
   if (worker.empty() && server.empty()) return;
   check_call(onebit_tag_state_load(tag.c_str(), worker.data(), worker.size(), server.data(), server.size()));
+}
+
+// One rank's checkpoint file (onebit.h, "Checkpoint files"), the format the Python shims write and
+// read too: records put while saving, then write(); or read from a path and got while loading. A
+// record that is absent reads as `absent` (scalars) or empty (arrays): a field not recorded.
+class CheckpointFile {
+ public:
+  CheckpointFile() { check_call(onebit_checkpoint_create(&file_)); }
+  explicit CheckpointFile(const std::string& path) { check_call(onebit_checkpoint_read(path.c_str(), &file_)); }
+  ~CheckpointFile() { onebit_checkpoint_destroy(file_); }
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+
+  void put(const char* name, std::int64_t value) { check_call(onebit_checkpoint_put_int(file_, name, value)); }
+  void put(const char* name, const std::string& text) {
+    check_call(onebit_checkpoint_put_text(file_, name, text.c_str()));
+  }
+  void put(const char* name, const std::vector<float>& v) {
+    check_call(onebit_checkpoint_put_floats(file_, name, v.data(), v.size()));
+  }
+  void put(const char* name, const std::vector<double>& v) {
+    check_call(onebit_checkpoint_put_doubles(file_, name, v.data(), v.size()));
+  }
+  void put(const char* name, const std::vector<std::int64_t>& v) {
+    check_call(onebit_checkpoint_put_ints(file_, name, v.data(), v.size()));
+  }
+  void write(const std::string& path) const { check_call(onebit_checkpoint_write(file_, path.c_str())); }
+
+  std::int64_t get(const char* name, std::int64_t absent) const {
+    if (count(name, ONEBIT_RECORD_INT) == kAbsent) return absent;
+    std::int64_t value = 0;
+    check_call(onebit_checkpoint_get_int(file_, name, &value));
+    return value;
+  }
+  std::string text(const char* name) const {
+    std::string text(count(name, ONEBIT_RECORD_TEXT) == kAbsent ? 0 : count(name, ONEBIT_RECORD_TEXT) + 1, '\0');
+    if (!text.empty()) check_call(onebit_checkpoint_get_text(file_, name, text.data(), text.size(), nullptr));
+    return text.c_str();
+  }
+  std::vector<float> floats(const char* name) const { return values<float>(name, ONEBIT_RECORD_FLOATS); }
+  std::vector<double> doubles(const char* name) const { return values<double>(name, ONEBIT_RECORD_DOUBLES); }
+  std::vector<std::int64_t> ints(const char* name) const { return values<std::int64_t>(name, ONEBIT_RECORD_INTS); }
+
+ private:
+  static constexpr std::size_t kAbsent = SIZE_MAX;
+
+  // The record's count, kAbsent when there is none; another kind is an error naming it.
+  std::size_t count(const char* name, onebit_record_kind_t want) const {
+    onebit_record_kind_t kind = ONEBIT_RECORD_ABSENT;
+    std::size_t n = 0;
+    check_call(onebit_checkpoint_record(file_, name, &kind, &n));
+    if (kind == ONEBIT_RECORD_ABSENT) return kAbsent;
+    if (kind != want) {
+      throw CallError(ONEBIT_INVALID_ARGUMENT,
+                      std::string("the checkpoint's record '") + name + "' is of another kind");
+    }
+    return n;
+  }
+  template <typename T>
+  std::vector<T> values(const char* name, onebit_record_kind_t kind) const {
+    const std::size_t n = count(name, kind);
+    std::vector<T> v(n == kAbsent ? 0 : n);
+    if (n == kAbsent) return v;
+    if constexpr (std::is_same_v<T, float>) check_call(onebit_checkpoint_get_floats(file_, name, v.data(), n));
+    if constexpr (std::is_same_v<T, double>) check_call(onebit_checkpoint_get_doubles(file_, name, v.data(), n));
+    if constexpr (std::is_same_v<T, std::int64_t>) check_call(onebit_checkpoint_get_ints(file_, name, v.data(), n));
+    return v;
+  }
+
+  onebit_checkpoint_t file_ = nullptr;
+};
+
+// The records every optimizer's checkpoint file holds besides its own (docs/design/checkpoints.md,
+// "Checkpoint files"): who wrote it and from which rank, m and v, this rank's error feedback and the
+// layout it belongs to. `optimizer` is the class's name in both languages ("OnebitAdam").
+template <typename Checkpoint>
+void put_common_records(CheckpointFile& file, const char* optimizer, onebit_comm_t comm, const Checkpoint& c) {
+  int rank = 0;
+  check_call(onebit_comm_rank(comm, &rank));
+  file.put("optimizer", std::string(optimizer));
+  file.put("rank", static_cast<std::int64_t>(rank));
+  file.put("world_size", c.world_size);
+  file.put("local_size", c.local_size);
+  file.put("m", c.m);
+  file.put("v", c.v);
+  file.put("worker_error", c.worker_error);
+  file.put("server_error", c.server_error);
+}
+
+// put_common_records' records read back into `c`, once the file is `optimizer`'s.
+template <typename Checkpoint>
+void get_common_records(const CheckpointFile& file, const std::string& path, const char* optimizer, Checkpoint& c) {
+  const std::string kind = file.text("optimizer");
+  if (kind != optimizer) {
+    throw CallError(ONEBIT_INVALID_ARGUMENT, path + " is " + (kind.empty() ? "no optimizer" : kind) +
+                                                 "'s checkpoint, not " + optimizer +
+                                                 "'s: make the optimizer the run "
+                                                 "was made with");
+  }
+  c.world_size = file.get("world_size", kNotRecorded);
+  c.local_size = file.get("local_size", kNotRecorded);
+  c.m = file.floats("m");
+  c.v = file.floats("v");
+  c.worker_error = file.floats("worker_error");
+  c.server_error = file.floats("server_error");
 }
 
 }  // namespace onebit

@@ -434,6 +434,46 @@ ONEBIT_API onebit_result_t onebit_adam_driver_resume(onebit_adam_driver_t driver
                                                      const onebit_adam_driver_state_t* saved, const int64_t* steps,
                                                      const double* changes, size_t count);
 
+/* ---- Checkpoint files: one rank's optimizer state, one format for every shim ----
+ * A file of named records (int64, arrays of int64, float32 or float64, text) that the C++ shims'
+ * save_file()/load_file() and the Python optimizers' save_file()/load_file() write
+ * and read, so a checkpoint saved by one language resumes in the other (the records each optimizer
+ * writes: docs/design/checkpoints.md, "Checkpoint files"). Each rank writes its own file: its error
+ * feedback is its own. The writer puts records and writes the file whole: to a temporary file in the
+ * same folder, flushed, renamed over `path`. onebit_checkpoint_read checks the format (magic,
+ * version, lengths, a CRC-32 of the bytes), refusing a damaged or foreign file with
+ * ONEBIT_INVALID_ARGUMENT naming the path and what is wrong. A get of a record that is absent or of
+ * another kind, or with another count, is ONEBIT_INVALID_ARGUMENT naming it and changes nothing;
+ * onebit_checkpoint_record says a record's kind (ONEBIT_RECORD_ABSENT when there is none) and count
+ * (bytes, for a text). onebit_checkpoint_names gives the names in the order written (static while
+ * the handle lives), up to `capacity`, their number in *count. */
+ONEBIT_API onebit_result_t onebit_checkpoint_create(onebit_checkpoint_t* checkpoint);
+ONEBIT_API void onebit_checkpoint_destroy(onebit_checkpoint_t checkpoint);
+ONEBIT_API onebit_result_t onebit_checkpoint_put_int(onebit_checkpoint_t checkpoint, const char* name, int64_t value);
+ONEBIT_API onebit_result_t onebit_checkpoint_put_ints(onebit_checkpoint_t checkpoint, const char* name,
+                                                      const int64_t* values, size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_put_floats(onebit_checkpoint_t checkpoint, const char* name,
+                                                        const float* values, size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_put_doubles(onebit_checkpoint_t checkpoint, const char* name,
+                                                         const double* values, size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_put_text(onebit_checkpoint_t checkpoint, const char* name,
+                                                      const char* text);
+ONEBIT_API onebit_result_t onebit_checkpoint_write(onebit_checkpoint_t checkpoint, const char* path);
+ONEBIT_API onebit_result_t onebit_checkpoint_read(const char* path, onebit_checkpoint_t* checkpoint);
+ONEBIT_API onebit_result_t onebit_checkpoint_record(onebit_checkpoint_t checkpoint, const char* name,
+                                                    onebit_record_kind_t* kind, size_t* count);
+ONEBIT_API onebit_result_t onebit_checkpoint_names(onebit_checkpoint_t checkpoint, const char** names, size_t capacity,
+                                                   size_t* count);
+ONEBIT_API onebit_result_t onebit_checkpoint_get_int(onebit_checkpoint_t checkpoint, const char* name, int64_t* value);
+ONEBIT_API onebit_result_t onebit_checkpoint_get_ints(onebit_checkpoint_t checkpoint, const char* name, int64_t* values,
+                                                      size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_get_floats(onebit_checkpoint_t checkpoint, const char* name, float* values,
+                                                        size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_get_doubles(onebit_checkpoint_t checkpoint, const char* name,
+                                                         double* values, size_t count);
+ONEBIT_API onebit_result_t onebit_checkpoint_get_text(onebit_checkpoint_t checkpoint, const char* name, char* text,
+                                                      size_t text_size, size_t* length);
+
 /* ---- 0/1 Adam (Lu et al., 2022; DeepSpeed's ZeroOneAdam), over flat fp32 arrays ----
  * DeepSpeed's names and defaults. Steps t count from 0; DeepSpeed's state['step'] is t + 1 (its
  * first step() call is an initialisation that moves nothing, so its schedule runs one call behind).

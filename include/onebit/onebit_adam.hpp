@@ -160,6 +160,46 @@ class OnebitAdam {
     if (!v_then_.empty()) v_then_ = c.v_then;
   }
 
+  // save() as this rank's checkpoint file (onebit.h, "Checkpoint files"): what
+  // the Python optimizers' load_file() resumes too; load_file(): a file either language wrote.
+  void save_file(const std::string& path) const {
+    const Checkpoint c = save();
+    CheckpointFile file;
+    put_common_records(file, "OnebitAdam", comm_, c);
+    file.put("step", c.step);
+    file.put("freeze_step", c.freeze_step);
+    file.put("bias_correction", c.bias_correction);
+    file.put("deepspeed_schedule", c.deepspeed_schedule);
+    if (!c.v_then.empty()) {
+      file.put("v_then", c.v_then);
+      std::vector<std::int64_t> steps;
+      std::vector<double> changes;
+      for (const auto& [step, change] : c.variance_changes) {
+        steps.push_back(step);
+        changes.push_back(change);
+      }
+      file.put("variance_changes.step", steps);
+      file.put("variance_changes.change", changes);
+    }
+    file.write(path);
+  }
+
+  void load_file(const std::string& path) {
+    const CheckpointFile file(path);
+    Checkpoint c;
+    get_common_records(file, path, "OnebitAdam", c);
+    c.step = file.get("step", 0);
+    c.freeze_step = file.get("freeze_step", kNotRecorded);
+    c.v_then = file.floats("v_then");
+    const std::vector<std::int64_t> steps = file.ints("variance_changes.step");
+    const std::vector<double> changes = file.doubles("variance_changes.change");
+    for (std::size_t i = 0; i < steps.size() && i < changes.size(); ++i)
+      c.variance_changes.emplace_back(steps[i], changes[i]);
+    c.bias_correction = file.get("bias_correction", kNotRecorded);
+    c.deepspeed_schedule = file.get("deepspeed_schedule", kNotRecorded);
+    load(c);
+  }
+
  private:
   static constexpr const char* kWho = "onebit::OnebitAdam";
   struct DriverRelease {

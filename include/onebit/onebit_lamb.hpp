@@ -183,7 +183,46 @@ class OnebitLamb {
     layers_ = c.layers;
   }
 
+  // save() as this rank's checkpoint file (onebit.h, "Checkpoint files"), which Python's
+  // the Python optimizers' load_file() resumes too; load_file(): a file either language wrote.
+  void save_file(const std::string& path) const {
+    const Checkpoint c = save();
+    CheckpointFile file;
+    put_common_records(file, "OnebitLamb", comm_, c);
+    file.put("step", c.step);
+    file.put("freeze_step", c.freeze_step);
+    file.put("v_fresh", c.v_fresh);
+    for (const auto& [name, field] : kLayerRecords) {
+      std::vector<double> values;
+      for (const onebit_lamb_layer_t& layer : c.layers) values.push_back(layer.*field);
+      file.put(name, values);
+    }
+    file.write(path);
+  }
+
+  void load_file(const std::string& path) {
+    const CheckpointFile file(path);
+    Checkpoint c;
+    get_common_records(file, path, "OnebitLamb", c);
+    c.step = file.get("step", 0);
+    c.freeze_step = file.get("freeze_step", kNotRecorded);
+    c.v_fresh = file.floats("v_fresh");
+    for (const auto& [name, field] : kLayerRecords) {
+      const std::vector<double> values = file.doubles(name);
+      c.layers.resize(std::max(c.layers.size(), values.size()));
+      for (std::size_t i = 0; i < values.size(); ++i) c.layers[i].*field = values[i];
+    }
+    load(c);
+  }
+
  private:
+  // Each layer scalar under its name in a checkpoint file, one value a layer.
+  static constexpr std::pair<const char*, double onebit_lamb_layer_t::*> kLayerRecords[] = {
+      {"layers.coeff_freeze", &onebit_lamb_layer_t::coeff_freeze},
+      {"layers.last_factor", &onebit_lamb_layer_t::last_factor},
+      {"layers.scaling_coeff", &onebit_lamb_layer_t::scaling_coeff},
+      {"layers.lamb_coeff", &onebit_lamb_layer_t::lamb_coeff}};
+
   // What every rank must hold alike (the C core's fields), at `step`.
   std::vector<AgreedField> agreed_fields(std::int64_t step) const {
     return core_fields([&](const char** names, std::int64_t* values, std::size_t capacity, std::size_t* count) {

@@ -113,6 +113,19 @@ typedef struct {
 
 typedef struct onebit_adam_driver* onebit_adam_driver_t;
 
+/* A checkpoint file's records (onebit.h, "Checkpoint files"). */
+typedef enum {
+  ONEBIT_RECORD_ABSENT = 0,
+  ONEBIT_RECORD_INT = 1,     /* one int64 */
+  ONEBIT_RECORD_INTS = 2,    /* int64 values */
+  ONEBIT_RECORD_FLOATS = 3,  /* float32 values */
+  ONEBIT_RECORD_DOUBLES = 4, /* float64 values */
+  ONEBIT_RECORD_TEXT = 5,    /* bytes of UTF-8 */
+  ONEBIT_RECORD_KIND_ENUM_MAX_ = 0x7fffffff
+} onebit_record_kind_t;
+
+typedef struct onebit_checkpoint* onebit_checkpoint_t;
+
 /* Where a shim compares its ranks, which picks the hint of onebit_ranks_disagreement's text
  * (onebit.h, "What the shims hold their ranks and checkpoints to"). */
 typedef enum {

@@ -196,7 +196,48 @@ class ZeroOneAdam {
     lrs_ = c.lrs;
   }
 
+  // save() as this rank's checkpoint file (onebit.h, "Checkpoint files"), which Python's
+  // the Python optimizers' load_file() resumes too; load_file(): a file either language wrote.
+  void save_file(const std::string& path) const {
+    Checkpoint c = save();
+    CheckpointFile file;
+    put_common_records(file, "ZeroOneAdam", comm_, c);
+    for (const auto& [name, value] : schedule_records(c.schedule)) file.put(name, *value);
+    file.put("schedule_config.var_freeze_step", c.var_freeze_step);
+    file.put("schedule_config.var_update_scaler", c.var_update_scaler);
+    file.put("schedule_config.local_step_scaler", c.local_step_scaler);
+    file.put("schedule_config.local_step_clipper", c.local_step_clipper);
+    file.put("u", c.u);
+    file.put("params_at_sync", c.params_at_sync);
+    file.put("lrs", c.lrs);
+    file.write(path);
+  }
+
+  void load_file(const std::string& path) {
+    const CheckpointFile file(path);
+    Checkpoint c;
+    get_common_records(file, path, "ZeroOneAdam", c);
+    for (const auto& [name, value] : schedule_records(c.schedule)) *value = file.get(name, 0);
+    c.var_freeze_step = file.get("schedule_config.var_freeze_step", kNotRecorded);
+    c.var_update_scaler = file.get("schedule_config.var_update_scaler", kNotRecorded);
+    c.local_step_scaler = file.get("schedule_config.local_step_scaler", kNotRecorded);
+    c.local_step_clipper = file.get("schedule_config.local_step_clipper", kNotRecorded);
+    c.u = file.floats("u");
+    c.params_at_sync = file.floats("params_at_sync");
+    c.lrs = file.floats("lrs");
+    load(c);
+  }
+
  private:
+  // The schedule's counters under their names in a checkpoint file.
+  static std::vector<std::pair<const char*, std::int64_t*>> schedule_records(onebit_zero_one_adam_schedule_t& s) {
+    return {{"schedule.step", &s.step},
+            {"schedule.var_interval", &s.var_interval},
+            {"schedule.var_counter", &s.var_counter},
+            {"schedule.local_step_interval", &s.local_step_interval},
+            {"schedule.local_step_counter", &s.local_step_counter}};
+  }
+
   // What every rank must hold alike (the C core's fields), at schedule state `at`.
   std::vector<AgreedField> agreed_fields(const onebit_zero_one_adam_schedule_t& at) const {
     return core_fields([&](const char** names, std::int64_t* values, std::size_t capacity, std::size_t* count) {

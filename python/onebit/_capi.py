@@ -111,6 +111,7 @@ _result = c_int  # onebit_result_t
 _enum = c_int  # onebit_dtype_t, onebit_op_t
 _comm = c_void_p  # onebit_comm_t (an opaque struct pointer)
 _driver = c_void_p  # onebit_adam_driver_t (an opaque struct pointer)
+_checkpoint = c_void_p  # onebit_checkpoint_t (an opaque struct pointer)
 _data = c_void_p  # float*, const float*, void*: see the module's docstring
 _AdamConfigP, _AutoFreezeP = POINTER(AdamConfig), POINTER(AdamAutoFreeze)
 _ZeroOneConfigP, _ScheduleP = POINTER(ZeroOneAdamConfig), POINTER(ZeroOneAdamSchedule)
@@ -179,6 +180,22 @@ PROTOTYPES = {
                                             POINTER(c_int64), c_size_t, POINTER(c_size_t))),
     "onebit_lamb_resume_refusal": (_result, (_LambConfigP, c_int64, c_int64, POINTER(c_char), c_size_t,
                                              POINTER(c_size_t))),
+    "onebit_checkpoint_create": (_result, (POINTER(_checkpoint),)),
+    "onebit_checkpoint_destroy": (None, (_checkpoint,)),
+    "onebit_checkpoint_put_int": (_result, (_checkpoint, c_char_p, c_int64)),
+    "onebit_checkpoint_put_ints": (_result, (_checkpoint, c_char_p, POINTER(c_int64), c_size_t)),
+    "onebit_checkpoint_put_floats": (_result, (_checkpoint, c_char_p, _data, c_size_t)),
+    "onebit_checkpoint_put_doubles": (_result, (_checkpoint, c_char_p, POINTER(c_double), c_size_t)),
+    "onebit_checkpoint_put_text": (_result, (_checkpoint, c_char_p, c_char_p)),
+    "onebit_checkpoint_write": (_result, (_checkpoint, c_char_p)),
+    "onebit_checkpoint_read": (_result, (c_char_p, POINTER(_checkpoint))),
+    "onebit_checkpoint_record": (_result, (_checkpoint, c_char_p, POINTER(c_int), POINTER(c_size_t))),
+    "onebit_checkpoint_names": (_result, (_checkpoint, POINTER(c_char_p), c_size_t, POINTER(c_size_t))),
+    "onebit_checkpoint_get_int": (_result, (_checkpoint, c_char_p, POINTER(c_int64))),
+    "onebit_checkpoint_get_ints": (_result, (_checkpoint, c_char_p, POINTER(c_int64), c_size_t)),
+    "onebit_checkpoint_get_floats": (_result, (_checkpoint, c_char_p, _data, c_size_t)),
+    "onebit_checkpoint_get_doubles": (_result, (_checkpoint, c_char_p, POINTER(c_double), c_size_t)),
+    "onebit_checkpoint_get_text": (_result, (_checkpoint, c_char_p, POINTER(c_char), c_size_t, POINTER(c_size_t))),
     "onebit_adam_driver_create": (_result, (c_char_p, POINTER(AdamSchedule), c_size_t, c_size_t, POINTER(_driver))),
     "onebit_adam_driver_destroy": (None, (_driver,)),
     "onebit_adam_driver_status": (_result, (_driver, POINTER(AdamDriverStatus))),

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _check
+from ._checkpoint_files import read_part, write_part
 from ._core import _ptr
 from ._errors import OnebitError
 from ._logging import logger
@@ -52,6 +53,7 @@ class _Checkpoints:
     _shapes_crc32: Callable[[], int]
     _params: Callable[[], list]
     _refuse_changed_parameters: Callable[..., None]
+    load_state_dict: Callable[..., None]
 
     def _error_state(self, required):
         workers, servers = ctypes.c_size_t(), ctypes.c_size_t()
@@ -175,6 +177,25 @@ class _Checkpoints:
         state["onebit"] = dict(world_size=self._world, local_size=self._layout()[1], saved_by=self._rank, parts=parts,
                                optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32(), **consolidated)
         return state
+
+    def save_file(self, path: str) -> None:
+        """This rank's checkpoint as a file (onebit.h, "Checkpoint files"), in the format the C++
+        shims' save_file() writes: each rank saves its own (its error feedback is its own), and
+        load_file() — here or in C++ — resumes it bit for bit. Not collective."""
+        self._refuse_changed_parameters("save_file()")
+        world, local = self._layout()
+        write_part(self._lib, path, self._onebit_state(),
+                   dict(optimizer=self._who, rank=self._rank, world_size=world, local_size=local))
+
+    def load_file(self, path: str, reset_error_feedback: bool = False) -> None:
+        """Resumes from a file save_file() wrote, in either language (a collective, as
+        load_state_dict(), whose checks and reset_error_feedback it shares)."""
+        header, part = read_part(self._lib, path)
+        onebit = dict(world_size=header["world_size"], local_size=header["local_size"], saved_by=header["rank"],
+                      parts={header["rank"]: part}, optimizer=header["optimizer"])
+        groups = torch.optim.Optimizer.state_dict(self)["param_groups"]
+        self.load_state_dict(dict(state={}, param_groups=groups, onebit=onebit),
+                             reset_error_feedback=reset_error_feedback)
 
     def _layout(self):
         """(ranks, ranks per host) of this optimizer's compressed calls: the chunks each rank's error

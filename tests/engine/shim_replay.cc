@@ -6,7 +6,12 @@
 // freeze step, -1 while undecided; ZeroOneAdam its schedule; OnebitLamb its steps) to OUT.
 //
 //   onebit-shim-replay --optimizer adam|zero_one|lamb --steps S --freeze N|auto
-//                      [--window W --threshold T --max-step M] [--bias-correction 1] [--deepspeed 1] --out OUT
+//                      [--window W --threshold T --max-step M] [--bias-correction 1] [--deepspeed 1]
+//                      [--save-at K | --resume-at K] [--checkpoints DIR] --out OUT
+//
+// --save-at K: after K steps, each rank writes its parameters (DIR/params-RANK.bin, float32) and its
+// optimizer's checkpoint file (DIR/optimizer-RANK.ckpt, save_file()), then goes on. --resume-at K:
+// each rank starts from those files (whichever language wrote them) and takes steps K..S-1.
 //
 // The stream (the checker's twin, kept by it): two groups of kSizes[g] parameters, parameter i of
 // the groups end to end starting at (i % 61 - 30) / 64; rank r's gradient at step t, element i, is
@@ -14,6 +19,7 @@
 // ranks is exact and the ranks' average is the same bits whichever order a transport adds in.
 // Group 1 takes another lr and weight decay; ZeroOneAdam var_update_scaler 2, local_step_scaler 4,
 // local_step_clipper 4 (its every kind of step within a few); OnebitLamb its defaults otherwise.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,11 +58,35 @@ onebit_lamb_config_t lamb_config(int g, std::int64_t freeze) {
   return {kLr[g], 0.9f, 0.999f, 1e-8f, kWeightDecay[g], freeze, 10.0, 0.01, 0.9, 4.0, 0.5, 0.1};
 }
 
+// Where a run saves or resumes a checkpoint (--save-at, --resume-at): none when at < 0.
+struct CheckpointAt {
+  std::int64_t save = -1, resume = -1;
+  std::string dir;
+  std::string params(int rank) const { return dir + "/params-" + std::to_string(rank) + ".bin"; }
+  std::string optimizer(int rank) const { return dir + "/optimizer-" + std::to_string(rank) + ".ckpt"; }
+};
+
+void write_floats(const std::string& path, const std::vector<float>& values) {
+  std::FILE* file = std::fopen(path.c_str(), "wb");
+  if (file == nullptr) throw std::runtime_error("cannot write " + path);
+  std::fwrite(values.data(), sizeof(float), values.size(), file);
+  std::fclose(file);
+}
+
+void read_floats(const std::string& path, std::vector<float>& values) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw std::runtime_error("cannot read " + path);
+  const std::size_t got = std::fread(values.data(), sizeof(float), values.size(), file);
+  std::fclose(file);
+  if (got != values.size()) throw std::runtime_error(path + " is short");
+}
+
 // Runs `Optimizer` over `params` with `make_config(g, freeze)` per group and writes OUT; `counters`
-// gives the optimizer's counters.
+// gives the optimizer's counters; `at` where it saves or resumes a checkpoint.
 template <typename Optimizer, typename MakeConfig, typename Counters, typename... Extra>
 void replay(onebit_comm_t comm, int rank, std::vector<float>& params, std::int64_t steps, std::int64_t freeze,
-            MakeConfig make_config, Counters counters, const std::string& out, Extra... extra) {
+            MakeConfig make_config, Counters counters, const std::string& out, const CheckpointAt& checkpoint,
+            Extra... extra) {
   std::vector<float> grads(params.size());
   std::vector<typename Optimizer::ParamGroup> groups;
   std::vector<const float*> group_grads;
@@ -67,9 +97,17 @@ void replay(onebit_comm_t comm, int rank, std::vector<float>& params, std::int64
     at += kSizes[g];
   }
   Optimizer optimizer(comm, groups, extra...);
-  for (std::int64_t t = 0; t < steps; ++t) {
+  if (checkpoint.resume >= 0) {
+    read_floats(checkpoint.params(rank), params);
+    optimizer.load_file(checkpoint.optimizer(rank));
+  }
+  for (std::int64_t t = std::max<std::int64_t>(checkpoint.resume, 0); t < steps; ++t) {
     for (std::size_t i = 0; i < grads.size(); ++i) grads[i] = gradient(rank, t, i);
     optimizer.step(group_grads);
+    if (t + 1 == checkpoint.save) {
+      write_floats(checkpoint.params(rank), params);
+      optimizer.save_file(checkpoint.optimizer(rank));
+    }
   }
   const auto saved = optimizer.save();
   const std::vector<std::int64_t> said = counters(optimizer);
@@ -94,6 +132,7 @@ int main(int argc, char** argv) {
   bool automatic = false, bias_correction = false, deepspeed = false;
   onebit_adam_auto_freeze_t rule{10, 0.1, 0};
   std::string optimizer = "adam", out;
+  CheckpointAt at;
   for (int a = 1; a + 1 < argc; a += 2) {
     const std::string flag = argv[a], value = argv[a + 1];
     if (flag == "--optimizer") optimizer = value;
@@ -105,6 +144,9 @@ int main(int argc, char** argv) {
     else if (flag == "--max-step") rule.max_step = std::atoll(value.c_str());
     else if (flag == "--bias-correction") bias_correction = value == "1";
     else if (flag == "--deepspeed") deepspeed = value == "1";
+    else if (flag == "--save-at") at.save = std::atoll(value.c_str());
+    else if (flag == "--resume-at") at.resume = std::atoll(value.c_str());
+    else if (flag == "--checkpoints") at.dir = value;
     else if (flag == "--out") out = value;
     else return fail("unknown flag " + flag);
   }
@@ -124,7 +166,7 @@ int main(int argc, char** argv) {
       };
       // The driver's whole schedule (onebit.h, "OnebitAdam's driver"): DeepSpeed's and bias correction too.
       const onebit_adam_schedule_t schedule{automatic ? -1 : freeze, rule, deepspeed ? 1 : 0, bias_correction ? 1 : 0};
-      replay<onebit::OnebitAdam>(comm, rank, params, steps, automatic ? 0 : freeze, adam_config, counters, out,
+      replay<onebit::OnebitAdam>(comm, rank, params, steps, automatic ? 0 : freeze, adam_config, counters, out, at,
                                  std::string("onebit_adam/momentum"), schedule);
     } else if (optimizer == "zero_one") {
       const auto counters = [](const onebit::ZeroOneAdam& o) {
@@ -132,10 +174,10 @@ int main(int argc, char** argv) {
         return std::vector<std::int64_t>{s.step, s.var_interval, s.var_counter, s.local_step_interval,
                                          s.local_step_counter};
       };
-      replay<onebit::ZeroOneAdam>(comm, rank, params, steps, freeze, zero_one_config, counters, out);
+      replay<onebit::ZeroOneAdam>(comm, rank, params, steps, freeze, zero_one_config, counters, out, at);
     } else if (optimizer == "lamb") {
       const auto counters = [](const onebit::OnebitLamb& o) { return std::vector<std::int64_t>{o.steps()}; };
-      replay<onebit::OnebitLamb>(comm, rank, params, steps, freeze, lamb_config, counters, out);
+      replay<onebit::OnebitLamb>(comm, rank, params, steps, freeze, lamb_config, counters, out, at);
     } else {
       return fail("unknown optimizer " + optimizer);
     }

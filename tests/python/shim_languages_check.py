@@ -16,8 +16,13 @@ stream, end with bitwise equal parameters, m and v on every rank, and the same c
 The stream is onebit-shim-replay's (its header says it): two parameter groups with their own lr
 and weight decay, dyadic gradients whose sums over ranks are exact, so that the gloo ring's and
 onebit's ring's averages are the same bits and what could differ is each shim's own arithmetic,
-schedule and compressed calls. Both run flat compression (ONEBIT_LOCAL_SIZE=1). Checkpoints are
-not compared: the two languages still keep them in formats of their own (issue 46).
+schedule and compressed calls. Both run flat compression (ONEBIT_LOCAL_SIZE=1).
+
+Then the checkpoints cross: each language's full run also saves every rank's parameters and
+checkpoint file (save_file(), onebit.h "Checkpoint files") after SAVE_AT steps of the mode, and the
+other language resumes from those files (load_file()) and takes the remaining steps: its end must
+be the full run's, bit for bit, on every rank — a checkpoint saved by one language resumes in the
+other.
 
     /usr/bin/python3 tests/python/shim_languages_check.py BUILD_DIR [MODE ...]
 """
@@ -32,6 +37,9 @@ from ranks import preload_env, run_ranks
 
 WORLD = 4
 SIZES = (1000, 37)
+# After how many steps the checkpoints are taken: past each mode's freeze (error feedback held),
+# and for adam-auto before its decision (the measurements and v_then held, undecided).
+SAVE_AT = {"adam": 8, "adam-auto": 5, "adam-bias": 8, "adam-deepspeed": 8, "zero_one": 11, "lamb": 8}
 MODES = {"adam": dict(optimizer="adam", steps=12, freeze="5"),
          "adam-auto": dict(optimizer="adam", steps=14, freeze="auto", window=2, threshold=0.3, max_step=10),
          "adam-bias": dict(optimizer="adam", steps=12, freeze="5", bias_correction=True),
@@ -46,13 +54,16 @@ def stream(np, rank, step):
     return (((rank * 1000003 + step * 7919 + i * 104729) % 4097 - 2048) / 2048.0).astype(np.float32)
 
 
-def rank_main(mode, rank, store, out_dir):
+def rank_main(run_name, rank, store, out_dir):
+    """One Python rank: "MODE" runs the whole stream and saves at SAVE_AT into OUT_DIR/python-MODE;
+    "MODE@resume" resumes from the C++ run's files in OUT_DIR/cpp-MODE."""
     import numpy as np
     import torch
     import torch.distributed as dist
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "python"))
     import onebit
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    mode, _, resume = run_name.partition("@")
     run = MODES[mode]
     start = np.array([(i % 61 - 30) / 64.0 for i in range(sum(SIZES))], dtype=np.float32)
     params = [torch.nn.Parameter(torch.from_numpy(start[:SIZES[0]].copy())),
@@ -62,16 +73,30 @@ def rank_main(mode, rank, store, out_dir):
     groups = [dict(params=[params[0]], lr=f32(1e-3), weight_decay=0.0),
               dict(params=[params[1]], lr=f32(3e-3), weight_decay=f32(0.01))]
     optimizer = make_optimizer(onebit, run, groups)
-    for step in range(run["steps"]):
+    first = 0
+    if resume:
+        where = os.path.join(out_dir, f"cpp-{mode}")
+        flat = np.fromfile(os.path.join(where, f"params-{rank}.bin"), dtype=np.float32)
+        with torch.no_grad():
+            params[0].copy_(torch.from_numpy(flat[:SIZES[0]].copy()))
+            params[1].copy_(torch.from_numpy(flat[SIZES[0]:].copy()))
+        optimizer.load_file(os.path.join(where, f"optimizer-{rank}.ckpt"))
+        first = SAVE_AT[mode]
+    for step in range(first, run["steps"]):
         g = torch.from_numpy(stream(np, rank, step))
         params[0].grad, params[1].grad = g[:SIZES[0]].clone(), g[SIZES[0]:].clone()
         optimizer.step()
+        if not resume and step + 1 == SAVE_AT[mode]:
+            where = os.path.join(out_dir, f"python-{mode}")
+            os.makedirs(where, exist_ok=True)
+            torch.cat([p.detach().reshape(-1) for p in params]).numpy().tofile(os.path.join(where, f"params-{rank}.bin"))
+            optimizer.save_file(os.path.join(where, f"optimizer-{rank}.ckpt"))
     saved = optimizer.state_dict()["onebit"]
     part = saved["parts"].get(rank, saved["parts"].get("every"))
     if "shared" in saved:
         part = dict(saved["shared"], **part)
     flat = torch.cat([p.detach().reshape(-1) for p in params]).numpy()
-    with open(os.path.join(out_dir, f"python-{mode}-{rank}.bin"), "wb") as f:
+    with open(os.path.join(out_dir, f"python-{run_name}-{rank}.bin"), "wb") as f:
         f.write(flat.tobytes() + part["m"].numpy().tobytes() + part["v"].numpy().tobytes()
                 + np.array(counters(run, optimizer, part), dtype=np.int64).tobytes())
     optimizer.close()
@@ -111,9 +136,15 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_cpp(build, mode, tmp):
+def run_cpp(build, mode, tmp, resume=False):
+    """The C++ ranks of `mode`: the whole stream, saving at SAVE_AT into TMP/cpp-MODE; or (`resume`)
+    from the Python run's files in TMP/python-MODE."""
     run = MODES[mode]
     args = ["--optimizer", run["optimizer"], "--steps", str(run["steps"]), "--freeze", run["freeze"]]
+    where = os.path.join(tmp, f"{'python' if resume else 'cpp'}-{mode}")
+    os.makedirs(where, exist_ok=True)
+    args += ["--resume-at" if resume else "--save-at", str(SAVE_AT[mode]), "--checkpoints", where]
+    name = f"{mode}@resume" if resume else mode
     if run["freeze"] == "auto":
         args += ["--window", str(run["window"]), "--threshold", str(run["threshold"]), "--max-step", str(run["max_step"])]
     args += ["--bias-correction", str(int(run.get("bias_correction", False))),
@@ -121,32 +152,36 @@ def run_cpp(build, mode, tmp):
     root = f"127.0.0.1:{free_port()}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ONEBIT_") and k not in ("LD_PRELOAD",)}
     procs = [subprocess.Popen([os.path.join(build, "tests", "onebit-shim-replay"), *args, "--out",
-                               os.path.join(tmp, f"cpp-{mode}-{r}.bin")],
+                               os.path.join(tmp, f"cpp-{name}-{r}.bin")],
                               env=dict(env, ONEBIT_RANK=str(r), ONEBIT_WORLD_SIZE=str(WORLD), ONEBIT_ROOT=root,
                                        ONEBIT_LOCAL_SIZE="1"), stderr=subprocess.PIPE, text=True)
              for r in range(WORLD)]
     errors = [p.communicate(timeout=300)[1] for p in procs]
-    require(not any(p.returncode for p in procs), f"{mode}: onebit-shim-replay failed:\n" + "\n".join(errors))
+    require(not any(p.returncode for p in procs), f"{name}: onebit-shim-replay failed:\n" + "\n".join(errors))
 
 
-def compare(np, mode, tmp):
+def compare(np, mode, tmp, runs=("cpp", "python")):
+    """Every rank's end of the two `runs` (file prefixes: "cpp", "python-MODE@resume", ...) bitwise equal."""
     total = sum(SIZES)
     for rank in range(WORLD):
         got = {}
-        for language in ("cpp", "python"):
-            with open(os.path.join(tmp, f"{language}-{mode}-{rank}.bin"), "rb") as f:
+        for language in runs:
+            prefix, _, resumed = language.partition("@")  # "python@resume": python-MODE@resume-RANK.bin
+            with open(os.path.join(tmp, f"{prefix}-{mode}{'@' + resumed if resumed else ''}-{rank}.bin"), "rb") as f:
                 data = f.read()
             floats = np.frombuffer(data[:12 * total], dtype=np.float32).reshape(3, total)
             got[language] = dict(params=floats[0], m=floats[1], v=floats[2],
                                  counters=tuple(np.frombuffer(data[12 * total:], dtype=np.int64).tolist()))
+        first, second = runs
         for what in ("params", "m", "v"):
-            a, b = got["cpp"][what], got["python"][what]
+            a, b = got[first][what], got[second][what]
             differ = np.flatnonzero(a.view(np.uint32) != b.view(np.uint32))
             require(differ.size == 0, f"{mode}, rank {rank}: {what} differs in {differ.size} of {total} elements, first "
-                                      f"at {differ[:1].tolist()}: C++ {a[differ[:1]].tolist()}, Python {b[differ[:1]].tolist()}")
-        require(got["cpp"]["counters"] == got["python"]["counters"],
-                f"{mode}, rank {rank}: counters C++ {got['cpp']['counters']}, Python {got['python']['counters']}")
-    return got["cpp"]["counters"]
+                                      f"at {differ[:1].tolist()}: {first} {a[differ[:1]].tolist()}, {second} "
+                                      f"{b[differ[:1]].tolist()}")
+        require(got[first]["counters"] == got[second]["counters"],
+                f"{mode}, rank {rank}: counters {first} {got[first]['counters']}, {second} {got[second]['counters']}")
+    return got[first]["counters"]
 
 
 def main():
@@ -163,6 +198,12 @@ def main():
             said = compare(np, mode, tmp)
             print(f"{mode}: the C++ and the Python shim, {WORLD} ranks, {MODES[mode]['steps']} steps, counters {said}: "
                   "parameters, m and v bitwise equal on every rank")
+            run_ranks(os.path.abspath(__file__), f"{mode}@resume", WORLD, tmp, env)  # from C++'s files
+            compare(np, mode, tmp, runs=("cpp", "python@resume"))
+            run_cpp(build, mode, tmp, resume=True)  # from Python's files
+            compare(np, mode, tmp, runs=("python", "cpp@resume"))
+            print(f"{mode}: checkpoint files of step {SAVE_AT[mode]} crossed both ways: Python resumed C++'s and C++ "
+                  "resumed Python's, each ending bitwise as the full runs")
     return 0
 
 

@@ -1,0 +1,62 @@
+// A file of named records: what one rank of an optimizer keeps in a checkpoint, in one format that
+// the C++ and the Python shims both write and read (onebit.h, "Checkpoint files"). Each record is
+// an int64, an array of int64, float32 or float64 values, or a text, under a name. The format,
+// little-endian:
+//
+//   "ONEBITRF" | u32 version (1) | u32 records | records... | u32 CRC-32 of every byte before it
+//   record: u16 name bytes | name | u8 kind | u64 count | count values (8, 8, 4, 8 or 1 bytes each)
+//
+// Writing goes to a temporary file in the same folder, flushed and renamed over the path, so a
+// crash mid-write leaves the old file or none, never half of one. Reading checks the magic, the
+// version, every length against the file's size and the CRC, and says which check failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace onebit {
+
+class RecordFile {
+ public:
+  enum class Kind : std::uint8_t { kAbsent = 0, kInt = 1, kInts = 2, kFloats = 3, kDoubles = 4, kText = 5 };
+
+  void put_int(const std::string& name, std::int64_t value);
+  void put_ints(const std::string& name, const std::int64_t* values, std::size_t count);
+  void put_floats(const std::string& name, const float* values, std::size_t count);
+  void put_doubles(const std::string& name, const double* values, std::size_t count);
+  void put_text(const std::string& name, const std::string& text);
+
+  // Throws Error(ONEBIT_SYSTEM_ERROR) naming the path and the OS's reason.
+  void write(const std::string& path) const;
+  // Throws Error(ONEBIT_SYSTEM_ERROR) when the file cannot be read, ONEBIT_INVALID_ARGUMENT naming
+  // what is wrong with it (not a record file, another version, cut short, a CRC that differs).
+  static RecordFile read(const std::string& path);
+
+  Kind kind(const std::string& name) const;
+  std::size_t count(const std::string& name) const;  // values (bytes of a text); 0 when absent
+  std::vector<std::string> names() const;            // in the order written
+  // Each throws Error(ONEBIT_INVALID_ARGUMENT) naming the record when it is absent or of another kind.
+  std::int64_t get_int(const std::string& name) const;
+  std::vector<std::int64_t> get_ints(const std::string& name) const;
+  std::vector<float> get_floats(const std::string& name) const;
+  std::vector<double> get_doubles(const std::string& name) const;
+  std::string get_text(const std::string& name) const;
+
+ private:
+  struct Record {
+    Kind kind;
+    std::size_t count;
+    std::vector<unsigned char> bytes;  // the values as stored
+  };
+  void put(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t value_bytes);
+  const Record& get(const std::string& name, Kind kind) const;
+
+  std::string origin_ = "this checkpoint";  // what errors call it: the path it was read from
+  std::vector<std::string> order_;
+  std::map<std::string, Record> records_;
+};
+
+}  // namespace onebit
