@@ -18,8 +18,9 @@ namespace {
 constexpr char kMagic[8] = {'O', 'N', 'E', 'B', 'I', 'T', 'R', 'F'};
 constexpr std::uint32_t kVersion = 1;
 
-// CRC-32 (the IEEE polynomial, reflected: zlib's), table-driven.
-std::uint32_t crc32(const unsigned char* data, std::size_t size) {
+}  // namespace
+
+std::uint32_t RecordFile::crc32(const unsigned char* data, std::size_t size) {
   static const std::array<std::uint32_t, 256> table = [] {
     std::array<std::uint32_t, 256> t{};
     for (std::uint32_t i = 0; i < 256; ++i) {
@@ -33,6 +34,8 @@ std::uint32_t crc32(const unsigned char* data, std::size_t size) {
   for (std::size_t i = 0; i < size; ++i) c = table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
 }
+
+namespace {
 
 std::size_t value_bytes(RecordFile::Kind kind) {
   switch (kind) {
@@ -162,6 +165,10 @@ RecordFile RecordFile::read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   ONEBIT_CHECK(in.good(), ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
   const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse(bytes, path);
+}
+
+RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& path) {
   ONEBIT_CHECK(bytes.size() >= sizeof kMagic + 12 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
                ONEBIT_INVALID_ARGUMENT, path, ": not a onebit checkpoint file (no \"ONEBITRF\" at its start)");
   const std::size_t end = bytes.size() - 4;

@@ -34,6 +34,11 @@ class RecordFile {
   // Throws Error(ONEBIT_SYSTEM_ERROR) when the file cannot be read, ONEBIT_INVALID_ARGUMENT naming
   // what is wrong with it (not a record file, another version, cut short, a CRC that differs).
   static RecordFile read(const std::string& path);
+  // read() of bytes already in memory; `origin` is what errors call them (the fuzz target's door).
+  static RecordFile parse(const std::vector<unsigned char>& bytes, const std::string& origin);
+
+  // The format's CRC-32 (zlib's: the IEEE polynomial, reflected) of `size` bytes.
+  static std::uint32_t crc32(const unsigned char* data, std::size_t size);
 
   Kind kind(const std::string& name) const;
   std::size_t count(const std::string& name) const;  // values (bytes of a text); 0 when absent
