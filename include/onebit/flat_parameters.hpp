@@ -186,6 +186,20 @@ void put_common_records(CheckpointFile& file, const char* optimizer, onebit_comm
   file.put("server_error", c.server_error);
 }
 
+// Reads the checkpoint file at `path` with `fill(file)`: "" when it was read, else why not (the file
+// missing, damaged, another optimizer's). load_file() hands that reason to the load's agreement, so
+// a file one rank cannot read fails every rank's load at once, not that rank's alone while the
+// others wait in the agreement until the timeout.
+template <typename Fill>
+std::string read_checkpoint_file(const std::string& path, Fill fill) {
+  try {
+    fill(CheckpointFile(path));
+  } catch (const CallError& error) {
+    return error.what();
+  }
+  return "";
+}
+
 // put_common_records' records read back into `c`, once the file is `optimizer`'s.
 template <typename Checkpoint>
 void get_common_records(const CheckpointFile& file, const std::string& path, const char* optimizer, Checkpoint& c) {

@@ -185,18 +185,20 @@ class OnebitAdam {
   }
 
   void load_file(const std::string& path) {
-    const CheckpointFile file(path);
     Checkpoint c;
-    get_common_records(file, path, "OnebitAdam", c);
-    c.step = file.get("step", 0);
-    c.freeze_step = file.get("freeze_step", kNotRecorded);
-    c.v_then = file.floats("v_then");
-    const std::vector<std::int64_t> steps = file.ints("variance_changes.step");
-    const std::vector<double> changes = file.doubles("variance_changes.change");
-    for (std::size_t i = 0; i < steps.size() && i < changes.size(); ++i)
-      c.variance_changes.emplace_back(steps[i], changes[i]);
-    c.bias_correction = file.get("bias_correction", kNotRecorded);
-    c.deepspeed_schedule = file.get("deepspeed_schedule", kNotRecorded);
+    const std::string unreadable = read_checkpoint_file(path, [&](const CheckpointFile& file) {
+      get_common_records(file, path, "OnebitAdam", c);
+      c.step = file.get("step", 0);
+      c.freeze_step = file.get("freeze_step", kNotRecorded);
+      c.v_then = file.floats("v_then");
+      const std::vector<std::int64_t> steps = file.ints("variance_changes.step");
+      const std::vector<double> changes = file.doubles("variance_changes.change");
+      for (std::size_t i = 0; i < steps.size() && i < changes.size(); ++i)
+        c.variance_changes.emplace_back(steps[i], changes[i]);
+      c.bias_correction = file.get("bias_correction", kNotRecorded);
+      c.deepspeed_schedule = file.get("deepspeed_schedule", kNotRecorded);
+    });
+    if (!unreadable.empty()) agree_on_checkpoint(comm_, "onebit::OnebitAdam::load", unreadable, agreed_fields(nullptr));
     load(c);
   }
 

@@ -201,17 +201,19 @@ class OnebitLamb {
   }
 
   void load_file(const std::string& path) {
-    const CheckpointFile file(path);
     Checkpoint c;
-    get_common_records(file, path, "OnebitLamb", c);
-    c.step = file.get("step", 0);
-    c.freeze_step = file.get("freeze_step", kNotRecorded);
-    c.v_fresh = file.floats("v_fresh");
-    for (const auto& [name, field] : kLayerRecords) {
-      const std::vector<double> values = file.doubles(name);
-      c.layers.resize(std::max(c.layers.size(), values.size()));
-      for (std::size_t i = 0; i < values.size(); ++i) c.layers[i].*field = values[i];
-    }
+    const std::string unreadable = read_checkpoint_file(path, [&](const CheckpointFile& file) {
+      get_common_records(file, path, "OnebitLamb", c);
+      c.step = file.get("step", 0);
+      c.freeze_step = file.get("freeze_step", kNotRecorded);
+      c.v_fresh = file.floats("v_fresh");
+      for (const auto& [name, field] : kLayerRecords) {
+        const std::vector<double> values = file.doubles(name);
+        c.layers.resize(std::max(c.layers.size(), values.size()));
+        for (std::size_t i = 0; i < values.size(); ++i) c.layers[i].*field = values[i];
+      }
+    });
+    if (!unreadable.empty()) agree_on_checkpoint(comm_, "onebit::OnebitLamb::load", unreadable, agreed_fields(step_));
     load(c);
   }
 

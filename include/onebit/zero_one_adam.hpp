@@ -214,17 +214,20 @@ class ZeroOneAdam {
   }
 
   void load_file(const std::string& path) {
-    const CheckpointFile file(path);
     Checkpoint c;
-    get_common_records(file, path, "ZeroOneAdam", c);
-    for (const auto& [name, value] : schedule_records(c.schedule)) *value = file.get(name, 0);
-    c.var_freeze_step = file.get("schedule_config.var_freeze_step", kNotRecorded);
-    c.var_update_scaler = file.get("schedule_config.var_update_scaler", kNotRecorded);
-    c.local_step_scaler = file.get("schedule_config.local_step_scaler", kNotRecorded);
-    c.local_step_clipper = file.get("schedule_config.local_step_clipper", kNotRecorded);
-    c.u = file.floats("u");
-    c.params_at_sync = file.floats("params_at_sync");
-    c.lrs = file.floats("lrs");
+    const std::string unreadable = read_checkpoint_file(path, [&](const CheckpointFile& file) {
+      get_common_records(file, path, "ZeroOneAdam", c);
+      for (const auto& [name, value] : schedule_records(c.schedule)) *value = file.get(name, 0);
+      c.var_freeze_step = file.get("schedule_config.var_freeze_step", kNotRecorded);
+      c.var_update_scaler = file.get("schedule_config.var_update_scaler", kNotRecorded);
+      c.local_step_scaler = file.get("schedule_config.local_step_scaler", kNotRecorded);
+      c.local_step_clipper = file.get("schedule_config.local_step_clipper", kNotRecorded);
+      c.u = file.floats("u");
+      c.params_at_sync = file.floats("params_at_sync");
+      c.lrs = file.floats("lrs");
+    });
+    if (!unreadable.empty())
+      agree_on_checkpoint(comm_, "onebit::ZeroOneAdam::load", unreadable, agreed_fields(schedule_));
     load(c);
   }
 

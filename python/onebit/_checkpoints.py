@@ -190,7 +190,11 @@ class _Checkpoints:
     def load_file(self, path: str, reset_error_feedback: bool = False) -> None:
         """Resumes from a file save_file() wrote, in either language (a collective, as
         load_state_dict(), whose checks and reset_error_feedback it shares)."""
-        header, part = read_part(self._lib, path)
+        try:
+            header, part = read_part(self._lib, path)
+        except OnebitError as error:  # missing, damaged, not a checkpoint file: every rank refuses with it
+            self._every_rank([1, 0])  # load_state_dict's agreement, which the other ranks are in
+            raise ValueError(f"{self._who}.load_file: {error}; nothing was loaded") from error
         onebit = dict(world_size=header["world_size"], local_size=header["local_size"], saved_by=header["rank"],
                       parts={header["rank"]: part}, optimizer=header["optimizer"])
         groups = torch.optim.Optimizer.state_dict(self)["param_groups"]

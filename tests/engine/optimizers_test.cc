@@ -844,6 +844,73 @@ TEST(ResumeRules, OneRanksCheckpointThatDoesNotFitIsNamedOnEveryRank) {
                   {want[0], {ONEBIT_INVALID_ARGUMENT, "0/1 Adam schedule state out of range"}});
 }
 
+// Each rank saves its checkpoint file after 6 steps (past every shim's freeze) and a fresh shim
+// loads a file back: rank 1 the one `spoil(path)` has made unreadable, rank 0 its own. Both fail at
+// once — rank 1 naming its file, rank 0 that rank 1's did not fit — and neither shim moved.
+std::int64_t steps_of(const OnebitAdam& shim) { return shim.steps(); }
+std::int64_t steps_of(const OnebitLamb& shim) { return shim.steps(); }
+std::int64_t steps_of(const ZeroOneAdam& shim) { return shim.schedule().step; }
+
+template <typename Shim, typename Config>
+std::function<void(int, onebit_comm_t)> rank_1_file_spoiled(float* p, Config config, const std::string& dir,
+                                                            std::function<void(const std::string&)> spoil) {
+  return [=](int rank, onebit_comm_t comm) {
+    const std::string path = dir + "/rank-" + std::to_string(rank) + ".ckpt";
+    {
+      Shim saver(comm, {{p, kTotal, config}}, "saver");
+      const std::vector<float> g(kTotal, static_cast<float>(rank + 1));
+      for (int t = 0; t < 6; ++t) saver.step({g.data()});
+      saver.save_file(path);
+    }
+    if (rank == 1) spoil(path);
+    Shim shim(comm, {{p, kTotal, config}});
+    try {
+      shim.load_file(path);
+    } catch (const CallError&) {
+      throw_unless(steps_of(shim) == 0, "the refused load changed the step");
+      throw;
+    }
+  };
+}
+
+TEST(ResumeRules, ACheckpointFileOneRankCannotReadFailsEveryRanksLoad) {
+  std::vector<float> p(kTotal, 0.5f);
+  char pattern[] = "/tmp/onebit-files-XXXXXX";
+  ASSERT_NE(::mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  const auto damaged = [](const std::string& path) {
+    std::FILE* file = std::fopen(path.c_str(), "r+b");
+    std::fseek(file, 40, SEEK_SET);
+    std::fputc(0x5a, file);
+    std::fclose(file);
+  };
+  const auto missing = [](const std::string& path) { std::remove(path.c_str()); };
+  const Outcome rank_0{ONEBIT_MISMATCH,
+                       "the ranks disagree on whether their checkpoint fits (1: it does not): rank 0 has 0, rank 1 "
+                       "has 1"};
+  const onebit_adam_config_t adam_config{1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 3};
+  expect_on_ranks(rank_1_file_spoiled<OnebitAdam>(p.data(), adam_config, dir, damaged),
+                  {rank_0, {ONEBIT_INVALID_ARGUMENT, "rank-1.ckpt: its CRC-32 does not match its bytes"}});
+  expect_on_ranks(rank_1_file_spoiled<OnebitLamb>(p.data(), lamb_config(0), dir, missing),
+                  {rank_0, {ONEBIT_INVALID_ARGUMENT, "cannot read " + dir + "/rank-1.ckpt"}});
+  expect_on_ranks(rank_1_file_spoiled<ZeroOneAdam>(p.data(), zero_one_config(0), dir, damaged),
+                  {rank_0, {ONEBIT_INVALID_ARGUMENT, "its CRC-32 does not match"}});
+  // Another optimizer's file is refused by name (the file itself reads).
+  expect_on_ranks(
+      [&](int rank, onebit_comm_t comm) {
+        OnebitLamb lamb(comm, {{p.data(), kTotal, lamb_config(0)}});
+        lamb.save_file(dir + "/lamb-" + std::to_string(rank) + ".ckpt");
+        OnebitAdam adam(comm, {{p.data(), kTotal, adam_config}});
+        adam.load_file(dir + "/lamb-" + std::to_string(rank) + ".ckpt");
+      },
+      {{ONEBIT_INVALID_ARGUMENT, "lamb-0.ckpt is OnebitLamb's checkpoint, not OnebitAdam's"},
+       {ONEBIT_INVALID_ARGUMENT, "lamb-1.ckpt is OnebitLamb's checkpoint, not OnebitAdam's"}});
+  for (const char* name : {"rank-0.ckpt", "rank-1.ckpt", "lamb-0.ckpt", "lamb-1.ckpt"}) {
+    std::remove((dir + "/" + name).c_str());
+  }
+  ::rmdir(dir.c_str());
+}
+
 // A checkpoint of 5 steps (past each shim's first compressed call) loaded into the same shim one
 // step later: the tag has run, so its error feedback cannot be taken; every rank refuses in the
 // load's agreement, before anything changes.

@@ -37,6 +37,9 @@ torch.distributed each:
                 the next step outside capture proceeds and the ranks stay bitwise equal. A DDP
                 backward pass through onebit.ddp_comm_hook under capture: refused while the
                 optimizer can still change whether the hook averages, accepted from then on.
+  damaged-file  save_file() on each rank, then rank 1's file damaged or missing: every rank's
+                load_file() fails at once, rank 1 naming its file and what is wrong (before the
+                agreement: rank 0 would wait in it until the timeout); each own file resumes exactly.
   compile       torch.compile of a whole training step (zero_grad, forward, backward, step()) with
                 OnebitAdam and ZeroOneAdam, dynamo with its "eager" backend (inductor's kernels
                 round differently from eager's, and 1-bit compression turns last bits into signs):
@@ -90,7 +93,7 @@ from modes import CheckFailed, Skipped, fit, rank_or_driver, require  # noqa: E4
 WORLD, FREEZE, MLP_STEPS = 2, 3, 40
 MODES = ("mlp-adam", "mlp-lamb", "mlp-zero_one", "disagree", "disagree-auto", "other-model", "same-name",
          "uncompressed", "synchronize", "foreign-hook", "no-hook", "no-sync", "autocast", "none-grads", "nan", "nan-sync", "capture",
-         "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers", "adam-names")
+         "compile", "fsdp", "scaler", "deepspeed", "changed-params", "two-optimizers", "adam-names", "damaged-file")
 
 
 def flat(model):
@@ -1084,11 +1087,62 @@ def adam_names_case(mode, rank, torch, dist, onebit, out):
     print(f"rank {rank}: torch Adam goes on from each onebit optimizer's adam_state_dict()", flush=True)
 
 
+def damaged_file_case(mode, rank, torch, dist, onebit, out):
+    """save_file() on every rank past the freeze, then a fresh optimizer's load_file(): rank 1's file
+    damaged (one byte changed), or missing: every rank's load fails at once — rank 1 naming its
+    file and what is wrong, rank 0 that rank 1 refused — and the fresh optimizer is as it was. Then
+    each rank's own undamaged file resumes: the next step equals the saving optimizer's, bitwise."""
+    generator = torch.Generator().manual_seed(3)
+    for kind in ("adam", "lamb", "zero_one"):
+        model, optimizer, x, y = small_model_past_freeze(torch, onebit, kind, 8, generator, FREEZE + 3)
+        path = os.path.join(out, f"{kind}-{rank}.ckpt")
+        optimizer.save_file(path)
+        dist.barrier()
+        for spoil in ("damaged", "missing"):
+            if rank == 1 and spoil == "damaged":
+                with open(path, "r+b") as f:
+                    f.seek(40)
+                    byte = f.read(1)
+                    f.seek(40)
+                    f.write(bytes([byte[0] ^ 0x5A]))
+            if rank == 1 and spoil == "missing":
+                os.remove(path)
+            fresh = make_optimizer(onebit, kind, model.parameters(), name=f"fresh-{kind}")
+            before = fresh.state_dict()["onebit"]
+            try:
+                fresh.load_file(path)
+            except ValueError as error:
+                words = ("its CRC-32 does not match its bytes" if spoil == "damaged" else "cannot read") if rank == 1 \
+                    else "rank 1 refused its checkpoint"
+                require(words in str(error), f"{kind}, {spoil} file: rank {rank}'s refusal does not say '{words}': "
+                                             f"{error}")
+            else:
+                raise CheckFailed(f"{kind}, {spoil} file: rank {rank}'s load_file() was not refused")
+            same_state(torch, fresh.state_dict()["onebit"], before, f"{kind}, {spoil} file: the refused load")
+            fresh.close()
+            dist.barrier()
+            if rank == 1 and spoil == "damaged":
+                optimizer.save_file(path)  # whole again, for the missing case's rank 0 and the resume below
+        if rank == 1:
+            optimizer.save_file(path)
+        dist.barrier()
+        resumed = make_optimizer(onebit, kind, model.parameters(), name=f"resumed-{kind}")
+        resumed.load_file(path)
+        require(resumed.state_dict()["onebit"]["parts"].keys() == optimizer.state_dict()["onebit"]["parts"].keys(),
+                f"{kind}: the resumed optimizer's parts differ in kind")
+        same_state(torch, resumed.state_dict()["onebit"], optimizer.state_dict()["onebit"],
+                   f"{kind}: the optimizer resumed from its file")
+        resumed.close()
+        optimizer.close()
+    print(f"rank {rank}: a damaged or missing checkpoint file on rank 1 fails every rank's load_file() at once; "
+          "each rank's own file resumes the optimizer's state exactly", flush=True)
+
+
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,
          "disagree-auto": disagree_auto_case, "other-model": other_model_case, "same-name": same_name_case,
          "uncompressed": uncompressed_case, "synchronize": synchronize_case, "foreign-hook": foreign_hook_case, "no-hook": no_hook_case, "no-sync": no_sync_case, "autocast": autocast_case, "none-grads": none_grads_case, "nan": nan_case, "nan-sync": nan_sync_case, "capture": capture_case, "compile": compile_case, "fsdp": fsdp_case, "scaler": scaler_case,
          "deepspeed": deepspeed_case, "changed-params": changed_params_case, "two-optimizers": two_optimizers_case,
-         "adam-names": adam_names_case}
+         "adam-names": adam_names_case, "damaged-file": damaged_file_case}
 
 
 def rank_env(mode, rank, env):
