@@ -1,13 +1,12 @@
 #include "common/record_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include "common/error.h"
 
@@ -17,6 +16,8 @@ namespace {
 
 constexpr char kMagic[8] = {'O', 'N', 'E', 'B', 'I', 'T', 'R', 'F'};
 constexpr std::uint32_t kVersion = 1;
+// The format is little-endian, and values are copied as the machine holds them.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "onebit's checkpoint files are little-endian");
 
 }  // namespace
 
@@ -94,14 +95,76 @@ class Cursor {
   std::size_t at_ = 0;
 };
 
+// `bytes` as the file at `path`, or nothing there changed: written to a temporary file of its own in
+// the same folder (mkstemp: no two writers share one), flushed, renamed over `path`, and the
+// folder flushed so that the rename survives a crash too.
+void write_whole(const std::string& path, const std::vector<unsigned char>& bytes) {
+  std::string temporary = path + ".tmp.XXXXXX";
+  const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
+  ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", path, ": ", std::strerror(errno));
+  std::size_t written = 0;
+  int error = 0;
+  while (written < bytes.size() && error == 0) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n > 0) written += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR) error = errno;
+  }
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  ::close(fd);
+  if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
+  if (error != 0) {
+    ::unlink(temporary.c_str());
+    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path, ": ", std::strerror(error));
+  }
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);  // best effort: some file systems refuse a folder's fsync
+    ::close(dir);
+  }
+}
+
+// The whole file at `path`.
+std::vector<unsigned char> read_whole(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
+  struct stat about {};
+  if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode)) {
+    const int error = errno;
+    ::close(fd);
+    fail(ONEBIT_INVALID_ARGUMENT, "cannot read ", path, ": ",
+         S_ISDIR(about.st_mode)    ? "it is a folder"
+         : !S_ISREG(about.st_mode) ? "not a regular file"
+                                   : std::strerror(error));
+  }
+  std::vector<unsigned char> bytes(static_cast<std::size_t>(about.st_size));
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int error = n == 0 ? 0 : errno;
+      ::close(fd);
+      fail(ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", error == 0 ? "it shrank while read" : std::strerror(error));
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
+}
+
 }  // namespace
 
 void RecordFile::put(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
-  ONEBIT_CHECK(!name.empty() && name.size() < 65536, ONEBIT_INVALID_ARGUMENT, "a record's name must have 1 to 65535 ",
-               "bytes, not ", name.size());
+  ONEBIT_CHECK(!name.empty() && name.size() < 65536 && name.find('\0') == std::string::npos, ONEBIT_INVALID_ARGUMENT,
+               origin_, ": a record's name must have 1 to 65535 bytes and no NUL, not ", name.size(), " bytes");
+  ONEBIT_CHECK(count <= SIZE_MAX / 8, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' of ", count, " values");
+  ONEBIT_CHECK(kind != Kind::kInt || count == 1, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name,
+               "' is an int64 of ", count, " values");
   ONEBIT_CHECK(values != nullptr || bytes == 0, ONEBIT_INVALID_ARGUMENT, "record '", name, "': values is NULL (count ",
                count, ")");
-  ONEBIT_CHECK(records_.count(name) == 0, ONEBIT_INVALID_ARGUMENT, "record '", name, "' is written twice");
+  ONEBIT_CHECK(records_.count(name) == 0, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' is there twice");
   const auto* start = static_cast<const unsigned char*>(values);
   records_[name] = Record{kind, count, std::vector<unsigned char>(start, start + bytes)};
   order_.push_back(name);
@@ -136,37 +199,10 @@ void RecordFile::write(const std::string& path) const {
     out.insert(out.end(), r.bytes.begin(), r.bytes.end());
   }
   append(out, crc32(out.data(), out.size()));
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", temporary, ": ", std::strerror(errno));
-  std::size_t written = 0;
-  while (written < out.size()) {
-    const ssize_t n = ::write(fd, out.data() + written, out.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = errno;
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      fail(ONEBIT_SYSTEM_ERROR, "cannot write ", temporary, ": ", std::strerror(error));
-    }
-    written += static_cast<std::size_t>(n);
-  }
-  const bool synced = ::fsync(fd) == 0;
-  const int sync_error = errno;
-  ::close(fd);
-  if (!synced || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = synced ? errno : sync_error;
-    ::unlink(temporary.c_str());
-    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path, ": ", std::strerror(error));
-  }
+  write_whole(path, out);
 }
 
-RecordFile RecordFile::read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ONEBIT_CHECK(in.good(), ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
-  const std::vector<unsigned char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return parse(bytes, path);
-}
+RecordFile RecordFile::read(const std::string& path) { return parse(read_whole(path), path); }
 
 RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& path) {
   ONEBIT_CHECK(bytes.size() >= sizeof kMagic + 12 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,

@@ -70,16 +70,17 @@ bool AdamDriver::taken() {
   ++step_;
   news_.clear();
   if (!automatic_ || freeze_ != kUndecided) return false;
-  if (measures(rule_, step_ - 1)) return true;  // decide() follows with every rank's change
-  decide_on(INFINITY, /*measured=*/false);      // only max_step can end the warmup here
+  measure_due_ = measures(rule_, step_ - 1);
+  if (measure_due_) return true;            // decide() follows with every rank's change
+  decide_on(INFINITY, /*measured=*/false);  // only max_step can end the warmup here
   return false;
 }
 
 void AdamDriver::decide(const double* changes, std::size_t ranks) {
-  ONEBIT_CHECK(automatic_ && freeze_ == kUndecided && measures(rule_, step_ - 1), ONEBIT_INVALID_ARGUMENT, who_,
-               ": no variance measurement is due after step ", step_ - 1);
+  ONEBIT_CHECK(measure_due_, ONEBIT_INVALID_ARGUMENT, who_, ": no variance measurement is due after step ", step_ - 1);
   ONEBIT_CHECK(ranks >= 1 && changes != nullptr, ONEBIT_INVALID_ARGUMENT, who_,
                ": decide takes every rank's change (got ", ranks, ")");
+  measure_due_ = false;
   decide_on(largest_change(changes, ranks), /*measured=*/true);
 }
 
@@ -122,6 +123,11 @@ AdamDriverState AdamDriver::state() const {
 }
 
 std::string AdamDriver::resume_refusal(const AdamDriverState& saved) const {
+  const std::int64_t freeze = saved.freeze_step;
+  if (saved.step < 0 || (freeze < -1 && freeze != AdamDriverState::kNotRecorded)) {
+    return "the checkpoint's schedule is malformed (step " + std::to_string(saved.step) + ", freeze_step " +
+           std::to_string(freeze) + ")";
+  }
   if (saved.automatic != automatic_) {
     return automatic_ ? "this optimizer freezes automatically (freeze_step='auto') and the checkpoint was saved "
                         "with a fixed freeze_step (it holds no variance snapshot): make the optimizer as the run was "
@@ -155,6 +161,7 @@ void AdamDriver::resume(const AdamDriverState& saved, std::vector<std::pair<std:
   const std::string refusal = resume_refusal(saved);
   ONEBIT_CHECK(refusal.empty(), ONEBIT_INVALID_ARGUMENT, who_, ": ", refusal);
   step_ = saved.step;
+  measure_due_ = false;
   if (automatic_) {
     freeze_ = decided_or_undecided(saved.freeze_step);
     changes_ = std::move(changes);

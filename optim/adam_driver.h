@@ -91,6 +91,7 @@ class AdamDriver {
   bool automatic_ = false, deepspeed_, bias_correction_;
   AutoFreeze rule_{};
   std::int64_t step_ = 0, freeze_ = 0;
+  bool measure_due_ = false;  // taken() asked for a measurement that decide() has not had yet
   std::vector<std::pair<std::int64_t, double>> changes_;
   std::string news_;
 };

@@ -101,6 +101,7 @@ class OnebitAdam {
     int measure = 0;  // the step is taken; the driver decides the next one's stage
     check(onebit_adam_driver_taken(driver_.get(), &measure));
     if (measure != 0) measure_variance();
+    say_news();
   }
 
   std::int64_t steps() const { return status().step; }
@@ -193,8 +194,10 @@ class OnebitAdam {
       c.v_then = file.floats("v_then");
       const std::vector<std::int64_t> steps = file.ints("variance_changes.step");
       const std::vector<double> changes = file.doubles("variance_changes.change");
-      for (std::size_t i = 0; i < steps.size() && i < changes.size(); ++i)
-        c.variance_changes.emplace_back(steps[i], changes[i]);
+      if (steps.size() != changes.size()) {
+        throw CallError(ONEBIT_INVALID_ARGUMENT, path + ": variance_changes.step and .change are not of one length");
+      }
+      for (std::size_t i = 0; i < steps.size(); ++i) c.variance_changes.emplace_back(steps[i], changes[i]);
       c.bias_correction = file.get("bias_correction", kNotRecorded);
       c.deepspeed_schedule = file.get("deepspeed_schedule", kNotRecorded);
     });
@@ -253,6 +256,15 @@ class OnebitAdam {
     });
   }
 
+  // Each group's frozen variance with the eps its steps divide by (bias correction folded in).
+  std::vector<FrozenVariance> frozen_variance() const {
+    std::vector<FrozenVariance> groups;
+    for (std::size_t i = 0; i < groups_.size(); ++i) {
+      groups.push_back({v_.data() + layout_.offset(i), groups_[i].count, config(i).eps});
+    }
+    return groups;
+  }
+
   // Group i's step settings from the driver (bias correction folded in).
   onebit_adam_config_t config(std::size_t i) const {
     const onebit_adam_config_t& c = groups_[i].config;
@@ -273,7 +285,7 @@ class OnebitAdam {
   }
 
   void compressed_step(const onebit_adam_driver_status_t& now) {
-    if (now.freezes_now != 0) report_freeze(comm_, kWho, now.step, layout_.frozen_variance(v_.data(), groups_));
+    if (now.freezes_now != 0) report_freeze(comm_, kWho, now.step, frozen_variance());
     const std::string stage = "compression stage since step " + std::to_string(now.freeze_step);
     share_step_settings(name_, groups_, now.step, stage);  // before anything changes: it may throw
     for (std::size_t i = 0; i < groups_.size(); ++i) {
@@ -308,6 +320,10 @@ class OnebitAdam {
     }
     v_then_ = v_;
     check(onebit_adam_driver_decide(driver_.get(), changes.data(), changes.size()));
+  }
+
+  // Rank 0 writes what the driver says of the last step (the automatic freeze fired) to stderr.
+  void say_news() const {
     const std::string news = core_text([&](char* text, std::size_t size, std::size_t* length) {
       return onebit_adam_driver_news(driver_.get(), text, size, length);
     });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,7 +15,9 @@
 
 struct onebit_checkpoint {
   onebit::RecordFile file;
-  std::vector<std::string> names;  // what onebit_checkpoint_names handed out, alive with the handle
+  // What onebit_checkpoint_names handed out, alive with the handle: only ever appended to (a
+  // deque's elements stay where they are), so every name pointer given stays valid.
+  std::deque<std::string> names;
 };
 
 namespace {
@@ -99,7 +102,8 @@ onebit_result_t onebit_checkpoint_names(onebit_checkpoint_t checkpoint, const ch
   return onebit::abi_guard("onebit_checkpoint_names", [&] {
     onebit_checkpoint& c = non_null(checkpoint, "checkpoint");
     ONEBIT_CHECK(names != nullptr || capacity == 0, ONEBIT_INVALID_ARGUMENT, "names is NULL (capacity ", capacity, ")");
-    c.names = c.file.names();
+    const std::vector<std::string> now = c.file.names();  // the names so far, in order: a prefix grows
+    for (std::size_t i = c.names.size(); i < now.size(); ++i) c.names.push_back(now[i]);
     for (std::size_t i = 0; i < c.names.size() && i < capacity; ++i) names[i] = c.names[i].c_str();
     non_null(count, "count") = c.names.size();
   });

@@ -15,6 +15,8 @@ import torch
 from . import _check
 
 _INT, _INTS, _FLOATS, _DOUBLES, _TEXT = 1, 2, 3, 4, 5  # onebit_record_kind_t
+# What every optimizer's file holds (the C++ shims' put_common_records).
+_REQUIRED = ("optimizer", "rank", "world_size", "local_size", "m", "v", "worker_error", "server_error")
 
 
 class _File:
@@ -108,7 +110,7 @@ def read_part(lib, path):
     for name, value in records.items():
         outer, _, inner = name.partition(".")
         if not inner:
-            part[name] = value.tolist() if name == "lrs" else value
+            part[name] = value.tolist() if name == "lrs" and isinstance(value, torch.Tensor) else value
         elif outer == "variance_changes":
             part.setdefault(outer, [None] * len(value))
         elif isinstance(value, list):  # a dict a layer
@@ -117,8 +119,17 @@ def read_part(lib, path):
                 layer[inner] = item
         else:
             part.setdefault(outer, {})[inner] = value
+    missing = [name for name in _REQUIRED if name not in records]
+    if missing:
+        raise ValueError(f"{path} lacks the record{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
     if "variance_changes" in part:
-        part["variance_changes"] = list(zip(records["variance_changes.step"], records["variance_changes.change"]))
+        steps, changes = records.get("variance_changes.step"), records.get("variance_changes.change")
+        if not isinstance(steps, list) or not isinstance(changes, list) or len(steps) != len(changes):
+            raise ValueError(f"{path}: variance_changes.step and .change are not two lists of one length")
+        part["variance_changes"] = list(zip(steps, changes))
+    # Written by C++, which does not record it: whether a compressed call had run is whether the part
+    # holds error feedback (as a state_dict() part's own flag says).
+    part.setdefault("compressed", part["server_error"].numel() > 0 or bool(part["worker_error"].any()))
     header = {key: part.pop(key, None) for key in ("optimizer", "rank", "local_size")}
     header["world_size"] = part.get("world_size")
     return header, part

@@ -192,7 +192,7 @@ class _Checkpoints:
         load_state_dict(), whose checks and reset_error_feedback it shares)."""
         try:
             header, part = read_part(self._lib, path)
-        except OnebitError as error:  # missing, damaged, not a checkpoint file: every rank refuses with it
+        except Exception as error:  # noqa: BLE001 — missing, damaged, malformed: every rank refuses with it
             self._every_rank([1, 0])  # load_state_dict's agreement, which the other ranks are in
             raise ValueError(f"{self._who}.load_file: {error}; nothing was loaded") from error
         onebit = dict(world_size=header["world_size"], local_size=header["local_size"], saved_by=header["rank"],
@@ -360,7 +360,8 @@ class _Checkpoints:
 def _holds_error_feedback(part):
     """Whether a checkpoint's part holds error feedback: a server error, or a worker error not all
     zeros (a tag saved before its first compressed call has zeros, as a fresh one starts from)."""
-    return part["server_error"].numel() > 0 or bool(part["worker_error"].any())
+    server, worker = part.get("server_error"), part.get("worker_error")
+    return (server is not None and server.numel() > 0) or (worker is not None and bool(worker.any()))
 
 
 def _digest(value):

@@ -129,10 +129,11 @@ class OnebitAdam(_FlatOptimizer):
 
     Raises:
         ValueError: parameters of another dtype or on mixed devices, parameters that require no
-            grad, a bad freeze_step, a name another live optimizer holds.
-        RuntimeError: the ranks disagree on the schedule or the parameters (named, with each
-            rank's value).
-        OnebitError: the C core refuses a hyper-parameter (e.g. the "auto" knobs out of range).
+            grad, a bad freeze_step or schedule (the "auto" knobs out of range, deepspeed_schedule
+            with "auto" or bias_correction: the C core's driver names it), a name another live
+            optimizer holds.
+        OnebitError: the ranks disagree on the schedule or the parameters (named, with each
+            rank's value; code MISMATCH, a RuntimeError).
     """
 
     _steps_in_place = True  # its rule is elementwise: on the CPU each parameter is updated where it lies

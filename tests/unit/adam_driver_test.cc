@@ -158,6 +158,12 @@ TEST(AdamDriver, ADecisionNotDueIsRefusedAndChangesNothing) {
   EXPECT_TRUE(d.taken());
   EXPECT_EQ(onebit_adam_driver_decide(d.get(), &change, 0), ONEBIT_INVALID_ARGUMENT);  // no rank's change
   EXPECT_EQ(d.status().freeze_step, -1);
+  const double settled = 0.5;
+  ASSERT_EQ(onebit_adam_driver_decide(d.get(), &settled, 1), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_adam_driver_decide(d.get(), &settled, 1), ONEBIT_INVALID_ARGUMENT);  // once a measurement
+  size_t count = 0;
+  ASSERT_EQ(onebit_adam_driver_changes(d.get(), nullptr, nullptr, 0, &count), ONEBIT_SUCCESS);
+  EXPECT_EQ(count, 1u);
 }
 
 TEST(AdamDriver, BiasCorrectionFoldsIntoTheStepSettingsAndFreezesWithTheVariance) {
@@ -259,6 +265,8 @@ TEST(AdamDriver, ACheckpointGoesOnOnlyUnderTheScheduleItWasMadeWith) {
       {&with_bias, {3, 5, 0, kNotRecorded, 0}, "bias_correction=False, this optimizer has True"},
       {&deepspeed, {3, 5, 0, 0, 0}, "deepspeed_schedule=False, this optimizer has True"},
       {&deepspeed, {3, 5, 0, 0, kNotRecorded}, ""},
+      {&fixed_at_5, {-1, 5, 0, 0, 0}, "the checkpoint's schedule is malformed (step -1, freeze_step 5)"},
+      {&automatic_one, {3, -7, 1, 0, 0}, "the checkpoint's schedule is malformed (step 3, freeze_step -7)"},
   };
   for (const auto& [driver, saved, says] : cases) {
     const std::string refusal = driver->refusal(saved);

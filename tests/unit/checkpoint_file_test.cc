@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/record_file.h"
 #include "onebit/onebit.h"
 
 namespace {
@@ -45,7 +46,8 @@ class CheckpointFileTest : public ::testing::Test {
     EXPECT_EQ(onebit_checkpoint_put_floats(c, "server_error", nullptr, 0), ONEBIT_SUCCESS);
     EXPECT_EQ(onebit_checkpoint_put_doubles(c, "changes.change", doubles, 2), ONEBIT_SUCCESS);
     EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 13), ONEBIT_INVALID_ARGUMENT);  // once a name
-    EXPECT_NE(std::string(onebit_last_error()).find("record 'step' is written twice"), std::string::npos);
+    EXPECT_NE(std::string(onebit_last_error()).find("this checkpoint: record 'step' is there twice"),
+              std::string::npos);
     ASSERT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_SUCCESS) << onebit_last_error();
     onebit_checkpoint_destroy(c);
   }
@@ -148,6 +150,51 @@ TEST_F(CheckpointFileTest, ADamagedShortForeignOrNewerFileIsRefusedNamingWhy) {
   expect_refused(ONEBIT_INVALID_ARGUMENT, path_ + ": format version 2; this onebit reads 1");
   std::remove(path_.c_str());
   expect_refused(ONEBIT_SYSTEM_ERROR, "cannot read " + path_);
+}
+
+// A file crafted with a correct CRC (what fuzz_record_file feeds): `records` framed as version 1.
+std::vector<char> crafted(const std::vector<unsigned char>& records) {
+  std::vector<unsigned char> bytes = {'O', 'N', 'E', 'B', 'I', 'T', 'R', 'F', 1, 0, 0, 0};
+  bytes.insert(bytes.end(), records.begin(), records.end());
+  const std::uint32_t crc = onebit::RecordFile::crc32(bytes.data(), bytes.size());
+  const auto* crc_bytes = reinterpret_cast<const unsigned char*>(&crc);
+  bytes.insert(bytes.end(), crc_bytes, crc_bytes + sizeof crc);
+  return std::vector<char>(bytes.begin(), bytes.end());
+}
+
+// One record: u16 name length, name, u8 kind, u64 count, `payload`.
+void add_record(std::vector<unsigned char>& out, const std::string& name, std::uint8_t kind, std::uint64_t count,
+                std::size_t payload) {
+  const auto length = static_cast<std::uint16_t>(name.size());
+  out.insert(out.end(), {static_cast<unsigned char>(length & 0xFF), static_cast<unsigned char>(length >> 8)});
+  out.insert(out.end(), name.begin(), name.end());
+  out.push_back(kind);
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<unsigned char>(count >> (8 * i)));
+  out.insert(out.end(), payload, 0);
+}
+
+TEST_F(CheckpointFileTest, ACraftedFileWithARightCrcIsStillCheckedRecordByRecord) {
+  std::vector<unsigned char> records = {1, 0, 0, 0};
+  add_record(records, "step", 1, 0, 0);  // an int64 of no value: reading it would run off the record
+  rewrite(crafted(records));
+  expect_refused(ONEBIT_INVALID_ARGUMENT, path_ + ": record 'step' is an int64 of 0 values");
+  records = {2, 0, 0, 0};
+  add_record(records, "m", 3, 1, 4);
+  add_record(records, "m", 3, 1, 4);
+  rewrite(crafted(records));
+  expect_refused(ONEBIT_INVALID_ARGUMENT, path_ + ": record 'm' is there twice");
+  records = {1, 0, 0, 0};
+  add_record(records, "m", 3, 1000, 4);
+  rewrite(crafted(records));
+  expect_refused(ONEBIT_INVALID_ARGUMENT, path_ + ": record 'm' claims 1000 values, more than the file holds");
+  records = {1, 0, 0, 0};
+  add_record(records, "m", 9, 1, 4);
+  rewrite(crafted(records));
+  expect_refused(ONEBIT_INVALID_ARGUMENT, path_ + ": record 'm' has unknown kind 9");
+  onebit_checkpoint_t c = nullptr;
+  EXPECT_EQ(onebit_checkpoint_read(dir_.c_str(), &c), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("cannot read " + dir_ + ": it is a folder"), std::string::npos)
+      << onebit_last_error();
 }
 
 TEST_F(CheckpointFileTest, AFileThatCannotBeWrittenIsAnErrorNamingIt) {
