@@ -399,8 +399,9 @@ ONEBIT_API onebit_result_t onebit_lamb_resume_refusal(const onebit_lamb_config_t
  *     v_then and calls onebit_adam_driver_decide with them
  *   onebit_adam_driver_news: the line rank 0 logs of that step (the automatic freeze fired), or ""
  *
- * A step that fails before onebit_adam_driver_taken leaves the driver where it was.
- * onebit_adam_driver_create: ONEBIT_INVALID_ARGUMENT naming `who` and the setting for a schedule
+ * A step that fails before onebit_adam_driver_taken leaves the driver where it was; decide takes
+ * one measurement a time it was asked for (another is refused). A handle is one optimizer's, used
+ * by one thread at a time. onebit_adam_driver_create: ONEBIT_INVALID_ARGUMENT naming `who` and the setting for a schedule
  * that cannot run (freeze_step < -1; deepspeed_schedule with an automatic freeze or bias
  * correction; the automatic rule out of range); ONEBIT_FREEZE_STEP, when set, overrides the
  * schedule's freeze step ("auto" too). `parameters` and `groups` are agreed on with the schedule.
@@ -408,7 +409,8 @@ ONEBIT_API onebit_result_t onebit_lamb_resume_refusal(const onebit_lamb_config_t
  * judges the table), names static; up to `capacity` written, the count in *count; `state` (may be
  * NULL) gives a checkpoint's step and decided freeze step for the agreement at load.
  * onebit_adam_driver_resume_refusal: why a checkpoint of `saved` cannot go on under this schedule
- * (the texts' way, "" where it can); onebit_adam_driver_resume goes on from it (refusing as
+ * (the texts' way, "" where it can; a schedule no run makes — a negative step, a freeze step
+ * below -1 — is "malformed"); onebit_adam_driver_resume goes on from it (refusing as
  * above), with the automatic freeze's recorded measurements (steps and changes, `count` of them).
  * onebit_adam_driver_changes: the recorded measurements, up to `capacity`, the count in *count. */
 ONEBIT_API onebit_result_t onebit_adam_driver_create(const char* who, const onebit_adam_schedule_t* schedule,
