@@ -401,12 +401,14 @@ ONEBIT_API onebit_result_t onebit_lamb_resume_refusal(const onebit_lamb_config_t
  *
  * A step that fails before onebit_adam_driver_taken leaves the driver where it was; decide takes
  * one measurement a time it was asked for (another is refused). A handle is one optimizer's, used
- * by one thread at a time. onebit_adam_driver_create: ONEBIT_INVALID_ARGUMENT naming `who` and the setting for a
- * schedule that cannot run (freeze_step < -1; deepspeed_schedule with an automatic freeze or bias correction; the
- * automatic rule out of range); ONEBIT_FREEZE_STEP, when set, overrides the schedule's freeze step ("auto" too).
- * `parameters` and `groups` are agreed on with the schedule. onebit_adam_driver_agreed_fields: what every rank must
- * hold alike (onebit_ranks_disagreement judges the table), names static; up to `capacity` written, the count in *count;
- * `state` (may be NULL) gives a checkpoint's step and decided freeze step for the agreement at load.
+ * by one thread at a time.
+ * onebit_adam_driver_create: ONEBIT_INVALID_ARGUMENT naming `who` and the setting for a schedule
+ * that cannot run (freeze_step < -1; deepspeed_schedule with an automatic freeze or bias
+ * correction; the automatic rule out of range); ONEBIT_FREEZE_STEP, when set, overrides the
+ * schedule's freeze step ("auto" too). `parameters` and `groups` are agreed on with the schedule.
+ * onebit_adam_driver_agreed_fields: what every rank must hold alike (onebit_ranks_disagreement
+ * judges the table), names static; up to `capacity` written, the count in *count; `state` (may be
+ * NULL) gives a checkpoint's step and decided freeze step for the agreement at load.
  * onebit_adam_driver_resume_refusal: why a checkpoint of `saved` cannot go on under this schedule
  * (the texts' way, "" where it can; a schedule no run makes — a negative step, a freeze step
  * below -1 — is "malformed"); onebit_adam_driver_resume goes on from it (refusing as
