@@ -127,9 +127,6 @@ def read_part(lib, path):
         if not isinstance(steps, list) or not isinstance(changes, list) or len(steps) != len(changes):
             raise ValueError(f"{path}: variance_changes.step and .change are not two lists of one length")
         part["variance_changes"] = list(zip(steps, changes))
-    # Written by C++, which does not record it: whether a compressed call had run is whether the part
-    # holds error feedback (as a state_dict() part's own flag says).
-    part.setdefault("compressed", part["server_error"].numel() > 0 or bool(part["worker_error"].any()))
     header = {key: part.pop(key, None) for key in ("optimizer", "rank", "local_size")}
     header["world_size"] = part.get("world_size")
     return header, part

@@ -195,6 +195,8 @@ class _Checkpoints:
         except Exception as error:  # noqa: BLE001 — missing, damaged, malformed: every rank refuses with it
             self._every_rank([1, 0])  # load_state_dict's agreement, which the other ranks are in
             raise ValueError(f"{self._who}.load_file: {error}; nothing was loaded") from error
+        # C++ does not record whether a compressed call had run: it had where the part holds error feedback.
+        part.setdefault("compressed", _holds_error_feedback(part))
         onebit = dict(world_size=header["world_size"], local_size=header["local_size"], saved_by=header["rank"],
                       parts={header["rank"]: part}, optimizer=header["optimizer"])
         groups = torch.optim.Optimizer.state_dict(self)["param_groups"]
