@@ -4,9 +4,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
 
@@ -21,7 +23,7 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "onebit's checkpoint fi
 
 }  // namespace
 
-std::uint32_t RecordFile::crc32(const unsigned char* data, std::size_t size) {
+std::uint32_t RecordFile::crc32(const unsigned char* data, std::size_t size, std::uint32_t crc) {
   static const std::array<std::uint32_t, 256> table = [] {
     std::array<std::uint32_t, 256> t{};
     for (std::uint32_t i = 0; i < 256; ++i) {
@@ -31,7 +33,7 @@ std::uint32_t RecordFile::crc32(const unsigned char* data, std::size_t size) {
     }
     return t;
   }();
-  std::uint32_t c = 0xFFFFFFFFu;
+  std::uint32_t c = crc ^ 0xFFFFFFFFu;
   for (std::size_t i = 0; i < size; ++i) c = table[(c ^ data[i]) & 0xFF] ^ (c >> 8);
   return c ^ 0xFFFFFFFFu;
 }
@@ -68,54 +70,10 @@ void append(std::vector<unsigned char>& out, T value) {
   out.insert(out.end(), bytes, bytes + sizeof value);
 }
 
-// Reads the file's bytes in order, each read checked against what is left.
-class Cursor {
- public:
-  Cursor(const std::vector<unsigned char>& bytes, std::size_t end, const std::string& path)
-      : bytes_(bytes), end_(end), path_(path) {}
-  template <typename T>
-  T take(const char* what) {
-    T value;
-    std::memcpy(&value, span(sizeof value, what), sizeof value);
-    return value;
-  }
-  const unsigned char* span(std::size_t size, const char* what) {
-    ONEBIT_CHECK(size <= end_ - at_, ONEBIT_INVALID_ARGUMENT, path_, ": cut short: ", what, " needs ", size,
-                 " bytes at offset ", at_, ", the records end at ", end_);
-    const unsigned char* start = bytes_.data() + at_;
-    at_ += size;
-    return start;
-  }
-  std::size_t at() const { return at_; }
+// What errno says, or `otherwise` when it says nothing (a short read or write).
+std::string reason(int error, const char* otherwise) { return error == 0 ? otherwise : std::strerror(error); }
 
- private:
-  const std::vector<unsigned char>& bytes_;
-  std::size_t end_;
-  const std::string& path_;
-  std::size_t at_ = 0;
-};
-
-// `bytes` as the file at `path`, or nothing there changed: written to a temporary file of its own in
-// the same folder (mkstemp: no two writers share one), flushed, renamed over `path`, and the
-// folder flushed so that the rename survives a crash too.
-void write_whole(const std::string& path, const std::vector<unsigned char>& bytes) {
-  std::string temporary = path + ".tmp.XXXXXX";
-  const int fd = ::mkostemp(temporary.data(), O_CLOEXEC);
-  ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", path, ": ", std::strerror(errno));
-  std::size_t written = 0;
-  int error = 0;
-  while (written < bytes.size() && error == 0) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n > 0) written += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR) error = errno;
-  }
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
-  ::close(fd);
-  if (error == 0 && ::rename(temporary.c_str(), path.c_str()) != 0) error = errno;
-  if (error != 0) {
-    ::unlink(temporary.c_str());
-    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path, ": ", std::strerror(error));
-  }
+void fsync_folder_of(const std::string& path) {
   const std::size_t slash = path.rfind('/');
   const std::string folder = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   const int dir = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -125,48 +83,232 @@ void write_whole(const std::string& path, const std::vector<unsigned char>& byte
   }
 }
 
-// The whole file at `path`.
-std::vector<unsigned char> read_whole(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
-  struct stat about {};
-  if (::fstat(fd, &about) != 0 || !S_ISREG(about.st_mode)) {
-    const int error = errno;
-    ::close(fd);
-    fail(ONEBIT_INVALID_ARGUMENT, "cannot read ", path, ": ",
-         S_ISDIR(about.st_mode)    ? "it is a folder"
-         : !S_ISREG(about.st_mode) ? "not a regular file"
-                                   : std::strerror(error));
+}  // namespace
+
+// Where a file's records go as they are put: a temporary file of its own in the target's folder
+// (mkstemp: no two writers share one), its record count and CRC written at commit(), then flushed,
+// renamed over the path, and the folder flushed so that the rename survives a crash too. Removed,
+// the path untouched, if it is never committed or any write fails.
+class RecordFile::Sink {
+ public:
+  explicit Sink(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp.XXXXXX") {
+    fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
+    ONEBIT_CHECK(fd_ >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", std::strerror(errno));
+    std::vector<unsigned char> head(kMagic, kMagic + sizeof kMagic);
+    append(head, kVersion);
+    append(head, std::uint32_t{0});  // the record count, written at commit()
+    write_all(head.data(), head.size());
   }
-  std::vector<unsigned char> bytes(static_cast<std::size_t>(about.st_size));
-  std::size_t got = 0;
-  while (got < bytes.size()) {
-    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int error = n == 0 ? 0 : errno;
-      ::close(fd);
-      fail(ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", error == 0 ? "it shrank while read" : std::strerror(error));
+  ~Sink() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temporary_.c_str());
+  }
+  Sink(const Sink&) = delete;
+  Sink& operator=(const Sink&) = delete;
+
+  void append_record(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
+    ONEBIT_CHECK(!committed_, ONEBIT_INVALID_ARGUMENT, path_, " is committed: no record can follow");
+    ONEBIT_CHECK(records_ < UINT32_MAX, ONEBIT_INVALID_ARGUMENT, path_, ": more than ", UINT32_MAX, " records");
+    std::vector<unsigned char> head;
+    append(head, static_cast<std::uint16_t>(name.size()));
+    head.insert(head.end(), name.begin(), name.end());
+    append(head, static_cast<std::uint8_t>(kind));
+    append(head, static_cast<std::uint64_t>(count));
+    write_all(head.data(), head.size());
+    write_all(values, bytes);
+    ++records_;
+  }
+
+  void commit() {
+    ONEBIT_CHECK(!committed_, ONEBIT_INVALID_ARGUMENT, path_, " is committed already");
+    const std::uint32_t records = records_;
+    pwrite_all(&records, sizeof records, sizeof kMagic + 4);
+    const std::uint32_t crc = crc_of_written();
+    write_all(&crc, sizeof crc);
+    if (::fsync(fd_) != 0) fail_with(errno);
+    ::close(fd_);
+    fd_ = -1;
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail_with(errno);
+    committed_ = true;
+    fsync_folder_of(path_);
+  }
+
+ private:
+  [[noreturn]] void fail_with(int error) const {
+    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", reason(error, "the disk took no more bytes"));
+  }
+  void write_all(const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t written = 0; written < size;) {
+      const ssize_t n = ::write(fd_, bytes + written, size - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_with(n == 0 ? 0 : errno);
+      written += static_cast<std::size_t>(n);
+      end_ += static_cast<std::size_t>(n);
     }
-    got += static_cast<std::size_t>(n);
   }
-  ::close(fd);
-  return bytes;
+  void pwrite_all(const void* data, std::size_t size, std::size_t at) {
+    if (::pwrite(fd_, data, size, static_cast<off_t>(at)) != static_cast<ssize_t>(size)) fail_with(errno);
+  }
+  // The CRC of what was written, read back (from the page cache, in pieces): the record count at
+  // its start is known only now.
+  std::uint32_t crc_of_written() {
+    std::vector<unsigned char> piece(std::min<std::size_t>(end_, 1 << 20));
+    std::uint32_t crc = 0;
+    for (std::size_t at = 0; at < end_;) {
+      const ssize_t n = ::pread(fd_, piece.data(), std::min(piece.size(), end_ - at), static_cast<off_t>(at));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_with(n == 0 ? 0 : errno);
+      crc = crc32(piece.data(), static_cast<std::size_t>(n), crc);
+      at += static_cast<std::size_t>(n);
+    }
+    return crc;
+  }
+
+  std::string path_, temporary_;
+  int fd_ = -1;
+  std::size_t end_ = 0;  // bytes written so far
+  std::uint32_t records_ = 0;
+  bool committed_ = false;
+};
+
+// The bytes a file's reading takes: a file's (read as they are needed), or bytes in memory.
+class RecordFile::Source {
+ public:
+  virtual ~Source() = default;
+  virtual std::size_t size() const = 0;
+  virtual void read(std::size_t at, void* into, std::size_t size) const = 0;
+};
+
+namespace {
+
+class BytesSource : public RecordFile::Source {
+ public:
+  explicit BytesSource(const std::vector<unsigned char>& bytes) : bytes_(bytes) {}
+  std::size_t size() const override { return bytes_.size(); }
+  void read(std::size_t at, void* into, std::size_t size) const override {
+    if (size > 0) std::memcpy(into, bytes_.data() + at, size);
+  }
+
+ private:
+  const std::vector<unsigned char>& bytes_;
+};
+
+class FileSource : public RecordFile::Source {
+ public:
+  explicit FileSource(const std::string& path) : path_(path) {
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ONEBIT_CHECK(fd_ >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
+    struct stat about {};
+    if (::fstat(fd_, &about) != 0 || !S_ISREG(about.st_mode)) {
+      const int error = errno;
+      ::close(fd_);
+      fail(ONEBIT_INVALID_ARGUMENT, "cannot read ", path, ": ",
+           S_ISDIR(about.st_mode)    ? "it is a folder"
+           : !S_ISREG(about.st_mode) ? "not a regular file"
+                                     : std::strerror(error));
+    }
+    size_ = static_cast<std::size_t>(about.st_size);
+  }
+  ~FileSource() override { ::close(fd_); }
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+  std::size_t size() const override { return size_; }
+  void read(std::size_t at, void* into, std::size_t size) const override {
+    auto* bytes = static_cast<unsigned char*>(into);
+    for (std::size_t got = 0; got < size;) {
+      const ssize_t n = ::pread(fd_, bytes + got, size - got, static_cast<off_t>(at + got));
+      if (n < 0 && errno == EINTR) continue;
+      ONEBIT_CHECK(n > 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path_, ": ",
+                   reason(n == 0 ? 0 : errno, "it shrank while read"));
+      got += static_cast<std::size_t>(n);
+    }
+  }
+
+ private:
+  const std::string& path_;
+  int fd_ = -1;
+  std::size_t size_ = 0;
+};
+
+// Reads a source's bytes in order, each read checked against what is left before `end`.
+class Cursor {
+ public:
+  Cursor(const RecordFile::Source& source, std::size_t end, const std::string& path)
+      : source_(source), end_(end), path_(path) {}
+  template <typename T>
+  T take(const char* what) {
+    T value;
+    source_.read(claim(sizeof value, what), &value, sizeof value);
+    return value;
+  }
+  std::string text(std::size_t size, const char* what) {
+    std::string text(size, '\0');
+    source_.read(claim(size, what), text.data(), size);
+    return text;
+  }
+  std::vector<unsigned char> bytes(std::size_t size, const char* what) {
+    std::vector<unsigned char> bytes(size);
+    source_.read(claim(size, what), bytes.data(), size);
+    return bytes;
+  }
+  // The offset of the next `size` bytes, which are then passed.
+  std::size_t claim(std::size_t size, const char* what) {
+    ONEBIT_CHECK(size <= end_ - at_, ONEBIT_INVALID_ARGUMENT, path_, ": cut short: ", what, " needs ", size,
+                 " bytes at offset ", at_, ", the records end at ", end_);
+    at_ += size;
+    return at_ - size;
+  }
+  std::size_t at() const { return at_; }
+
+ private:
+  const RecordFile::Source& source_;
+  std::size_t end_;
+  const std::string& path_;
+  std::size_t at_ = 0;
+};
+
+// The CRC-32 of a source's first `end` bytes, read in pieces.
+std::uint32_t crc_of(const RecordFile::Source& source, std::size_t end) {
+  std::vector<unsigned char> piece(std::min<std::size_t>(end, 1 << 20));
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0; at < end; at += piece.size()) {
+    const std::size_t size = std::min(piece.size(), end - at);
+    source.read(at, piece.data(), size);
+    crc = RecordFile::crc32(piece.data(), size, crc);
+  }
+  return crc;
 }
 
 }  // namespace
 
+RecordFile::RecordFile() = default;
+RecordFile::RecordFile(RecordFile&&) noexcept = default;
+RecordFile& RecordFile::operator=(RecordFile&&) noexcept = default;
+RecordFile::~RecordFile() = default;
+
 void RecordFile::put(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
+  ONEBIT_CHECK(values != nullptr || bytes == 0, ONEBIT_INVALID_ARGUMENT, "record '", name, "': values is NULL (count ",
+               count, ")");
+  if (!sink_) {
+    const auto* start = static_cast<const unsigned char*>(values);
+    keep(name, kind, count, std::vector<unsigned char>(start, start + bytes));
+    return;
+  }
+  keep(name, kind, count, {});  // its checks first: a refused record writes nothing
+  sink_->append_record(name, kind, count, values, bytes);
+}
+
+// A record as held: checked, then kept (its values, unless the file is streamed).
+void RecordFile::keep(const std::string& name, Kind kind, std::size_t count, std::vector<unsigned char> bytes) {
   ONEBIT_CHECK(!name.empty() && name.size() < 65536 && name.find('\0') == std::string::npos, ONEBIT_INVALID_ARGUMENT,
                origin_, ": a record's name must have 1 to 65535 bytes and no NUL, not ", name.size(), " bytes");
   ONEBIT_CHECK(count <= SIZE_MAX / 8, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' of ", count, " values");
   ONEBIT_CHECK(kind != Kind::kInt || count == 1, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name,
                "' is an int64 of ", count, " values");
-  ONEBIT_CHECK(values != nullptr || bytes == 0, ONEBIT_INVALID_ARGUMENT, "record '", name, "': values is NULL (count ",
-               count, ")");
   ONEBIT_CHECK(records_.count(name) == 0, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' is there twice");
-  const auto* start = static_cast<const unsigned char*>(values);
-  records_[name] = Record{kind, count, std::vector<unsigned char>(start, start + bytes)};
+  records_[name] = Record{kind, count, std::move(bytes)};
   order_.push_back(name);
 }
 
@@ -187,50 +329,86 @@ void RecordFile::put_text(const std::string& name, const std::string& text) {
 }
 
 void RecordFile::write(const std::string& path) const {
-  std::vector<unsigned char> out(kMagic, kMagic + sizeof kMagic);
-  append(out, kVersion);
-  append(out, static_cast<std::uint32_t>(order_.size()));
+  ONEBIT_CHECK(!sink_, ONEBIT_INVALID_ARGUMENT, origin_, " is streamed: commit() writes it");
+  Sink sink(path);
   for (const std::string& name : order_) {
     const Record& r = records_.at(name);
-    append(out, static_cast<std::uint16_t>(name.size()));
-    out.insert(out.end(), name.begin(), name.end());
-    append(out, static_cast<std::uint8_t>(r.kind));
-    append(out, static_cast<std::uint64_t>(r.count));
-    out.insert(out.end(), r.bytes.begin(), r.bytes.end());
+    sink.append_record(name, r.kind, r.count, r.bytes.data(), r.bytes.size());
   }
-  append(out, crc32(out.data(), out.size()));
-  write_whole(path, out);
+  sink.commit();
 }
 
-RecordFile RecordFile::read(const std::string& path) { return parse(read_whole(path), path); }
+RecordFile RecordFile::stream_to(const std::string& path) {
+  RecordFile file;
+  file.origin_ = path;
+  file.sink_ = std::make_unique<Sink>(path);
+  return file;
+}
 
-RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& path) {
-  ONEBIT_CHECK(bytes.size() >= sizeof kMagic + 12 && std::memcmp(bytes.data(), kMagic, sizeof kMagic) == 0,
-               ONEBIT_INVALID_ARGUMENT, path, ": not a onebit checkpoint file (no \"ONEBITRF\" at its start)");
-  const std::size_t end = bytes.size() - 4;
+void RecordFile::commit() {
+  ONEBIT_CHECK(sink_ != nullptr, ONEBIT_INVALID_ARGUMENT, origin_, " is not streamed: write(path) writes it");
+  sink_->commit();
+}
+
+RecordFile RecordFile::read(const std::string& path) {
+  return parse_from(FileSource(path), path, [](const std::string& stored) { return stored; });
+}
+
+RecordFile RecordFile::read_rank(const std::string& path, int rank) {
+  ONEBIT_CHECK(rank >= 0, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " must not be negative");
+  const std::string own = "rank" + std::to_string(rank) + "/";
+  bool ranks_records = false, own_records = false;
+  RecordFile file = parse_from(FileSource(path), path, [&](const std::string& stored) -> std::optional<std::string> {
+    if (stored.find('/') == std::string::npos) return stored;
+    ranks_records = true;
+    if (stored.compare(0, own.size(), own) != 0) return std::nullopt;
+    own_records = true;
+    return stored.substr(own.size());
+  });
+  // A job of more ranks than saved it: rank 0's part, which says whose it is, for the load's rules
+  // to take (a warmup part is every rank's) or refuse (error feedback of another layout).
+  if (ranks_records && !own_records && rank != 0) return read_rank(path, 0);
+  return file;
+}
+
+RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& origin) {
+  return parse_from(BytesSource(bytes), origin, [](const std::string& stored) { return stored; });
+}
+
+RecordFile RecordFile::parse_from(const Source& source, const std::string& path, const Keep& keep) {
+  const std::size_t size = source.size();
+  char magic[sizeof kMagic] = {};
+  if (size >= sizeof kMagic + 12) source.read(0, magic, sizeof magic);
+  ONEBIT_CHECK(size >= sizeof kMagic + 12 && std::memcmp(magic, kMagic, sizeof kMagic) == 0, ONEBIT_INVALID_ARGUMENT,
+               path, ": not a onebit checkpoint file (no \"ONEBITRF\" at its start)");
+  const std::size_t end = size - 4;
   std::uint32_t stored = 0;
-  std::memcpy(&stored, bytes.data() + end, sizeof stored);
-  Cursor cursor(bytes, end, path);
-  cursor.span(sizeof kMagic, "the magic");
+  source.read(end, &stored, sizeof stored);
+  Cursor cursor(source, end, path);
+  cursor.claim(sizeof kMagic, "the magic");
   const auto version = cursor.take<std::uint32_t>("the version");
   ONEBIT_CHECK(version == kVersion, ONEBIT_INVALID_ARGUMENT, path, ": format version ", version, "; this onebit reads ",
                kVersion);
-  ONEBIT_CHECK(crc32(bytes.data(), end) == stored, ONEBIT_INVALID_ARGUMENT, path,
+  ONEBIT_CHECK(crc_of(source, end) == stored, ONEBIT_INVALID_ARGUMENT, path,
                ": its CRC-32 does not match its bytes (the file is damaged)");
   RecordFile file;
   file.origin_ = path;
   const auto records = cursor.take<std::uint32_t>("the record count");
   for (std::uint32_t i = 0; i < records; ++i) {
     const auto name_bytes = cursor.take<std::uint16_t>("a record's name length");
-    const std::string name(reinterpret_cast<const char*>(cursor.span(name_bytes, "a record's name")), name_bytes);
+    const std::string name = cursor.text(name_bytes, "a record's name");
     const auto kind = static_cast<Kind>(cursor.take<std::uint8_t>("a record's kind"));
     ONEBIT_CHECK(value_bytes(kind) != 0, ONEBIT_INVALID_ARGUMENT, path, ": record '", name, "' has unknown kind ",
                  static_cast<int>(kind));
     const auto count = cursor.take<std::uint64_t>("a record's count");
     ONEBIT_CHECK(count <= (end - cursor.at()) / value_bytes(kind), ONEBIT_INVALID_ARGUMENT, path, ": record '", name,
                  "' claims ", count, " values, more than the file holds");
-    const unsigned char* values = cursor.span(count * value_bytes(kind), "a record's values");
-    file.put(name, kind, count, values, count * value_bytes(kind));
+    const std::size_t bytes = count * value_bytes(kind);
+    if (const std::optional<std::string> kept = keep(name)) {
+      file.keep(*kept, kind, count, cursor.bytes(bytes, "a record's values"));
+    } else {
+      cursor.claim(bytes, "a record's values");
+    }
   }
   ONEBIT_CHECK(cursor.at() == end, ONEBIT_INVALID_ARGUMENT, path, ": ", end - cursor.at(),
                " bytes after the last record");
@@ -250,6 +428,7 @@ std::size_t RecordFile::count(const std::string& name) const {
 std::vector<std::string> RecordFile::names() const { return order_; }
 
 const RecordFile::Record& RecordFile::get(const std::string& name, Kind kind) const {
+  ONEBIT_CHECK(!sink_, ONEBIT_INVALID_ARGUMENT, origin_, " is streamed: its records are written, not held");
   const auto found = records_.find(name);
   ONEBIT_CHECK(found != records_.end(), ONEBIT_INVALID_ARGUMENT, origin_, " has no record '", name, "'");
   ONEBIT_CHECK(found->second.kind == kind, ONEBIT_INVALID_ARGUMENT, origin_, "'s record '", name, "' holds ",

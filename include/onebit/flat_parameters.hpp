@@ -100,12 +100,15 @@ inline void load_tag_state(const std::string& tag, const std::vector<float>& wor
 }
 
 // One rank's checkpoint file (onebit.h, "Checkpoint files"), the format the Python shims write and
-// read too: records put while saving, then write(); or read from a path and got while loading. A
-// record that is absent reads as `absent` (scalars) or empty (arrays): a field not recorded.
+// read too: records put while saving, then write(); or rank `rank`'s view of a file (its own, or
+// its part of a job's file) read from a path and got while loading. A record that is absent reads
+// as `absent` (scalars) or empty (arrays): a field not recorded.
 class CheckpointFile {
  public:
   CheckpointFile() { check_call(onebit_checkpoint_create(&file_)); }
-  explicit CheckpointFile(const std::string& path) { check_call(onebit_checkpoint_read(path.c_str(), &file_)); }
+  CheckpointFile(const std::string& path, int rank) {
+    check_call(onebit_checkpoint_read_rank(path.c_str(), rank, &file_));
+  }
   ~CheckpointFile() { onebit_checkpoint_destroy(file_); }
   CheckpointFile(const CheckpointFile&) = delete;
   CheckpointFile& operator=(const CheckpointFile&) = delete;
@@ -186,14 +189,17 @@ void put_common_records(CheckpointFile& file, const char* optimizer, onebit_comm
   file.put("server_error", c.server_error);
 }
 
-// Reads the checkpoint file at `path` with `fill(file)`: "" when it was read, else why not (the file
-// missing, damaged, another optimizer's). load_file() hands that reason to the load's agreement, so
-// a file one rank cannot read fails every rank's load at once, not that rank's alone while the
-// others wait in the agreement until the timeout.
+// Reads this rank's view of the checkpoint file at `path` (onebit_checkpoint_read_rank) with
+// `fill(file)`: "" when it was read, else why not (the file missing, damaged, another
+// optimizer's). load_file() hands that reason to the load's agreement, so a file one rank cannot
+// read fails every rank's load at once, not that rank's alone while the others wait in the
+// agreement until the timeout.
 template <typename Fill>
-std::string read_checkpoint_file(const std::string& path, Fill fill) {
+std::string read_checkpoint_file(onebit_comm_t comm, const std::string& path, Fill fill) {
   try {
-    fill(CheckpointFile(path));
+    int rank = 0;
+    check_call(onebit_comm_rank(comm, &rank));
+    fill(CheckpointFile(path, rank));
   } catch (const CallError& error) {
     return error.what();
   }

@@ -187,7 +187,7 @@ class OnebitAdam {
 
   void load_file(const std::string& path) {
     Checkpoint c;
-    const std::string unreadable = read_checkpoint_file(path, [&](const CheckpointFile& file) {
+    const std::string unreadable = read_checkpoint_file(comm_, path, [&](const CheckpointFile& file) {
       get_common_records(file, path, "OnebitAdam", c);
       c.step = file.get("step", 0);
       c.freeze_step = file.get("freeze_step", kNotRecorded);

@@ -215,7 +215,7 @@ class ZeroOneAdam {
 
   void load_file(const std::string& path) {
     Checkpoint c;
-    const std::string unreadable = read_checkpoint_file(path, [&](const CheckpointFile& file) {
+    const std::string unreadable = read_checkpoint_file(comm_, path, [&](const CheckpointFile& file) {
       get_common_records(file, path, "ZeroOneAdam", c);
       for (const auto& [name, value] : schedule_records(c.schedule)) *value = file.get(name, 0);
       c.var_freeze_step = file.get("schedule_config.var_freeze_step", kNotRecorded);

@@ -81,10 +81,28 @@ onebit_result_t onebit_checkpoint_write(onebit_checkpoint_t checkpoint, const ch
   return onebit::abi_guard("onebit_checkpoint_write", [&] { file_of(checkpoint).write(&non_null(path, "path")); });
 }
 
+onebit_result_t onebit_checkpoint_stream(const char* path, onebit_checkpoint_t* checkpoint) {
+  return onebit::abi_guard("onebit_checkpoint_stream", [&] {
+    onebit_checkpoint_t& out = non_null(checkpoint, "checkpoint");
+    out = new onebit_checkpoint{RecordFile::stream_to(&non_null(path, "path")), {}};
+  });
+}
+
+onebit_result_t onebit_checkpoint_commit(onebit_checkpoint_t checkpoint) {
+  return onebit::abi_guard("onebit_checkpoint_commit", [&] { file_of(checkpoint).commit(); });
+}
+
 onebit_result_t onebit_checkpoint_read(const char* path, onebit_checkpoint_t* checkpoint) {
   return onebit::abi_guard("onebit_checkpoint_read", [&] {
     onebit_checkpoint_t& out = non_null(checkpoint, "checkpoint");
     out = new onebit_checkpoint{RecordFile::read(&non_null(path, "path")), {}};
+  });
+}
+
+onebit_result_t onebit_checkpoint_read_rank(const char* path, int rank, onebit_checkpoint_t* checkpoint) {
+  return onebit::abi_guard("onebit_checkpoint_read_rank", [&] {
+    onebit_checkpoint_t& out = non_null(checkpoint, "checkpoint");
+    out = new onebit_checkpoint{RecordFile::read_rank(&non_null(path, "path"), rank), {}};
   });
 }
 

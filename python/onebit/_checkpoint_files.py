@@ -4,7 +4,9 @@ A part's fields map to records by one rule: a tensor is float32 values; an int o
 a dict of ints (ZeroOneAdam's schedule) one int64 record per key, "schedule.step"; a list of dicts
 (OnebitLamb's layers) one float64 record per key, "layers.coeff_freeze", one value a layer;
 OnebitAdam's variance_changes two records, "variance_changes.step" and ".change"; ZeroOneAdam's lrs
-float32 values. Private: the optimizers' save_file() and load_file() use it."""
+float32 values. A job's one file holds what every rank holds alike under those names and each rank
+r's own fields under "rank<r>/" before them; each rank reads its view of it (onebit.h). Private:
+the optimizers' save_file() and load_file() use it."""
 from __future__ import annotations
 
 import ctypes
@@ -13,6 +15,7 @@ import weakref
 import torch
 
 from . import _check
+from ._errors import OnebitError
 
 _INT, _INTS, _FLOATS, _DOUBLES, _TEXT = 1, 2, 3, 4, 5  # onebit_record_kind_t
 # What every optimizer's file holds (the C++ shims' put_common_records).
@@ -20,14 +23,17 @@ _REQUIRED = ("optimizer", "rank", "world_size", "local_size", "m", "v", "worker_
 
 
 class _File:
-    """An onebit_checkpoint_t handle, destroyed with this object."""
+    """An onebit_checkpoint_t handle, destroyed with this object: records to write whole; streamed
+    to `stream_to` as they are put; or rank `rank`'s view of the file at `path`."""
 
-    def __init__(self, lib, path=None):
+    def __init__(self, lib, path=None, rank=0, stream_to=None):
         self._lib, handle = lib, ctypes.c_void_p()
-        if path is None:
+        if stream_to is not None:
+            _check(lib, lib.onebit_checkpoint_stream(stream_to.encode(), ctypes.byref(handle)))
+        elif path is None:
             _check(lib, lib.onebit_checkpoint_create(ctypes.byref(handle)))
         else:
-            _check(lib, lib.onebit_checkpoint_read(path.encode(), ctypes.byref(handle)))
+            _check(lib, lib.onebit_checkpoint_read_rank(path.encode(), rank, ctypes.byref(handle)))
         self._handle = handle
         weakref.finalize(self, lib.onebit_checkpoint_destroy, handle)
 
@@ -48,6 +54,9 @@ class _File:
 
     def write(self, path):
         _check(self._lib, self._lib.onebit_checkpoint_write(self._handle, path.encode()))
+
+    def commit(self):
+        _check(self._lib, self._lib.onebit_checkpoint_commit(self._handle))
 
     def records(self):
         """{name: value} of every record: ints as int, texts as str, float32 values as a tensor,
@@ -84,13 +93,46 @@ def write_part(lib, path, part, header):
     """Writes checkpoint part `part` (a dict of an optimizer's _onebit_state()) with `header` (who
     wrote it, its rank and layout) to `path`."""
     file = _File(lib)
-    for name, value in dict(header, **part).items():
+    _put_fields(file, dict(header, **part))
+    file.write(path)
+
+
+def write_job(lib, path, shared, parts):
+    """Writes the job's one file to `path`, streamed: `shared` (the header and what every rank holds
+    alike) under its names, then each part of `parts` (rank r's own fields, r = 0, 1, ...: an
+    iterable, each part dropped once written) under "rank<r>/". Returns None, or the OnebitError
+    that stopped the writing: the remaining parts are still taken from `parts` (the ranks sending
+    them are not left waiting) and the path is left as it was."""
+    failure, file = None, None
+    try:
+        file = _File(lib, stream_to=path)
+        _put_fields(file, shared)
+    except OnebitError as error:
+        failure = error
+    for rank, part in enumerate(parts):
+        if failure is None:
+            try:
+                _put_fields(file, part, prefix=f"rank{rank}/")
+            except OnebitError as error:
+                failure = error
+        del part
+    if failure is None:
+        try:
+            file.commit()
+        except OnebitError as error:
+            failure = error
+    return failure
+
+
+def _put_fields(file, fields, prefix=""):
+    for field, value in fields.items():
+        name = prefix + field
         if value is None:
             continue
-        if name == "variance_changes":
-            file.put("variance_changes.step", ([int(s) for s, _ in value], "ints"))
-            file.put("variance_changes.change", ([float(c) for _, c in value], "doubles"))
-        elif name == "lrs":
+        if field == "variance_changes":
+            file.put(name + ".step", ([int(s) for s, _ in value], "ints"))
+            file.put(name + ".change", ([float(c) for _, c in value], "doubles"))
+        elif field == "lrs":
             file.put(name, torch.tensor(value, dtype=torch.float32))
         elif isinstance(value, dict):
             for key, item in value.items():
@@ -100,12 +142,12 @@ def write_part(lib, path, part, header):
                 file.put(f"{name}.{key}", ([float(layer[key]) for layer in value], "doubles"))
         else:
             file.put(name, value)
-    file.write(path)
 
 
-def read_part(lib, path):
-    """(header, part) of the checkpoint file at `path`: the inverse of write_part."""
-    records = _File(lib, path).records()
+def read_part(lib, path, rank):
+    """(header, part) of rank `rank`'s view of the checkpoint file at `path` (its own file, or its
+    part of a job's): the inverse of write_part and write_job."""
+    records = _File(lib, path, rank).records()
     part = {}
     for name, value in records.items():
         outer, _, inner = name.partition(".")

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from . import _check
-from ._checkpoint_files import read_part, write_part
+from ._checkpoint_files import read_part, write_job, write_part
 from ._core import _ptr
 from ._errors import OnebitError
 from ._logging import logger
@@ -103,18 +103,23 @@ class _Checkpoints:
         rank by rank to `to`, their tensors sent as they are into tensors of their own (CPU tensors
         once there; under NCCL through this optimizer's device): rank `to` holds its own part and
         the others' error feedback, what the file holds, and no copy on the way."""
+        shared, own = self._shared_and_own()
+        if self._rank != to:
+            self._send_part(own, to)
+            self._consolidated = _SENT
+            return
+        self._consolidated = (shared, [own if r == to else self._receive_part(r) for r in range(self._world)])
+
+    def _shared_and_own(self):
+        """(what every rank holds alike, what is this rank's own) of this rank's part, on the CPU: the
+        fields whose digests all ranks share, and the error feedback with the fields that differ on
+        some rank. A collective (one small all_reduce of the digests)."""
         part = {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in self._onebit_state().items()}
         keys = sorted(part)  # the same on every rank: the optimizer's settings are agreed at construction
         rows = self._every_rank([bits for k in keys for bits in _digest(part[k])])
         differing = {k for j, k in enumerate(keys) if len({(row[2 * j], row[2 * j + 1]) for row in rows}) > 1}
         own = {k: v for k, v in part.items() if k in differing or k in _ERROR_FEEDBACK}
-        if self._rank != to:
-            self._send_part(own, to)
-            self._consolidated = _SENT
-            return
-        shared = {k: v for k, v in part.items() if k not in own}
-        del part
-        self._consolidated = (shared, [own if r == to else self._receive_part(r) for r in range(self._world)])
+        return {k: v for k, v in part.items() if k not in own}, own
 
     def _global_rank(self, rank):
         return rank if self._group is None else dist.get_global_rank(self._group, rank)
@@ -130,14 +135,18 @@ class _Checkpoints:
             if tensor.numel():  # gloo sends no empty tensor; the receiver makes it from its shape
                 dist.send(tensor.contiguous().to(self._device), self._global_rank(to), group=self._group)
 
-    def _receive_part(self, rank):
+    def _receive_part(self, rank, buffers=None):
+        """Rank `rank`'s part, as _send_part sent it: its tensors received into tensors of their own,
+        or, given `buffers` (a dict, kept by the caller from rank to rank), into the same memory
+        for every rank — the job file's save holds one received part, whatever the allocator keeps."""
         part = self._receive_object(rank)
         for key, value in part.items():
             if isinstance(value, _TensorOf):
-                tensor = torch.empty(value.shape, dtype=value.dtype, device=self._device)
+                tensor = _buffer(buffers, key, value, self._device)
                 if tensor.numel():
                     dist.recv(tensor, self._global_rank(rank), group=self._group)
-                part[key] = tensor.cpu()
+                part[key] = tensor if tensor.device.type == "cpu" else _buffer(buffers, key + "@cpu", value,
+                                                                               "cpu").copy_(tensor)
         return part
 
     def _send_object(self, value, to):
@@ -178,20 +187,43 @@ class _Checkpoints:
                                optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32(), **consolidated)
         return state
 
-    def save_file(self, path: str) -> None:
+    def save_file(self, path: str, consolidated: bool = False) -> None:
         """This rank's checkpoint as a file (onebit.h, "Checkpoint files"), in the format the C++
         shims' save_file() writes: each rank saves its own (its error feedback is its own), and
-        load_file() — here or in C++ — resumes it bit for bit. Not collective."""
+        load_file() — here or in C++ — resumes it bit for bit. Not collective.
+
+        `consolidated`: the job's one file instead, written by rank 0 (a collective: every rank
+        calls it with the same path). What every rank holds alike (m, v, the counters) is in it
+        once, and each rank's own part (its error feedback) as it arrives, rank by rank, streamed
+        to the file: rank 0 holds its own part and one other rank's at a time, however many ranks
+        there are. Every rank's load_file(path) reads its own part of it. A failed write fails
+        every rank's call."""
         self._refuse_changed_parameters("save_file()")
         world, local = self._layout()
-        write_part(self._lib, path, self._onebit_state(),
-                   dict(optimizer=self._who, rank=self._rank, world_size=world, local_size=local))
+        header = dict(optimizer=self._who, world_size=world, local_size=local)
+        if not consolidated:
+            write_part(self._lib, path, self._onebit_state(), dict(header, rank=self._rank))
+            return
+        shared, own = self._shared_and_own()
+        failure = None
+        if self._rank != 0:
+            self._send_part(own, 0)
+        else:
+            buffers: Dict[str, torch.Tensor] = {}
+            parts = (own if r == 0 else self._receive_part(r, buffers) for r in range(world))
+            failure = write_job(self._lib, path, dict(header, **shared), parts)
+        failed = [r for r, row in enumerate(self._every_rank([int(failure is not None)])) if row[0]]
+        if failure is not None:
+            raise OnebitError(failure.code, f"{self._who}.save_file: {failure}") from failure
+        if failed:
+            raise OnebitError(OnebitError.REMOTE_ERROR,
+                              f"{self._who}.save_file: rank {failed[0]} could not write {path} (its error says why)")
 
     def load_file(self, path: str, reset_error_feedback: bool = False) -> None:
         """Resumes from a file save_file() wrote, in either language (a collective, as
         load_state_dict(), whose checks and reset_error_feedback it shares)."""
         try:
-            header, part = read_part(self._lib, path)
+            header, part = read_part(self._lib, path, self._rank)
         except Exception as error:  # noqa: BLE001 — missing, damaged, malformed: every rank refuses with it
             self._every_rank([1, 0])  # load_state_dict's agreement, which the other ranks are in
             raise ValueError(f"{self._who}.load_file: {error}; nothing was loaded") from error
@@ -379,3 +411,15 @@ def _digest(value):
 
 
 _TensorOf = collections.namedtuple("_TensorOf", "shape dtype")  # a tensor _send_part sends after the pickle
+
+
+def _buffer(buffers, key, spec, device):
+    """A tensor of `spec`'s shape and dtype on `device`: a new one, or (`buffers` given) a view of
+    buffers[key], made or grown on first need and reused after."""
+    if buffers is None:
+        return torch.empty(spec.shape, dtype=spec.dtype, device=device)
+    count = int(torch.Size(spec.shape).numel())
+    held = buffers.get(key)
+    if held is None or held.numel() < count or held.dtype != spec.dtype:
+        held = buffers[key] = torch.empty(count, dtype=spec.dtype, device=device)
+    return held[:count].view(spec.shape)

@@ -7,11 +7,13 @@
 //
 //   onebit-shim-replay --optimizer adam|zero_one|lamb --steps S --freeze N|auto
 //                      [--window W --threshold T --max-step M] [--bias-correction 1] [--deepspeed 1]
-//                      [--save-at K | --resume-at K] [--checkpoints DIR] --out OUT
+//                      [--save-at K | --resume-at K [--job 1]] [--checkpoints DIR] --out OUT
 //
 // --save-at K: after K steps, each rank writes its parameters (DIR/params-RANK.bin, float32) and its
 // optimizer's checkpoint file (DIR/optimizer-RANK.ckpt, save_file()), then goes on. --resume-at K:
-// each rank starts from those files (whichever language wrote them) and takes steps K..S-1.
+// each rank starts from those files (whichever language wrote them) and takes steps K..S-1; with
+// --job 1 from its part of the job's one file DIR/optimizer-job.ckpt (Python's
+// save_file(path, consolidated=True)) instead.
 //
 // The stream (the checker's twin, kept by it): two groups of kSizes[g] parameters, parameter i of
 // the groups end to end starting at (i % 61 - 30) / 64; rank r's gradient at step t, element i, is
@@ -61,9 +63,12 @@ onebit_lamb_config_t lamb_config(int g, std::int64_t freeze) {
 // Where a run saves or resumes a checkpoint (--save-at, --resume-at): none when at < 0.
 struct CheckpointAt {
   std::int64_t save = -1, resume = -1;
+  bool job = false;
   std::string dir;
   std::string params(int rank) const { return dir + "/params-" + std::to_string(rank) + ".bin"; }
-  std::string optimizer(int rank) const { return dir + "/optimizer-" + std::to_string(rank) + ".ckpt"; }
+  std::string optimizer(int rank) const {
+    return dir + "/optimizer-" + (job ? std::string("job") : std::to_string(rank)) + ".ckpt";
+  }
 };
 
 void write_floats(const std::string& path, const std::vector<float>& values) {
@@ -147,6 +152,7 @@ int main(int argc, char** argv) {
     else if (flag == "--save-at") at.save = std::atoll(value.c_str());
     else if (flag == "--resume-at") at.resume = std::atoll(value.c_str());
     else if (flag == "--checkpoints") at.dir = value;
+    else if (flag == "--job") at.job = value == "1";
     else if (flag == "--out") out = value;
     else return fail("unknown flag " + flag);
   }

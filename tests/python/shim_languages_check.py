@@ -22,7 +22,9 @@ Then the checkpoints cross: each language's full run also saves every rank's par
 checkpoint file (save_file(), onebit.h "Checkpoint files") after SAVE_AT steps of the mode, and the
 other language resumes from those files (load_file()) and takes the remaining steps: its end must
 be the full run's, bit for bit, on every rank — a checkpoint saved by one language resumes in the
-other.
+other. In JOB_MODES the Python run also saves the job's one file (save_file(consolidated=True),
+each rank's part streamed to rank 0's file): C++ resumes from its part of that file instead, and a
+Python run resumes from it too, each ending bitwise as the full runs.
 
     /usr/bin/python3 tests/python/shim_languages_check.py BUILD_DIR [MODE ...]
 """
@@ -40,6 +42,7 @@ SIZES = (1000, 37)
 # After how many steps the checkpoints are taken: past each mode's freeze (error feedback held),
 # and for adam-auto before its decision (the measurements and v_then held, undecided).
 SAVE_AT = {"adam": 8, "adam-auto": 5, "adam-bias": 8, "adam-deepspeed": 8, "zero_one": 11, "lamb": 8}
+JOB_MODES = ("adam-auto", "zero_one", "lamb")  # saved as the job's one file too, and resumed from it
 MODES = {"adam": dict(optimizer="adam", steps=12, freeze="5"),
          "adam-auto": dict(optimizer="adam", steps=14, freeze="auto", window=2, threshold=0.3, max_step=10),
          "adam-bias": dict(optimizer="adam", steps=12, freeze="5", bias_correction=True),
@@ -56,7 +59,8 @@ def stream(np, rank, step):
 
 def rank_main(run_name, rank, store, out_dir):
     """One Python rank: "MODE" runs the whole stream and saves at SAVE_AT into OUT_DIR/python-MODE;
-    "MODE@resume" resumes from the C++ run's files in OUT_DIR/cpp-MODE."""
+    "MODE@resume" resumes from the C++ run's files in OUT_DIR/cpp-MODE; "MODE@job" from the Python
+    run's job file in OUT_DIR/python-MODE."""
     import numpy as np
     import torch
     import torch.distributed as dist
@@ -75,12 +79,12 @@ def rank_main(run_name, rank, store, out_dir):
     optimizer = make_optimizer(onebit, run, groups)
     first = 0
     if resume:
-        where = os.path.join(out_dir, f"cpp-{mode}")
+        where = os.path.join(out_dir, f"{'python' if resume == 'job' else 'cpp'}-{mode}")
         flat = np.fromfile(os.path.join(where, f"params-{rank}.bin"), dtype=np.float32)
         with torch.no_grad():
             params[0].copy_(torch.from_numpy(flat[:SIZES[0]].copy()))
             params[1].copy_(torch.from_numpy(flat[SIZES[0]:].copy()))
-        optimizer.load_file(os.path.join(where, f"optimizer-{rank}.ckpt"))
+        optimizer.load_file(os.path.join(where, f"optimizer-{'job' if resume == 'job' else rank}.ckpt"))
         first = SAVE_AT[mode]
     for step in range(first, run["steps"]):
         g = torch.from_numpy(stream(np, rank, step))
@@ -91,6 +95,8 @@ def rank_main(run_name, rank, store, out_dir):
             os.makedirs(where, exist_ok=True)
             torch.cat([p.detach().reshape(-1) for p in params]).numpy().tofile(os.path.join(where, f"params-{rank}.bin"))
             optimizer.save_file(os.path.join(where, f"optimizer-{rank}.ckpt"))
+            if mode in JOB_MODES:
+                optimizer.save_file(os.path.join(where, "optimizer-job.ckpt"), consolidated=True)
     saved = optimizer.state_dict()["onebit"]
     part = saved["parts"].get(rank, saved["parts"].get("every"))
     if "shared" in saved:
@@ -138,12 +144,14 @@ def free_port():
 
 def run_cpp(build, mode, tmp, resume=False):
     """The C++ ranks of `mode`: the whole stream, saving at SAVE_AT into TMP/cpp-MODE; or (`resume`)
-    from the Python run's files in TMP/python-MODE."""
+    from the Python run's files in TMP/python-MODE (its job file in JOB_MODES)."""
     run = MODES[mode]
     args = ["--optimizer", run["optimizer"], "--steps", str(run["steps"]), "--freeze", run["freeze"]]
     where = os.path.join(tmp, f"{'python' if resume else 'cpp'}-{mode}")
     os.makedirs(where, exist_ok=True)
     args += ["--resume-at" if resume else "--save-at", str(SAVE_AT[mode]), "--checkpoints", where]
+    if resume and mode in JOB_MODES:
+        args += ["--job", "1"]
     name = f"{mode}@resume" if resume else mode
     if run["freeze"] == "auto":
         args += ["--window", str(run["window"]), "--threshold", str(run["threshold"]), "--max-step", str(run["max_step"])]
@@ -203,7 +211,11 @@ def main():
             run_cpp(build, mode, tmp, resume=True)  # from Python's files
             compare(np, mode, tmp, runs=("python", "cpp@resume"))
             print(f"{mode}: checkpoint files of step {SAVE_AT[mode]} crossed both ways: Python resumed C++'s and C++ "
-                  "resumed Python's, each ending bitwise as the full runs")
+                  f"resumed Python's{' job file' if mode in JOB_MODES else ''}, each ending bitwise as the full runs")
+            if mode in JOB_MODES:
+                run_ranks(os.path.abspath(__file__), f"{mode}@job", WORLD, tmp, env)  # from Python's job file
+                compare(np, mode, tmp, runs=("python", "python@job"))
+                print(f"{mode}: Python resumed its own job file of step {SAVE_AT[mode]} bitwise as the full run")
     return 0
 
 

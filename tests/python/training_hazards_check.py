@@ -40,6 +40,8 @@ torch.distributed each:
   damaged-file  save_file() on each rank, then rank 1's file damaged or missing: every rank's
                 load_file() fails at once, rank 1 naming its file and what is wrong (before the
                 agreement: rank 0 would wait in it until the timeout); each own file resumes exactly.
+                The job's one file (save_file(consolidated=True)): unwritable on rank 0, every
+                rank's save fails at once naming it; written, every rank resumes exactly from its part.
   compile       torch.compile of a whole training step (zero_grad, forward, backward, step()) with
                 OnebitAdam and ZeroOneAdam, dynamo with its "eager" backend (inductor's kernels
                 round differently from eager's, and 1-bit compression turns last bits into signs):
@@ -1133,9 +1135,32 @@ def damaged_file_case(mode, rank, torch, dist, onebit, out):
         same_state(torch, resumed.state_dict()["onebit"], optimizer.state_dict()["onebit"],
                    f"{kind}: the optimizer resumed from its file")
         resumed.close()
+        job_file_resumes(torch, onebit, kind, model, optimizer, rank, out)
         optimizer.close()
     print(f"rank {rank}: a damaged or missing checkpoint file on rank 1 fails every rank's load_file() at once; "
-          "each rank's own file resumes the optimizer's state exactly", flush=True)
+          "each rank's own file resumes the optimizer's state exactly; the job's one file too, and rank 0 unable "
+          "to write it fails every rank's save", flush=True)
+
+
+def job_file_resumes(torch, onebit, kind, model, optimizer, rank, out):
+    """The job's one file: where rank 0 cannot write it, every rank's save_file(consolidated=True)
+    fails at once (no rank left waiting for rank 0), nothing at the path; written, a fresh optimizer
+    on every rank resumes from its part of it, exactly."""
+    nowhere = os.path.join(out, "no-such-folder", f"{kind}-job.ckpt")
+    try:
+        optimizer.save_file(nowhere, consolidated=True)
+    except onebit.OnebitError as error:
+        words = "cannot write " + nowhere if rank == 0 else f"rank 0 could not write {nowhere}"
+        require(words in str(error), f"{kind}: rank {rank}'s failed job save does not say '{words}': {error}")
+    else:
+        raise CheckFailed(f"{kind}: rank {rank}'s save_file(consolidated=True) into a missing folder succeeded")
+    path = os.path.join(out, f"{kind}-job.ckpt")
+    optimizer.save_file(path, consolidated=True)
+    resumed = make_optimizer(onebit, kind, model.parameters(), name=f"job-{kind}")
+    resumed.load_file(path)
+    same_state(torch, resumed.state_dict()["onebit"], optimizer.state_dict()["onebit"],
+               f"{kind}: the optimizer resumed from its part of the job's file")
+    resumed.close()
 
 
 CASES = {"mlp-adam": mlp_case, "mlp-lamb": mlp_case, "mlp-zero_one": mlp_case, "disagree": disagree_case,

@@ -1,10 +1,11 @@
 // Checkpoint files through the C ABI (onebit.h, "Checkpoint files"): what is written is read back
-// exactly, and a file that is damaged, cut short, foreign or of another version is refused naming
-// the path and what is wrong. tests/python/shim_languages_check.py crosses real optimizers' files
-// between the C++ and the Python shims.
+// exactly, whole or streamed, each rank reads its own view of a job's file, and a file that is
+// damaged, cut short, foreign or of another version is refused naming the path and what is wrong.
+// tests/python/shim_languages_check.py crosses real optimizers' files between the C++ and the Python shims.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -36,6 +37,13 @@ class CheckpointFileTest : public ::testing::Test {
   void write_example() {
     onebit_checkpoint_t c = nullptr;
     ASSERT_EQ(onebit_checkpoint_create(&c), ONEBIT_SUCCESS);
+    put_example(c);
+    ASSERT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_SUCCESS) << onebit_last_error();
+    onebit_checkpoint_destroy(c);
+  }
+
+  // One record of each kind put into `c`, and a second record of one name refused.
+  static void put_example(onebit_checkpoint_t c) {
     const std::int64_t ints[] = {-1, INT64_MAX};
     const float floats[] = {1.5f, -0.0f, 3e-38f};
     const double doubles[] = {0.25, -1e300};
@@ -46,14 +54,11 @@ class CheckpointFileTest : public ::testing::Test {
     EXPECT_EQ(onebit_checkpoint_put_floats(c, "server_error", nullptr, 0), ONEBIT_SUCCESS);
     EXPECT_EQ(onebit_checkpoint_put_doubles(c, "changes.change", doubles, 2), ONEBIT_SUCCESS);
     EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 13), ONEBIT_INVALID_ARGUMENT);  // once a name
-    EXPECT_NE(std::string(onebit_last_error()).find("this checkpoint: record 'step' is there twice"),
-              std::string::npos);
-    ASSERT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_SUCCESS) << onebit_last_error();
-    onebit_checkpoint_destroy(c);
+    EXPECT_NE(std::string(onebit_last_error()).find(": record 'step' is there twice"), std::string::npos);
   }
 
-  std::vector<char> bytes() const {
-    std::ifstream in(path_, std::ios::binary);
+  std::vector<char> bytes(const std::string& path = "") const {
+    std::ifstream in(path.empty() ? path_ : path, std::ios::binary);
     return std::vector<char>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   }
   void rewrite(const std::vector<char>& data) const {
@@ -67,6 +72,26 @@ class CheckpointFileTest : public ::testing::Test {
     EXPECT_EQ(c, nullptr);
     const std::string error = onebit_last_error();
     EXPECT_NE(error.find(says), std::string::npos) << error;
+  }
+
+  // The names of dir_'s files.
+  std::vector<std::string> files() const {
+    std::vector<std::string> names;
+    DIR* dir = ::opendir(dir_.c_str());
+    while (const dirent* entry = ::readdir(dir)) {
+      if (entry->d_name[0] != '.') names.emplace_back(entry->d_name);
+    }
+    ::closedir(dir);
+    return names;
+  }
+
+  // Every record name of `c` in order.
+  static std::vector<std::string> names_of(onebit_checkpoint_t c) {
+    std::size_t count = 0;
+    EXPECT_EQ(onebit_checkpoint_names(c, nullptr, 0, &count), ONEBIT_SUCCESS);
+    std::vector<const char*> names(count);
+    EXPECT_EQ(onebit_checkpoint_names(c, names.data(), count, &count), ONEBIT_SUCCESS);
+    return std::vector<std::string>(names.begin(), names.end());
   }
 
   std::string dir_, path_;
@@ -194,6 +219,111 @@ TEST_F(CheckpointFileTest, ACraftedFileWithARightCrcIsStillCheckedRecordByRecord
   onebit_checkpoint_t c = nullptr;
   EXPECT_EQ(onebit_checkpoint_read(dir_.c_str(), &c), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("cannot read " + dir_ + ": it is a folder"), std::string::npos)
+      << onebit_last_error();
+}
+
+TEST_F(CheckpointFileTest, AStreamedFileIsTheFileWrittenWholeByteForByte) {
+  write_example();
+  const std::string streamed = dir_ + "/streamed.ckpt";
+  onebit_checkpoint_t c = nullptr;
+  ASSERT_EQ(onebit_checkpoint_stream(streamed.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
+  put_example(c);                         // nothing written of the refused record
+  EXPECT_EQ(bytes(streamed).size(), 0u);  // nothing at the path before the commit
+  // Its names, kinds and counts are kept; its values are written, not held.
+  onebit_record_kind_t kind = ONEBIT_RECORD_ABSENT;
+  std::size_t count = 0;
+  EXPECT_EQ(onebit_checkpoint_record(c, "m", &kind, &count), ONEBIT_SUCCESS);
+  EXPECT_EQ(kind, ONEBIT_RECORD_FLOATS);
+  EXPECT_EQ(count, 3u);
+  float got[3] = {};
+  EXPECT_EQ(onebit_checkpoint_get_floats(c, "m", got, 3), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find(streamed + " is streamed: its records are written, not held"),
+            std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_INVALID_ARGUMENT);
+  ASSERT_EQ(onebit_checkpoint_commit(c), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(onebit_checkpoint_commit(c), ONEBIT_INVALID_ARGUMENT);  // once
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "late", 1), ONEBIT_INVALID_ARGUMENT);
+  onebit_checkpoint_destroy(c);
+  EXPECT_EQ(bytes(streamed), bytes());
+  EXPECT_EQ(files().size(), 2u);  // the two files, no temporary one left
+  std::remove(streamed.c_str());
+}
+
+TEST_F(CheckpointFileTest, AStreamNotCommittedLeavesThePathAsItWasAndNoTemporaryFile) {
+  write_example();
+  const std::vector<char> before = bytes();
+  onebit_checkpoint_t c = nullptr;
+  ASSERT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 99), ONEBIT_SUCCESS);
+  EXPECT_EQ(files().size(), 2u);  // the path and the stream's temporary file
+  onebit_checkpoint_destroy(c);
+  EXPECT_EQ(bytes(), before);
+  EXPECT_EQ(files(), std::vector<std::string>{"rank-0.ckpt"});
+  onebit_checkpoint_t whole = nullptr;
+  ASSERT_EQ(onebit_checkpoint_create(&whole), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_commit(whole), ONEBIT_INVALID_ARGUMENT);  // not streamed: write() writes it
+  onebit_checkpoint_destroy(whole);
+  const std::string nowhere = dir_ + "/no/such/folder/job.ckpt";
+  EXPECT_EQ(onebit_checkpoint_stream(nowhere.c_str(), &c), ONEBIT_SYSTEM_ERROR);
+  EXPECT_NE(std::string(onebit_last_error()).find("cannot write " + nowhere), std::string::npos) << onebit_last_error();
+}
+
+TEST_F(CheckpointFileTest, EachRankReadsItsOwnViewOfAJobsFile) {
+  // What every rank holds alike once, each rank's own under "rank<r>/".
+  onebit_checkpoint_t c = nullptr;
+  ASSERT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
+  const float m[] = {1.0f, 2.0f}, errors[3][2] = {{0.5f, -0.5f}, {1.5f, -1.5f}, {2.5f, -2.5f}};
+  EXPECT_EQ(onebit_checkpoint_put_text(c, "optimizer", "OnebitAdam"), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_floats(c, "m", m, 2), ONEBIT_SUCCESS);
+  for (int r = 0; r < 3; ++r) {
+    const std::string own = "rank" + std::to_string(r) + "/";
+    EXPECT_EQ(onebit_checkpoint_put_int(c, (own + "rank").c_str(), r), ONEBIT_SUCCESS);
+    EXPECT_EQ(onebit_checkpoint_put_floats(c, (own + "worker_error").c_str(), errors[r], 2), ONEBIT_SUCCESS);
+  }
+  ASSERT_EQ(onebit_checkpoint_commit(c), ONEBIT_SUCCESS) << onebit_last_error();
+  onebit_checkpoint_destroy(c);
+
+  const auto view = [&](int rank, std::int64_t whose) {
+    onebit_checkpoint_t v = nullptr;
+    ASSERT_EQ(onebit_checkpoint_read_rank(path_.c_str(), rank, &v), ONEBIT_SUCCESS) << onebit_last_error();
+    EXPECT_EQ(names_of(v), (std::vector<std::string>{"optimizer", "m", "rank", "worker_error"})) << "rank " << rank;
+    std::int64_t said = -1;
+    float got[2] = {}, shared[2] = {};
+    EXPECT_EQ(onebit_checkpoint_get_int(v, "rank", &said), ONEBIT_SUCCESS);
+    EXPECT_EQ(said, whose);
+    EXPECT_EQ(onebit_checkpoint_get_floats(v, "worker_error", got, 2), ONEBIT_SUCCESS);
+    EXPECT_EQ(got[0], errors[whose][0]);
+    EXPECT_EQ(got[1], errors[whose][1]);
+    EXPECT_EQ(onebit_checkpoint_get_floats(v, "m", shared, 2), ONEBIT_SUCCESS);
+    EXPECT_EQ(shared[1], 2.0f);
+    onebit_checkpoint_destroy(v);
+  };
+  view(0, 0);
+  view(2, 2);
+  view(7, 0);  // a job grown since: rank 0's view, which says whose it is
+  onebit_checkpoint_t v = nullptr;
+  ASSERT_EQ(onebit_checkpoint_read(path_.c_str(), &v), ONEBIT_SUCCESS);  // the whole file: every rank's
+  EXPECT_EQ(names_of(v).size(), 8u);
+  onebit_checkpoint_destroy(v);
+  EXPECT_EQ(onebit_checkpoint_read_rank(path_.c_str(), -1, &v), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find("rank -1 must not be negative"), std::string::npos);
+
+  write_example();  // a rank's own file, no prefixed records: every rank's view is the whole of it
+  ASSERT_EQ(onebit_checkpoint_read_rank(path_.c_str(), 3, &v), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(names_of(v).size(), 6u);
+  onebit_checkpoint_destroy(v);
+}
+
+TEST_F(CheckpointFileTest, AJobsFileWhoseRankRecordShadowsASharedOneIsRefused) {
+  onebit_checkpoint_t c = nullptr;
+  ASSERT_EQ(onebit_checkpoint_create(&c), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 4), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "rank1/step", 5), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_SUCCESS);
+  onebit_checkpoint_destroy(c);
+  EXPECT_EQ(onebit_checkpoint_read_rank(path_.c_str(), 1, &c), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(onebit_last_error()).find(path_ + ": record 'step' is there twice"), std::string::npos)
       << onebit_last_error();
 }
 

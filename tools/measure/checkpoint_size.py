@@ -8,7 +8,11 @@ just before (the kernel's high-water mark, VmHWM, reset through /proc/self/clear
 from /proc/self/status: every allocation, torch's and Python's, not only tracemalloc's). One JSON
 line per optimizer and world size.
 
-    /usr/bin/python3 tools/measure/checkpoint_size.py BUILD_DIR [--python DIR] [--world W ...] [--optimizer KIND ...]
+--file measures onebit's own save instead: every rank calls save_file(path, consolidated=True),
+and rank 0 streams the job's one file, each rank's part written as it arrives.
+
+    /usr/bin/python3 tools/measure/checkpoint_size.py BUILD_DIR [--file] [--python DIR] [--world W ...]
+                                                      [--optimizer KIND ...]
 
 --python DIR imports onebit from DIR instead of this checkout's python/ (another commit's format:
 `git archive COMMIT python | tar -x -C /tmp/COMMIT`, then --python /tmp/COMMIT/python); the
@@ -49,7 +53,7 @@ def tensor_bytes(value):
     return 0
 
 
-def rank_main(kind, world, rank, store, out, python):
+def rank_main(kind, world, rank, store, out, python, how):
     sys.path.insert(0, python)
     import torch
     import torch.distributed as dist
@@ -68,6 +72,20 @@ def rank_main(kind, world, rank, store, out, python):
     before = status_kib("VmRSS")
     with open("/proc/self/clear_refs", "w") as clear:
         clear.write("5")  # VmHWM := VmRSS
+    if how == "file":
+        path = os.path.join(out, "checkpoint.ckpt")
+        optimizer.save_file(path, consolidated=True)
+        if rank == 0:
+            peak = status_kib("VmHWM")
+            parameters = sum(p.numel() for p in model.parameters())
+            print(json.dumps(dict(optimizer=kind, world=world, parameters=parameters, how="save_file(consolidated)",
+                                  file_bytes=os.path.getsize(path),
+                                  file_bytes_per_parameter=round(os.path.getsize(path) / parameters, 2),
+                                  rss_before_mib=round(before / 1024, 1),
+                                  peak_above_before_mib=round((peak - before) / 1024, 1))), flush=True)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     optimizer.consolidate_state_dict()
     if rank == 0:
         path = os.path.join(out, "checkpoint.pt")
@@ -88,12 +106,13 @@ def rank_main(kind, world, rank, store, out, python):
 
 
 def main():
-    if len(sys.argv) == 8 and sys.argv[1] == "--rank":
-        kind, world, rank, store, out, python = sys.argv[2:]
-        rank_main(kind, int(world), int(rank), store, out, python)
+    if len(sys.argv) == 9 and sys.argv[1] == "--rank":
+        kind, world, rank, store, out, python, how = sys.argv[2:]
+        rank_main(kind, int(world), int(rank), store, out, python, how)
         return 0
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("build_dir")
+    parser.add_argument("--file", action="store_true", help="save_file(consolidated=True), not torch.save")
     parser.add_argument("--python", default=os.path.join(HERE, "..", "..", "python"))
     parser.add_argument("--world", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--optimizer", nargs="+", default=list(KINDS), choices=KINDS)
@@ -106,7 +125,7 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 store = os.path.join(tmp, "store")
                 procs = [subprocess.Popen([sys.executable, __file__, "--rank", kind, str(world), str(r), store, tmp,
-                                           os.path.abspath(args.python)], env=env, stderr=subprocess.PIPE, text=True)
+                                           os.path.abspath(args.python), "file" if args.file else "torch"], env=env, stderr=subprocess.PIPE, text=True)
                          for r in range(world)]
                 errors = [p.communicate(timeout=600)[1] for p in procs]
                 if any(p.returncode for p in procs):
