@@ -252,6 +252,33 @@ TEST(Access, ARanksCheckOfAPublishedRootNamesTheAddressAndWhyItCannotReachIt) {
   EXPECT_EQ(onebit_root_close(nullptr), ONEBIT_INVALID_ARGUMENT);
 }
 
+// A rank given only the root's address (onebit_comm_init, onebit_comm_init_env) where nothing
+// listens cannot tell a rank 0 not started yet from one that failed, so it tries until its timeout;
+// but it says so at WARN early (a quarter of the timeout here), naming the address, the reason and
+// the loopback trap, and its error at the timeout names them too. (Before: silence, then "cannot
+// connect to the bootstrap root (rank 0) at ...: Connection refused" alone.)
+TEST(Access, ARankWhoseRootNeverAnswersSaysSoEarlyAndNamesTheAddressAtItsTimeout) {
+  const std::string root = "127.0.0.1:" + std::to_string(free_port());
+  const onebit_config_t config{1200, 0, nullptr, nullptr, nullptr, nullptr};
+  onebit_comm_t comm = nullptr;
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(onebit_comm_init_config(&comm, 1, 2, root.c_str(), &config), ONEBIT_TIMEOUT);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string error = onebit_last_error();
+  for (const std::string& part : {"cannot connect to the bootstrap root (rank 0) at " + root + ": Connection refused",
+                                  std::string("only ranks on rank 0's host find the root there")}) {
+    EXPECT_NE(error.find(part), std::string::npos) << "missing '" << part << "' in: " << error;
+  }
+  EXPECT_NE(log.find("rank 1/2: nothing answers at the bootstrap root at " + root + ": Connection refused"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find(". Rank 0 has not started yet, has failed, or listens elsewhere; " + root +
+                     " is each host's own loopback"),
+            std::string::npos)
+      << log;
+  EXPECT_EQ(comm, nullptr);
+}
+
 // More checks than the listener's accept queue holds (1024 here; as few as 128 on kernels before
 // 5.4) all succeed: the held listener answers them as they come instead of leaving them queued for
 // the bootstrap. (Before, the 1026th check found the queue full and timed out, and so only 32

@@ -15,6 +15,10 @@ three optimizers, through real torch.distributed (Debian's torch, gloo, libonebi
            every rank naming "4 ranks, 2 per host" and "4 ranks, flat" (before: loaded without a
            word, its error feedback applied to other chunks).
 
+The same checkpoints saved as the job's one file (save_file(path, consolidated=True)) meet the same
+rules through load_file(); and a warmup job file the 2 ranks save loads into the 4 (ranks 2 and 3,
+of which it has no part, read rank 0's).
+
     /usr/bin/python3 tests/python/resize_check.py BUILD_DIR
 """
 import os
@@ -51,7 +55,9 @@ def save(rank, torch, dist, onebit, tmp):
         fit(torch, model, optimizer, x, y, FREEZE - 1)
         warmup = optimizer.state_dict()
         require(list(warmup["onebit"]["parts"]) == ["every"], f"{kind}: the warmup state is not every rank's")
+        optimizer.save_file(os.path.join(tmp, f"{kind}-warmup.ckpt"), consolidated=True)
         fit(torch, model, optimizer, x, y, 4)
+        optimizer.save_file(os.path.join(tmp, f"{kind}-compressed.ckpt"), consolidated=True)
         optimizer.consolidate_state_dict()
         if rank == 0:
             compressed = optimizer.state_dict()
@@ -74,10 +80,11 @@ def held_once(torch, saved, kind):
         require(sorted(part) == ["rank", "server_error", "worker_error"], f"{kind}: rank {r}'s part holds {sorted(part)}")
 
 
-def refused_on_every_rank(torch, optimizer, state, words, kind):
+def refused_on_every_rank(torch, optimizer, load, words, kind):
+    """load(optimizer) — a load_state_dict() or load_file() — is refused saying `words`, nothing changed."""
     before = optimizer.state_dict()
     try:
-        optimizer.load_state_dict(state)
+        load(optimizer)
     except ValueError as error:
         for said in words:
             require(said in str(error), f"{kind}: the refusal does not say {said!r}: {error}")
@@ -101,9 +108,17 @@ def resized(rank, torch, dist, onebit, tmp):
         optimizer.close()
 
         model, optimizer = make(onebit, torch, kind)
-        refused_on_every_rank(torch, optimizer, saved["compressed"],
-                              [REFUSED, "saved by a job of 4 ranks, 2 per host, loading into one of 2 ranks, flat",
-                               "reset_error_feedback=True", "nothing was loaded"], kind)
+        optimizer.load_file(os.path.join(tmp, f"{kind}-warmup.ckpt"))  # the job file's warmup: any size too
+        fit(torch, model, optimizer, x, y, 1)
+        optimizer.save_file(os.path.join(tmp, f"{kind}-warmup-2.ckpt"), consolidated=True)  # for relaid's 4 ranks
+        optimizer.close()
+
+        model, optimizer = make(onebit, torch, kind)
+        words = [REFUSED, "saved by a job of 4 ranks, 2 per host, loading into one of 2 ranks, flat",
+                 "reset_error_feedback=True", "nothing was loaded"]
+        refused_on_every_rank(torch, optimizer, lambda o: o.load_state_dict(saved["compressed"]), words, kind)
+        refused_on_every_rank(torch, optimizer, lambda o: o.load_file(os.path.join(tmp, f"{kind}-compressed.ckpt")),
+                              words, kind)
         optimizer.load_state_dict(saved["compressed"], reset_error_feedback=True)
         part = optimizer.state_dict()["onebit"]["parts"]
         mine = part.get(rank, part.get("every"))
@@ -133,8 +148,17 @@ def relaid(rank, torch, dist, onebit, tmp):
     for kind in KINDS:
         saved = torch.load(os.path.join(tmp, f"{kind}.pt"))
         model, optimizer = make(onebit, torch, kind)
-        refused_on_every_rank(torch, optimizer, saved["compressed"],
-                              [REFUSED, "saved by a job of 4 ranks, 2 per host, loading into one of 4 ranks, flat"], kind)
+        words = [REFUSED, "saved by a job of 4 ranks, 2 per host, loading into one of 4 ranks, flat"]
+        refused_on_every_rank(torch, optimizer, lambda o: o.load_state_dict(saved["compressed"]), words, kind)
+        refused_on_every_rank(torch, optimizer, lambda o: o.load_file(os.path.join(tmp, f"{kind}-compressed.ckpt")),
+                              words, kind)
+        optimizer.load_file(os.path.join(tmp, f"{kind}-warmup-2.ckpt"))  # 2 ranks' warmup file: the 4 take it
+        part = optimizer.state_dict()["onebit"]["parts"]["every"]
+        step = part["schedule"]["step"] if kind == "ZeroOneAdam" else part["step"]
+        require(step == FREEZE, f"{kind}: the grown job is at step {step}, not the 2 ranks' {FREEZE}")
+        model.load_state_dict(saved["model"])
+        x, y = batch(torch, rank)
+        fit(torch, model, optimizer, x, y, 1)
         optimizer.close()
 
 

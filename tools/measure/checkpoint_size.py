@@ -53,6 +53,24 @@ def tensor_bytes(value):
     return 0
 
 
+def record_counts(lib, path):
+    """{name: values} of every record of the file at `path` (read after the peak was taken)."""
+    import ctypes
+    handle, count = ctypes.c_void_p(), ctypes.c_size_t()
+    if lib.onebit_checkpoint_read(path.encode(), ctypes.byref(handle)) != 0:
+        return lib.onebit_last_error().decode()
+    lib.onebit_checkpoint_names(handle, None, 0, ctypes.byref(count))
+    names = (ctypes.c_char_p * count.value)()
+    lib.onebit_checkpoint_names(handle, names, count, ctypes.byref(count))
+    counts = {}
+    for name in names:
+        kind, values = ctypes.c_int(), ctypes.c_size_t()
+        lib.onebit_checkpoint_record(handle, name, ctypes.byref(kind), ctypes.byref(values))
+        counts[name.decode()] = values.value
+    lib.onebit_checkpoint_destroy(handle)
+    return counts
+
+
 def rank_main(kind, world, rank, store, out, python, how):
     sys.path.insert(0, python)
     import torch
@@ -82,7 +100,8 @@ def rank_main(kind, world, rank, store, out, python, how):
                                   file_bytes=os.path.getsize(path),
                                   file_bytes_per_parameter=round(os.path.getsize(path) / parameters, 2),
                                   rss_before_mib=round(before / 1024, 1),
-                                  peak_above_before_mib=round((peak - before) / 1024, 1))), flush=True)
+                                  peak_above_before_mib=round((peak - before) / 1024, 1),
+                                  records=record_counts(optimizer._lib, path))), flush=True)
         dist.barrier()
         dist.destroy_process_group()
         return

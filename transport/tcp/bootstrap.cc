@@ -29,6 +29,19 @@ constexpr auto kOtherRootPatience = std::chrono::seconds(10);
 // it, a listener silent this long after accepting is not a onebit root — another program holds the
 // address — and is treated as another root is.
 constexpr auto kChallengeWindow = std::chrono::seconds(5);
+// A rank that finds nothing answering at its root says so at WARN after this long, or a quarter of
+// its timeout if that is shorter, and goes on trying: rank 0 may not have started yet, and nothing
+// here can tell that from a rank 0 that failed (only a channel beside the root can: root_check).
+constexpr auto kSilentRootWarning = std::chrono::seconds(10);
+
+// What it may mean that `root` does not answer a rank on another host: its loopback is its own.
+std::string loopback_hint(const Address& root) {
+  if (!root.local_only()) return "";
+  return "; " + root.to_string() +
+         " is each host's own loopback, so only ranks on rank 0's host find the root there: give rank 0 an "
+         "address every host reaches (MASTER_ADDR, or ONEBIT_ROOT=host:port; on Debian a host name may resolve to "
+         "127.0.1.1 through /etc/hosts)";
+}
 
 std::uint64_t little_endian64(const std::uint8_t* p) {
   std::uint64_t value = 0;
@@ -403,7 +416,7 @@ class RootApproach {
     bool window_passed = false;  // accepted, then silent for a whole kChallengeWindow before the deadline
     const Deadline attempt_start = Clock::now();
     try {
-      fd = connect_to(root_, deadline_, "the bootstrap root (rank 0)");
+      fd = connect_to_root();
       std::uint8_t bytes[wire::BootstrapChallenge::kSize];
       const Deadline window_end = Clock::now() + kChallengeWindow;
       window_passed = root_served_at_once_ && window_end < deadline_;
@@ -433,6 +446,30 @@ class RootApproach {
   }
 
  private:
+  // A connection to the root by the deadline. Nothing answering for kSilentRootWarning (or a
+  // quarter of what is left) is said once at WARN, with the address, the OS's reason and what it
+  // may mean, while the rank goes on trying; at the deadline the error says the same.
+  Fd connect_to_root() {
+    Fd fd;
+    const Deadline warn_at =
+        Clock::now() + std::min<Clock::duration>(kSilentRootWarning, (deadline_ - Clock::now()) / 4);
+    int err = connect_until(root_, warned_silent_ ? deadline_ : warn_at, &fd);
+    if (err != 0 && !warned_silent_ && Clock::now() >= warn_at) {  // tried the while: not an error at once
+      warned_silent_ = true;
+      char left[32];
+      std::snprintf(left, sizeof(left), "%.1f", std::chrono::duration<double>(deadline_ - Clock::now()).count());
+      ONEBIT_LOG(WARN, "rank ", rank_, "/", size_, ": nothing answers at ", root_name_, ": ", errno_text(err),
+                 ". Rank 0 has not started yet, has failed, or listens elsewhere", loopback_hint(root_),
+                 "; trying until the timeout, ", left, " s more");
+      err = connect_until(root_, deadline_, &fd);
+    }
+    if (err != 0) {
+      fail(connect_failure_code(err), "cannot connect to the bootstrap root (rank 0) at ", root_.to_string(), ": ",
+           errno_text(err), loopback_hint(root_));
+    }
+    return fd;
+  }
+
   void seen_other_root(Deadline first_seen, std::string what) {
     if (other_root_.empty()) {
       other_root_until_ = std::min<Deadline>(deadline_, first_seen + kOtherRootPatience);
@@ -456,6 +493,7 @@ class RootApproach {
   bool root_served_at_once_;
   std::string other_root_;  // the last root of another communicator found at this address
   Deadline other_root_until_{};
+  bool warned_silent_ = false;  // nothing answering was said at WARN
 };
 
 }  // namespace
@@ -511,13 +549,8 @@ void check_root_reachable(int rank, const Address& root, std::chrono::millisecon
   Fd connection;
   const int err = connect_until(root, Clock::now() + window, &connection);
   if (err == 0) return;
-  std::string hint;
-  if (root.local_only()) {
-    hint = "; " + root.to_string() +
-           " is each host's own loopback, so only ranks on rank 0's host find the root there: give rank 0 an "
-           "address every host reaches (MASTER_ADDR, or ONEBIT_ROOT=host:port; on Debian a host name may resolve to "
-           "127.0.1.1 through /etc/hosts)";
-  } else if (err == ETIMEDOUT) {
+  std::string hint = loopback_hint(root);
+  if (hint.empty() && err == ETIMEDOUT) {
     hint =
         "; rank 0 listens there already, so nothing answering is a firewall between the hosts or a route that "
         "does not reach rank 0 (ONEBIT_ROOT=host:port picks a port you can open)";
