@@ -103,6 +103,18 @@ std::string zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t& mi
                         /*freeze_inclusive=*/true);
 }
 
+std::string zero_one_adam_sync_refusal(const float* lr_sums, std::size_t groups, std::int64_t step) {
+  std::string idle;
+  for (std::size_t i = 0; i < groups; ++i) {
+    if (lr_sums[i] == 0.0f) idle += (idle.empty() ? "" : ", ") + std::to_string(i);
+  }
+  if (idle.empty()) return "";
+  return "the learning rate of group " + idle + " was 0 at every step since the last sync (schedule step " +
+         std::to_string(step) +
+         "): 0/1 Adam's sync divides each group's accumulated update by its learning-rate sum. Give parameters "
+         "frozen with lr=0 to another optimizer (or none), or keep every group's lr above 0";
+}
+
 std::string lamb_resume_refusal(const onebit_lamb_config_t& mine, std::int64_t step, std::int64_t saved_freeze_step) {
   return resume_refusal(step, {{"freeze_step", saved_freeze_step, mine.freeze_step}}, /*freeze_inclusive=*/false);
 }

@@ -60,6 +60,9 @@ AgreedFields lamb_fields(const onebit_lamb_config_t& config, std::int64_t step, 
 std::string zero_one_adam_resume_refusal(const onebit_zero_one_adam_config_t& mine,
                                          const onebit_zero_one_adam_schedule_t& saved,
                                          const onebit_zero_one_adam_config_t* saved_knobs);
+// Why a 0/1 Adam sync at schedule step `step` cannot run, or "": a group whose learning-rate sum
+// since the last sync is 0 (lr 0 at every step) has no update to divide by it.
+std::string zero_one_adam_sync_refusal(const float* lr_sums, std::size_t groups, std::int64_t step);
 std::string lamb_resume_refusal(const onebit_lamb_config_t& mine, std::int64_t step, std::int64_t saved_freeze_step);
 
 }  // namespace onebit::optim

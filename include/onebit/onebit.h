@@ -378,6 +378,11 @@ ONEBIT_API onebit_result_t onebit_zero_one_adam_resume_refusal(const onebit_zero
                                                                const onebit_zero_one_adam_schedule_t* saved,
                                                                const onebit_zero_one_adam_config_t* saved_knobs,
                                                                char* text, size_t text_size, size_t* length);
+/* Why 0/1 Adam's sync at schedule step `step` cannot run, or "" (the text convention above): a
+ * group whose learning-rate sum since the last sync, lr_sums[g], is 0 — lr 0 at every local step —
+ * has no accumulated update to divide by it. The shims ask before the sync changes anything. */
+ONEBIT_API onebit_result_t onebit_zero_one_adam_sync_refusal(const float* lr_sums, size_t groups, int64_t step,
+                                                             char* text, size_t text_size, size_t* length);
 ONEBIT_API onebit_result_t onebit_lamb_agreed_fields(const onebit_lamb_config_t* config, int64_t step,
                                                      size_t parameters, size_t layers, const char** names,
                                                      int64_t* values, size_t capacity, size_t* count);

@@ -269,6 +269,15 @@ class ZeroOneAdam {
     });
   }
 
+  // A group whose learning-rate sum since the last sync is 0 cannot sync (the C core's rule and words).
+  void refuse_zero_learning_rates() const {
+    const std::string refusal = core_text([&](char* text, std::size_t size, std::size_t* length) {
+      return onebit_zero_one_adam_sync_refusal(lrs_.data(), lrs_.size(), schedule_.step, text, size, length);
+    });
+    if (!refusal.empty())
+      throw CallError(ONEBIT_INVALID_ARGUMENT, "onebit::ZeroOneAdam: " + refusal + "; nothing was changed");
+  }
+
   void sync_step() {
     // Parameters, m, u and the lr sums change before the allreduce: keep them to undo a failure
     // (params_at_sync changes only after it), in one buffer every sync reuses (fresh copies at
@@ -284,6 +293,7 @@ class ZeroOneAdam {
     const std::vector<float> lrs_before = lrs_;
     try {
       local_steps();
+      refuse_zero_learning_rates();
       for_each_group([&](std::size_t i, float*, std::size_t o, std::size_t n) {
         check_call(onebit_zero_one_adam_sync_begin(&groups_[i].config, buffer_.data() + o, v_.data() + o, lrs_[i], n));
       });

@@ -343,6 +343,14 @@ onebit_result_t onebit_zero_one_adam_resume_refusal(const onebit_zero_one_adam_c
   });
 }
 
+onebit_result_t onebit_zero_one_adam_sync_refusal(const float* lr_sums, size_t groups, int64_t step, char* text,
+                                                  size_t text_size, size_t* length) {
+  return onebit::abi_guard("onebit_zero_one_adam_sync_refusal", [&] {
+    ONEBIT_CHECK(lr_sums != nullptr || groups == 0, ONEBIT_INVALID_ARGUMENT, "lr_sums is NULL (groups ", groups, ")");
+    copy_text(onebit::optim::zero_one_adam_sync_refusal(lr_sums, groups, step), text, text_size, length);
+  });
+}
+
 onebit_result_t onebit_lamb_agreed_fields(const onebit_lamb_config_t* config, int64_t step, size_t parameters,
                                           size_t layers, const char** names, int64_t* values, size_t capacity,
                                           size_t* count) {

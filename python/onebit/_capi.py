@@ -176,6 +176,8 @@ PROTOTYPES = {
                                                      POINTER(c_char_p), POINTER(c_int64), c_size_t, POINTER(c_size_t))),
     "onebit_zero_one_adam_resume_refusal": (_result, (_ZeroOneConfigP, _ScheduleP, _ZeroOneConfigP, POINTER(c_char),
                                                       c_size_t, POINTER(c_size_t))),
+    "onebit_zero_one_adam_sync_refusal": (_result, (POINTER(c_float), c_size_t, c_int64, POINTER(c_char), c_size_t,
+                                                    POINTER(c_size_t))),
     "onebit_lamb_agreed_fields": (_result, (_LambConfigP, c_int64, c_size_t, c_size_t, POINTER(c_char_p),
                                             POINTER(c_int64), c_size_t, POINTER(c_size_t))),
     "onebit_lamb_resume_refusal": (_result, (_LambConfigP, c_int64, c_int64, POINTER(c_char), c_size_t,

@@ -267,14 +267,12 @@ class ZeroOneAdam(_FlatOptimizer):
 
     def _refuse_zero_learning_rates(self):
         """A sync divides each group's u by the group's learning-rate sum since the last sync: a group
-        whose lr was 0 at every one of those steps (frozen with lr=0) cannot sync."""
-        idle = [index for index, lrs in enumerate(self._lrs) if lrs.value == 0]
-        if idle:
-            raise RuntimeError(f"ZeroOneAdam: the learning rate of group {', '.join(map(str, idle))} was 0 at every "
-                               f"step since the last sync (schedule step {self._schedule.step}): 0/1 Adam's sync "
-                               "divides each group's accumulated update by its learning-rate sum. Give parameters "
-                               "frozen with lr=0 to another optimizer (or none), or keep every group's lr above 0; "
-                               "nothing was changed")
+        whose lr was 0 at every one of those steps cannot sync (the C core's rule and words)."""
+        sums = (ctypes.c_float * len(self._lrs))(*(lrs.value for lrs in self._lrs))
+        refusal = _core_text(self._lib, "onebit_zero_one_adam_sync_refusal", sums, ctypes.c_size_t(len(self._lrs)),
+                             ctypes.c_int64(self._schedule.step))
+        if refusal:
+            raise RuntimeError(f"ZeroOneAdam: {refusal}; nothing was changed")
 
     @_run_eagerly
     @torch.no_grad()

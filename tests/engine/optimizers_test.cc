@@ -339,6 +339,47 @@ TEST(ZeroOneAdamShim, NaNAtASyncStepFailsEveryRankAndChangesNothing) {
   });
 }
 
+// A group whose lr was 0 at every step since the last sync has no learning-rate sum to divide its
+// accumulated update by: the sync is refused on every rank in the C core's words, nothing changed
+// (before: the C core's bare "learning-rate sum of 0" from inside the sync, after the local step).
+TEST(ZeroOneAdamShim, ASyncOfAGroupWhoseLrWasZeroIsRefusedNamingItAndChangesNothing) {
+  const std::vector<Kind> kinds = zero_one_schedule(kZeroOneSteps);
+  on_ranks([&](int rank, onebit_comm_t comm, auto, float* out) {
+    std::vector<float> p = initial();
+    onebit_zero_one_adam_config_t frozen = zero_one_config(1);
+    frozen.lr = 0.0f;
+    ZeroOneAdam adam(comm, {{p.data(), kSizes[0], zero_one_config(0)}, {p.data() + kSizes[0], kSizes[1], frozen}});
+    int t = 0;
+    for (; adam.next_step() != ONEBIT_ZERO_ONE_ADAM_SYNC_STEP; ++t) {  // up to the first sync
+      const std::vector<float> g = zero_one_gradient(rank, t, kinds[t]);
+      adam.step({g.data(), g.data() + kSizes[0]});
+    }
+    const ZeroOneAdam::Checkpoint before = adam.save();
+    const std::vector<float> p_before = p;
+    const std::vector<float> g = zero_one_gradient(rank, t, kSync);
+    try {
+      adam.step({g.data(), g.data() + kSizes[0]});
+      return RANK_FAILED(10, "a sync of a group whose lr was 0 succeeded");
+    } catch (const CallError& error) {
+      RANK_FAILS_IF(error.code() != ONEBIT_INVALID_ARGUMENT, 11);
+      const std::string said = error.what();
+      if (said.find("onebit::ZeroOneAdam: the learning rate of group 1 was 0 at every step since the last sync "
+                    "(schedule step " +
+                    std::to_string(t) + ")") == std::string::npos ||
+          said.find("; nothing was changed") == std::string::npos) {
+        return RANK_FAILED(12, "the refusal does not say why: " + said);
+      }
+    }
+    const ZeroOneAdam::Checkpoint after = adam.save();
+    if (p != p_before || after.m != before.m || after.u != before.u || after.lrs != before.lrs ||
+        after.worker_error != before.worker_error || after.schedule.step != t) {
+      return RANK_FAILED(13, "the refused sync changed the parameters or the state");
+    }
+    std::memcpy(out, p.data(), kTotal * sizeof(float));
+    return 0;
+  });
+}
+
 TEST(ZeroOneAdamShim, BadConfigsAreRefusedByName) {
   onebit_zero_one_adam_config_t c = zero_one_config(0);
   c.local_step_clipper = 0;

@@ -27,6 +27,7 @@ PHRASES = (
     "the steps would count from another origin on resume",
     "(it holds a variance snapshot)",
     "the checkpoint's schedule is malformed",
+    "was 0 at every step since the last sync",
 )
 CORE = ("optim", "engine", "plugin/capi")
 SHIMS = (("python/onebit", "*.py"), ("include/onebit", "*.hpp"))
