@@ -85,93 +85,6 @@ void fsync_folder_of(const std::string& path) {
 
 }  // namespace
 
-// Where a file's records go as they are put: a temporary file of its own in the target's folder
-// (mkstemp: no two writers share one), its record count and CRC written at commit(), then flushed,
-// renamed over the path, and the folder flushed so that the rename survives a crash too. Removed,
-// the path untouched, if it is never committed or any write fails.
-class RecordFile::Sink {
- public:
-  explicit Sink(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp.XXXXXX") {
-    fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
-    ONEBIT_CHECK(fd_ >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", std::strerror(errno));
-    std::vector<unsigned char> head(kMagic, kMagic + sizeof kMagic);
-    append(head, kVersion);
-    append(head, std::uint32_t{0});  // the record count, written at commit()
-    write_all(head.data(), head.size());
-  }
-  ~Sink() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(temporary_.c_str());
-  }
-  Sink(const Sink&) = delete;
-  Sink& operator=(const Sink&) = delete;
-
-  void append_record(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
-    ONEBIT_CHECK(!committed_, ONEBIT_INVALID_ARGUMENT, path_, " is committed: no record can follow");
-    ONEBIT_CHECK(records_ < UINT32_MAX, ONEBIT_INVALID_ARGUMENT, path_, ": more than ", UINT32_MAX, " records");
-    std::vector<unsigned char> head;
-    append(head, static_cast<std::uint16_t>(name.size()));
-    head.insert(head.end(), name.begin(), name.end());
-    append(head, static_cast<std::uint8_t>(kind));
-    append(head, static_cast<std::uint64_t>(count));
-    write_all(head.data(), head.size());
-    write_all(values, bytes);
-    ++records_;
-  }
-
-  void commit() {
-    ONEBIT_CHECK(!committed_, ONEBIT_INVALID_ARGUMENT, path_, " is committed already");
-    const std::uint32_t records = records_;
-    pwrite_all(&records, sizeof records, sizeof kMagic + 4);
-    const std::uint32_t crc = crc_of_written();
-    write_all(&crc, sizeof crc);
-    if (::fsync(fd_) != 0) fail_with(errno);
-    ::close(fd_);
-    fd_ = -1;
-    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail_with(errno);
-    committed_ = true;
-    fsync_folder_of(path_);
-  }
-
- private:
-  [[noreturn]] void fail_with(int error) const {
-    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", reason(error, "the disk took no more bytes"));
-  }
-  void write_all(const void* data, std::size_t size) {
-    const auto* bytes = static_cast<const unsigned char*>(data);
-    for (std::size_t written = 0; written < size;) {
-      const ssize_t n = ::write(fd_, bytes + written, size - written);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail_with(n == 0 ? 0 : errno);
-      written += static_cast<std::size_t>(n);
-      end_ += static_cast<std::size_t>(n);
-    }
-  }
-  void pwrite_all(const void* data, std::size_t size, std::size_t at) {
-    if (::pwrite(fd_, data, size, static_cast<off_t>(at)) != static_cast<ssize_t>(size)) fail_with(errno);
-  }
-  // The CRC of what was written, read back (from the page cache, in pieces): the record count at
-  // its start is known only now.
-  std::uint32_t crc_of_written() {
-    std::vector<unsigned char> piece(std::min<std::size_t>(end_, 1 << 20));
-    std::uint32_t crc = 0;
-    for (std::size_t at = 0; at < end_;) {
-      const ssize_t n = ::pread(fd_, piece.data(), std::min(piece.size(), end_ - at), static_cast<off_t>(at));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) fail_with(n == 0 ? 0 : errno);
-      crc = crc32(piece.data(), static_cast<std::size_t>(n), crc);
-      at += static_cast<std::size_t>(n);
-    }
-    return crc;
-  }
-
-  std::string path_, temporary_;
-  int fd_ = -1;
-  std::size_t end_ = 0;  // bytes written so far
-  std::uint32_t records_ = 0;
-  bool committed_ = false;
-};
-
 // The bytes a file's reading takes: a file's (read as they are needed), or bytes in memory.
 class RecordFile::Source {
  public:
@@ -191,29 +104,13 @@ class BytesSource : public RecordFile::Source {
   }
 
  private:
-  const std::vector<unsigned char>& bytes_;
+  const std::vector<unsigned char>& bytes_;  // the caller's, alive while it is parsed
 };
 
-class FileSource : public RecordFile::Source {
+// The first `size` bytes of the open file `fd` (not owned), read with pread as they are needed.
+class FdSource : public RecordFile::Source {
  public:
-  explicit FileSource(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    ONEBIT_CHECK(fd_ >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
-    struct stat about {};
-    if (::fstat(fd_, &about) != 0 || !S_ISREG(about.st_mode)) {
-      const int error = errno;
-      ::close(fd_);
-      fail(ONEBIT_INVALID_ARGUMENT, "cannot read ", path, ": ",
-           S_ISDIR(about.st_mode)    ? "it is a folder"
-           : !S_ISREG(about.st_mode) ? "not a regular file"
-                                     : std::strerror(error));
-    }
-    size_ = static_cast<std::size_t>(about.st_size);
-  }
-  ~FileSource() override { ::close(fd_); }
-  FileSource(const FileSource&) = delete;
-  FileSource& operator=(const FileSource&) = delete;
-
+  FdSource(int fd, std::size_t size, std::string path) : fd_(fd), size_(size), path_(std::move(path)) {}
   std::size_t size() const override { return size_; }
   void read(std::size_t at, void* into, std::size_t size) const override {
     auto* bytes = static_cast<unsigned char*>(into);
@@ -226,11 +123,159 @@ class FileSource : public RecordFile::Source {
     }
   }
 
- private:
-  const std::string& path_;
-  int fd_ = -1;
-  std::size_t size_ = 0;
+ protected:
+  int fd_;
+  std::size_t size_;
+  std::string path_;
 };
+
+// The regular file at `path`, open for reading while this lives.
+class FileSource : public FdSource {
+ public:
+  explicit FileSource(const std::string& path) : FdSource(open_regular(path), 0, path) {
+    struct stat about {};
+    ::fstat(fd_, &about);  // open_regular's fstat succeeded on this descriptor
+    size_ = static_cast<std::size_t>(about.st_size);
+  }
+  ~FileSource() override { ::close(fd_); }
+  FileSource(const FileSource&) = delete;
+  FileSource& operator=(const FileSource&) = delete;
+
+ private:
+  static int open_regular(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
+    struct stat about {};
+    const bool stated = ::fstat(fd, &about) == 0;
+    const int error = errno;
+    if (stated && S_ISREG(about.st_mode)) return fd;
+    ::close(fd);
+    fail(stated ? ONEBIT_INVALID_ARGUMENT : ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ",
+         !stated                  ? std::strerror(error)
+         : S_ISDIR(about.st_mode) ? "it is a folder"
+                                  : "not a regular file");
+  }
+};
+
+// The CRC-32 of a source's first `end` bytes, read in pieces.
+std::uint32_t crc_of(const RecordFile::Source& source, std::size_t end) {
+  std::vector<unsigned char> piece(std::min<std::size_t>(end, 1 << 20));
+  std::uint32_t crc = 0;
+  for (std::size_t at = 0; at < end; at += piece.size()) {
+    const std::size_t size = std::min(piece.size(), end - at);
+    source.read(at, piece.data(), size);
+    crc = RecordFile::crc32(piece.data(), size, crc);
+  }
+  return crc;
+}
+
+// A name of a job's file that is rank r's own: "rank<r>/..." (r decimal digits); its length of
+// "rank<r>/", or 0.
+std::size_t rank_prefix(const std::string& name) {
+  std::size_t at = 4;
+  if (name.compare(0, at, "rank") != 0) return 0;
+  while (at < name.size() && name[at] >= '0' && name[at] <= '9') ++at;
+  return at > 4 && at < name.size() && name[at] == '/' ? at + 1 : 0;
+}
+
+}  // namespace
+
+// Where a file's records go as they are put: a temporary file of its own in the target's folder
+// (mkstemp: no two writers share one), its record count and CRC written at commit(), then flushed,
+// renamed over the path, and the folder flushed so that the rename survives a crash too. Removed,
+// the path untouched, if it is never committed; after a failed write it takes nothing more.
+class RecordFile::Sink {
+ public:
+  explicit Sink(std::string path) : path_(std::move(path)), temporary_(path_ + ".tmp.XXXXXX") {
+    fd_ = ::mkostemp(temporary_.data(), O_CLOEXEC);
+    ONEBIT_CHECK(fd_ >= 0, ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", std::strerror(errno));
+    std::vector<unsigned char> head(kMagic, kMagic + sizeof kMagic);
+    append(head, kVersion);
+    append(head, std::uint32_t{0});  // the record count, written at commit()
+    try {
+      write_all(head.data(), head.size());
+    } catch (...) {  // the destructor does not run for a constructor that throws
+      ::close(fd_);
+      ::unlink(temporary_.c_str());
+      throw;
+    }
+  }
+  ~Sink() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(temporary_.c_str());
+  }
+  Sink(const Sink&) = delete;
+  Sink& operator=(const Sink&) = delete;
+
+  // Throws unless a record may still be appended.
+  void check_open() const {
+    ONEBIT_CHECK(!committed_, ONEBIT_INVALID_ARGUMENT, path_, " is committed: no record can follow");
+    ONEBIT_CHECK(!failed_, ONEBIT_INVALID_ARGUMENT, "an earlier write to ", path_,
+                 " failed: this stream takes nothing more (destroy it; the path is as it was)");
+  }
+
+  void append_record(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
+    check_open();
+    ONEBIT_CHECK(records_ < UINT32_MAX, ONEBIT_INVALID_ARGUMENT, path_, ": more than ", UINT32_MAX, " records");
+    std::vector<unsigned char> head;
+    append(head, static_cast<std::uint16_t>(name.size()));
+    head.insert(head.end(), name.begin(), name.end());
+    append(head, static_cast<std::uint8_t>(kind));
+    append(head, static_cast<std::uint64_t>(count));
+    write_all(head.data(), head.size());
+    write_all(values, bytes);
+    ++records_;
+  }
+
+  void commit() {
+    check_open();
+    const std::uint32_t records = records_;
+    pwrite_all(&records, sizeof records, sizeof kMagic + 4);
+    const std::uint32_t crc = crc_of(FdSource(fd_, end_, temporary_), end_);
+    write_all(&crc, sizeof crc);
+    if (::fsync(fd_) != 0) fail_with(errno);
+    const int closed = ::close(fd_);
+    fd_ = -1;
+    if (closed != 0) fail_with(errno);
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0) fail_with(errno);
+    committed_ = true;
+    fsync_folder_of(path_);
+  }
+
+ private:
+  [[noreturn]] void fail_with(int error) {
+    failed_ = true;
+    fail(ONEBIT_SYSTEM_ERROR, "cannot write ", path_, ": ", reason(error, "the disk took no more bytes"));
+  }
+  void write_all(const void* data, std::size_t size) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t written = 0; written < size;) {
+      const ssize_t n = ::write(fd_, bytes + written, size - written);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_with(n == 0 ? 0 : errno);
+      written += static_cast<std::size_t>(n);
+      end_ += static_cast<std::size_t>(n);
+    }
+  }
+  void pwrite_all(const void* data, std::size_t size, std::size_t at) {
+    const auto* bytes = static_cast<const unsigned char*>(data);
+    for (std::size_t written = 0; written < size;) {
+      const ssize_t n = ::pwrite(fd_, bytes + written, size - written, static_cast<off_t>(at + written));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) fail_with(n == 0 ? 0 : errno);
+      written += static_cast<std::size_t>(n);
+    }
+  }
+
+  std::string path_, temporary_;
+  int fd_ = -1;
+  std::size_t end_ = 0;  // bytes written so far
+  std::uint32_t records_ = 0;
+  bool committed_ = false;
+  bool failed_ = false;  // a write failed: nothing more is taken
+};
+
+namespace {
 
 // Reads a source's bytes in order, each read checked against what is left before `end`.
 class Cursor {
@@ -269,18 +314,6 @@ class Cursor {
   std::size_t at_ = 0;
 };
 
-// The CRC-32 of a source's first `end` bytes, read in pieces.
-std::uint32_t crc_of(const RecordFile::Source& source, std::size_t end) {
-  std::vector<unsigned char> piece(std::min<std::size_t>(end, 1 << 20));
-  std::uint32_t crc = 0;
-  for (std::size_t at = 0; at < end; at += piece.size()) {
-    const std::size_t size = std::min(piece.size(), end - at);
-    source.read(at, piece.data(), size);
-    crc = RecordFile::crc32(piece.data(), size, crc);
-  }
-  return crc;
-}
-
 }  // namespace
 
 RecordFile::RecordFile() = default;
@@ -291,23 +324,25 @@ RecordFile::~RecordFile() = default;
 void RecordFile::put(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t bytes) {
   ONEBIT_CHECK(values != nullptr || bytes == 0, ONEBIT_INVALID_ARGUMENT, "record '", name, "': values is NULL (count ",
                count, ")");
-  if (!sink_) {
-    const auto* start = static_cast<const unsigned char*>(values);
-    keep(name, kind, count, std::vector<unsigned char>(start, start + bytes));
-    return;
-  }
-  keep(name, kind, count, {});  // its checks first: a refused record writes nothing
-  sink_->append_record(name, kind, count, values, bytes);
+  if (sink_) sink_->check_open();
+  check_new(name, kind, count);  // before anything is copied or written: a refused record changes nothing
+  const auto* start = static_cast<const unsigned char*>(values);
+  if (sink_) sink_->append_record(name, kind, count, values, bytes);
+  hold(name, kind, count, sink_ ? std::vector<unsigned char>() : std::vector<unsigned char>(start, start + bytes));
 }
 
-// A record as held: checked, then kept (its values, unless the file is streamed).
-void RecordFile::keep(const std::string& name, Kind kind, std::size_t count, std::vector<unsigned char> bytes) {
+// Throws unless a record `name` of `count` values of `kind` may be added.
+void RecordFile::check_new(const std::string& name, Kind kind, std::size_t count) const {
   ONEBIT_CHECK(!name.empty() && name.size() < 65536 && name.find('\0') == std::string::npos, ONEBIT_INVALID_ARGUMENT,
                origin_, ": a record's name must have 1 to 65535 bytes and no NUL, not ", name.size(), " bytes");
   ONEBIT_CHECK(count <= SIZE_MAX / 8, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' of ", count, " values");
   ONEBIT_CHECK(kind != Kind::kInt || count == 1, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name,
                "' is an int64 of ", count, " values");
   ONEBIT_CHECK(records_.count(name) == 0, ONEBIT_INVALID_ARGUMENT, origin_, ": record '", name, "' is there twice");
+}
+
+// A checked record held: its values (none for a streamed file's, which are written).
+void RecordFile::hold(const std::string& name, Kind kind, std::size_t count, std::vector<unsigned char> bytes) {
   records_[name] = Record{kind, count, std::move(bytes)};
   order_.push_back(name);
 }
@@ -356,18 +391,22 @@ RecordFile RecordFile::read(const std::string& path) {
 
 RecordFile RecordFile::read_rank(const std::string& path, int rank) {
   ONEBIT_CHECK(rank >= 0, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " must not be negative");
-  const std::string own = "rank" + std::to_string(rank) + "/";
+  const FileSource source(path);  // one file for both readings below, should the path be replaced meanwhile
   bool ranks_records = false, own_records = false;
-  RecordFile file = parse_from(FileSource(path), path, [&](const std::string& stored) -> std::optional<std::string> {
-    if (stored.find('/') == std::string::npos) return stored;
-    ranks_records = true;
-    if (stored.compare(0, own.size(), own) != 0) return std::nullopt;
-    own_records = true;
-    return stored.substr(own.size());
-  });
+  const auto view = [&](int whose) {
+    const std::string own = "rank" + std::to_string(whose) + "/";
+    return parse_from(source, path, [&](const std::string& stored) -> std::optional<std::string> {
+      if (rank_prefix(stored) == 0) return stored;
+      ranks_records = true;
+      if (stored.compare(0, own.size(), own) != 0) return std::nullopt;
+      own_records = true;
+      return stored.substr(own.size());
+    });
+  };
+  RecordFile file = view(rank);
   // A job of more ranks than saved it: rank 0's part, which says whose it is, for the load's rules
   // to take (a warmup part is every rank's) or refuse (error feedback of another layout).
-  if (ranks_records && !own_records && rank != 0) return read_rank(path, 0);
+  if (ranks_records && !own_records && rank != 0) return view(0);
   return file;
 }
 
@@ -375,7 +414,7 @@ RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std:
   return parse_from(BytesSource(bytes), origin, [](const std::string& stored) { return stored; });
 }
 
-RecordFile RecordFile::parse_from(const Source& source, const std::string& path, const Keep& keep) {
+RecordFile RecordFile::parse_from(const Source& source, const std::string& path, const Rename& kept_as) {
   const std::size_t size = source.size();
   char magic[sizeof kMagic] = {};
   if (size >= sizeof kMagic + 12) source.read(0, magic, sizeof magic);
@@ -404,8 +443,9 @@ RecordFile RecordFile::parse_from(const Source& source, const std::string& path,
     ONEBIT_CHECK(count <= (end - cursor.at()) / value_bytes(kind), ONEBIT_INVALID_ARGUMENT, path, ": record '", name,
                  "' claims ", count, " values, more than the file holds");
     const std::size_t bytes = count * value_bytes(kind);
-    if (const std::optional<std::string> kept = keep(name)) {
-      file.keep(*kept, kind, count, cursor.bytes(bytes, "a record's values"));
+    if (const std::optional<std::string> kept = kept_as(name)) {
+      file.check_new(*kept, kind, count);
+      file.hold(*kept, kind, count, cursor.bytes(bytes, "a record's values"));
     } else {
       cursor.claim(bytes, "a record's values");
     }

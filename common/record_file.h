@@ -14,8 +14,9 @@
 // says which check failed, and holds only the records kept.
 //
 // A job's file holds every rank's part: what all ranks hold alike under its plain name, once, and
-// what is rank r's own under "rank<r>/<name>". read_rank(path, r) reads rank r's view of it: the
-// plain records and rank r's with the prefix taken off, no other rank's; rank 0's view for a rank
+// what is rank r's own under "rank<r>/<name>" (r in decimal digits; any other name is plain).
+// read_rank(path, r) reads rank r's view of it: the plain records and rank r's with the prefix
+// taken off, holding no other rank's (it reads them all for the CRC); rank 0's view for a rank
 // the file has no part of (a job grown since), whose "rank" record says so. A one-rank file, which
 // has no prefixed records, reads whole.
 #pragma once
@@ -81,8 +82,8 @@ class RecordFile {
  private:
   class Sink;
   // The name a record read under `stored` is kept as, or nothing to skip it.
-  using Keep = std::function<std::optional<std::string>(const std::string& stored)>;
-  static RecordFile parse_from(const Source& source, const std::string& origin, const Keep& keep);
+  using Rename = std::function<std::optional<std::string>(const std::string& stored)>;
+  static RecordFile parse_from(const Source& source, const std::string& origin, const Rename& kept_as);
 
   struct Record {
     Kind kind;
@@ -90,7 +91,8 @@ class RecordFile {
     std::vector<unsigned char> bytes;  // the values as stored (none for a streamed file's)
   };
   void put(const std::string& name, Kind kind, std::size_t count, const void* values, std::size_t value_bytes);
-  void keep(const std::string& name, Kind kind, std::size_t count, std::vector<unsigned char> bytes);
+  void check_new(const std::string& name, Kind kind, std::size_t count) const;
+  void hold(const std::string& name, Kind kind, std::size_t count, std::vector<unsigned char> bytes);
   const Record& get(const std::string& name, Kind kind) const;
 
   std::string origin_ = "this checkpoint";  // what errors call it: the path it was read from

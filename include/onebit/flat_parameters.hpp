@@ -100,12 +100,13 @@ inline void load_tag_state(const std::string& tag, const std::vector<float>& wor
 }
 
 // One rank's checkpoint file (onebit.h, "Checkpoint files"), the format the Python shims write and
-// read too: records put while saving, then write(); or rank `rank`'s view of a file (its own, or
-// its part of a job's file) read from a path and got while loading. A record that is absent reads
+// read too: records put while saving, then write(); or a file read from a path (whole, or rank
+// `rank`'s view: its own file, or its part of a job's file) and got while loading. A record that is absent reads
 // as `absent` (scalars) or empty (arrays): a field not recorded.
 class CheckpointFile {
  public:
   CheckpointFile() { check_call(onebit_checkpoint_create(&file_)); }
+  explicit CheckpointFile(const std::string& path) { check_call(onebit_checkpoint_read(path.c_str(), &file_)); }
   CheckpointFile(const std::string& path, int rank) {
     check_call(onebit_checkpoint_read_rank(path.c_str(), rank, &file_));
   }

@@ -444,23 +444,26 @@ ONEBIT_API onebit_result_t onebit_adam_driver_resume(onebit_adam_driver_t driver
 
 /* ---- Checkpoint files: an optimizer's state, one format for every shim ----
  * A file of named records (int64, arrays of int64, float32 or float64, text) that the C++ shims'
- * save_file()/load_file() and the Python optimizers' save_file()/load_file() write
- * and read, so a checkpoint saved by one language resumes in the other (the records each optimizer
- * writes: docs/design/checkpoints.md, "Checkpoint files"). A rank's own file holds its part; a
- * job's file (Python's save_file(path, consolidated=True)) holds what every rank holds alike under
- * its plain name, once, and each rank r's own records (its error feedback first) under
- * "rank<r>/<name>". The writer puts records and writes the file whole, or (onebit_checkpoint_stream)
- * writes each record as it is put and holds none, and onebit_checkpoint_commit completes the file;
- * either way to a temporary file in the same folder, flushed, renamed over `path` (a stream
- * destroyed uncommitted removes its temporary file). onebit_checkpoint_read checks the format
- * (magic, version, lengths, a CRC-32 of the bytes), refusing a damaged or foreign file with
- * ONEBIT_INVALID_ARGUMENT naming the path and what is wrong; onebit_checkpoint_read_rank reads
- * rank `rank`'s view of it: the plain records and rank `rank`'s, its prefix taken off, and no other
- * rank's (a rank the file has no part of, in a job grown since, sees rank 0's view, whose "rank"
- * record says so, for the load's rules to take or refuse). A get of a record that is
- * absent or of another kind, or with another count, or of a streamed file, is
- * ONEBIT_INVALID_ARGUMENT naming it and changes nothing; onebit_checkpoint_record says a record's
- * kind (ONEBIT_RECORD_ABSENT when there is none) and count (bytes, for a text).
+ * save_file()/load_file() and the Python optimizers' save_file()/load_file() write and read, so a
+ * checkpoint saved by one language resumes in the other (the records each optimizer writes:
+ * docs/design/checkpoints.md, "Checkpoint files"). A rank's own file holds its part; a job's file
+ * (Python's save_file(path, consolidated=True)) holds what every rank holds alike under its plain
+ * name, once, and each rank r's own records (its error feedback, and any field that differs
+ * between ranks) under "rank<r>/<name>", r in decimal digits.
+ * The writer puts records and writes the file whole; or (onebit_checkpoint_stream) writes each
+ * record as it is put, holding none, and onebit_checkpoint_commit completes the file. Either way
+ * it goes to a temporary file in the same folder, flushed and renamed over `path`: a stream
+ * destroyed uncommitted, or one whose write failed (it then takes no record and no commit),
+ * leaves `path` as it was and no temporary file.
+ * onebit_checkpoint_read checks the format (magic, version, lengths, a CRC-32 of the bytes),
+ * refusing a damaged or foreign file with ONEBIT_INVALID_ARGUMENT naming the path and what is
+ * wrong. onebit_checkpoint_read_rank reads rank `rank`'s view of it: the plain records and rank
+ * `rank`'s with the prefix taken off, holding no other rank's (all are read, for the CRC). A rank
+ * the file has no part of (a job grown since) sees rank 0's view, whose "rank" record says so, for
+ * the load's rules to take or refuse.
+ * A get of a record that is absent or of another kind, or with another count, or of a streamed
+ * file, is ONEBIT_INVALID_ARGUMENT naming it and changes nothing; onebit_checkpoint_record says a
+ * record's kind (ONEBIT_RECORD_ABSENT when there is none) and count (bytes, for a text).
  * onebit_checkpoint_names gives the names in the order written (static while the handle lives), up
  * to `capacity`, their number in *count. */
 ONEBIT_API onebit_result_t onebit_checkpoint_create(onebit_checkpoint_t* checkpoint);

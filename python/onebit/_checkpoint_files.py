@@ -35,7 +35,11 @@ class _File:
         else:
             _check(lib, lib.onebit_checkpoint_read_rank(path.encode(), rank, ctypes.byref(handle)))
         self._handle = handle
-        weakref.finalize(self, lib.onebit_checkpoint_destroy, handle)
+        self._finalizer = weakref.finalize(self, lib.onebit_checkpoint_destroy, handle)
+
+    def close(self):
+        """Destroys the handle now (a stream not committed: its temporary file removed)."""
+        self._finalizer()
 
     def put(self, name, value):
         lib, key = self._lib, name.encode()
@@ -101,27 +105,38 @@ def write_job(lib, path, shared, parts):
     """Writes the job's one file to `path`, streamed: `shared` (the header and what every rank holds
     alike) under its names, then each part of `parts` (rank r's own fields, r = 0, 1, ...: an
     iterable, each part dropped once written) under "rank<r>/". Returns None, or the OnebitError
-    that stopped the writing: the remaining parts are still taken from `parts` (the ranks sending
-    them are not left waiting) and the path is left as it was."""
+    that stopped the writing (any other exception as one): the remaining parts are still taken
+    from `parts` (the ranks sending them are not left waiting) and the path is left as it was, its
+    temporary file removed at once."""
     failure, file = None, None
     try:
         file = _File(lib, stream_to=path)
         _put_fields(file, shared)
-    except OnebitError as error:
-        failure = error
-    for rank, part in enumerate(parts):
+    except Exception as error:  # noqa: BLE001 — any failure: every rank must learn it, none wait
+        failure = _as_onebit_error(error)
+    rank, parts = 0, iter(parts)
+    while True:
+        part = next(parts, None)  # the last part is dropped before the next one arrives
+        if part is None:
+            break
         if failure is None:
             try:
                 _put_fields(file, part, prefix=f"rank{rank}/")
-            except OnebitError as error:
-                failure = error
-        del part
+            except Exception as error:  # noqa: BLE001
+                failure = _as_onebit_error(error)
+        part, rank = None, rank + 1
     if failure is None:
         try:
             file.commit()
-        except OnebitError as error:
-            failure = error
+        except Exception as error:  # noqa: BLE001
+            failure = _as_onebit_error(error)
+    if file is not None:
+        file.close()
     return failure
+
+
+def _as_onebit_error(error):
+    return error if isinstance(error, OnebitError) else OnebitError(OnebitError.SYSTEM_ERROR, repr(error))
 
 
 def _put_fields(file, fields, prefix=""):

@@ -14,9 +14,10 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
+import os
 import pickle
 import struct
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, Union
 
 import torch
 import torch.distributed as dist
@@ -187,7 +188,7 @@ class _Checkpoints:
                                optimizer=self._who, parameter_shapes_crc32=self._shapes_crc32(), **consolidated)
         return state
 
-    def save_file(self, path: str, consolidated: bool = False) -> None:
+    def save_file(self, path: Union[str, "os.PathLike[str]"], consolidated: bool = False) -> None:
         """This rank's checkpoint as a file (onebit.h, "Checkpoint files"), in the format the C++
         shims' save_file() writes: each rank saves its own (its error feedback is its own), and
         load_file() — here or in C++ — resumes it bit for bit. Not collective.
@@ -197,8 +198,11 @@ class _Checkpoints:
         once, and each rank's own part (its error feedback) as it arrives, rank by rank, streamed
         to the file: rank 0 holds its own part and one other rank's at a time, however many ranks
         there are. Every rank's load_file(path) reads its own part of it. A failed write fails
-        every rank's call."""
+        every rank's call, the path as it was. (A failure while a part is being received — the
+        network, memory — is that rank's and rank 0's error; the others' collective calls end at
+        the process group's timeout, as after any broken collective.)"""
         self._refuse_changed_parameters("save_file()")
+        path = os.fspath(path)
         world, local = self._layout()
         header = dict(optimizer=self._who, world_size=world, local_size=local)
         if not consolidated:
@@ -219,9 +223,10 @@ class _Checkpoints:
             raise OnebitError(OnebitError.REMOTE_ERROR,
                               f"{self._who}.save_file: rank {failed[0]} could not write {path} (its error says why)")
 
-    def load_file(self, path: str, reset_error_feedback: bool = False) -> None:
+    def load_file(self, path: Union[str, "os.PathLike[str]"], reset_error_feedback: bool = False) -> None:
         """Resumes from a file save_file() wrote, in either language (a collective, as
         load_state_dict(), whose checks and reset_error_feedback it shares)."""
+        path = os.fspath(path)
         try:
             header, part = read_part(self._lib, path, self._rank)
         except Exception as error:  # noqa: BLE001 — missing, damaged, malformed: every rank refuses with it

@@ -86,6 +86,9 @@ torch.distributed each:
 with the onebit backend (exit 77, a skip, where that torch has no c10d Backend class).
 """
 import os
+import pathlib
+import resource
+import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -1143,9 +1146,10 @@ def damaged_file_case(mode, rank, torch, dist, onebit, out):
 
 
 def job_file_resumes(torch, onebit, kind, model, optimizer, rank, out):
-    """The job's one file: where rank 0 cannot write it, every rank's save_file(consolidated=True)
-    fails at once (no rank left waiting for rank 0), nothing at the path; written, a fresh optimizer
-    on every rank resumes from its part of it, exactly."""
+    """The job's one file: where rank 0 cannot write it — no such folder, or its disk full halfway
+    (a file-size limit on rank 0) — every rank's save_file(consolidated=True) fails at once (no
+    rank left waiting for rank 0, the others' parts still taken), nothing at the path and no
+    temporary file; written, a fresh optimizer on every rank resumes from its part of it, exactly."""
     nowhere = os.path.join(out, "no-such-folder", f"{kind}-job.ckpt")
     try:
         optimizer.save_file(nowhere, consolidated=True)
@@ -1156,8 +1160,24 @@ def job_file_resumes(torch, onebit, kind, model, optimizer, rank, out):
         raise CheckFailed(f"{kind}: rank {rank}'s save_file(consolidated=True) into a missing folder succeeded")
     path = os.path.join(out, f"{kind}-job.ckpt")
     optimizer.save_file(path, consolidated=True)
+    full = os.path.join(out, f"{kind}-full-disk.ckpt")
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if rank == 0:  # the disk full within the shared records (m and v, 40 % of the file and more, come first)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) // 4, limit[1]))
+    try:
+        optimizer.save_file(pathlib.Path(full), consolidated=True)
+    except onebit.OnebitError as error:
+        words = f"cannot write {full}: File too large" if rank == 0 else f"rank 0 could not write {full}"
+        require(words in str(error), f"{kind}: rank {rank}'s save on a full disk does not say '{words}': {error}")
+    else:
+        raise CheckFailed(f"{kind}: rank {rank}'s save_file(consolidated=True) on a full disk succeeded")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limit)
+    left = [name for name in os.listdir(out) if name.startswith(os.path.basename(full))]
+    require(not left, f"{kind}: the failed save left {left}")
     resumed = make_optimizer(onebit, kind, model.parameters(), name=f"job-{kind}")
-    resumed.load_file(path)
+    resumed.load_file(pathlib.Path(path))
     same_state(torch, resumed.state_dict()["onebit"], optimizer.state_dict()["onebit"],
                f"{kind}: the optimizer resumed from its part of the job's file")
     resumed.close()

@@ -3,7 +3,10 @@
 // damaged, cut short, foreign or of another version is refused naming the path and what is wrong.
 // tests/python/shim_languages_check.py crosses real optimizers' files between the C++ and the Python shims.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <dirent.h>
 #include <cmath>
@@ -78,6 +81,7 @@ class CheckpointFileTest : public ::testing::Test {
   std::vector<std::string> files() const {
     std::vector<std::string> names;
     DIR* dir = ::opendir(dir_.c_str());
+    if (dir == nullptr) return names;
     while (const dirent* entry = ::readdir(dir)) {
       if (entry->d_name[0] != '.') names.emplace_back(entry->d_name);
     }
@@ -269,6 +273,56 @@ TEST_F(CheckpointFileTest, AStreamNotCommittedLeavesThePathAsItWasAndNoTemporary
   EXPECT_NE(std::string(onebit_last_error()).find("cannot write " + nowhere), std::string::npos) << onebit_last_error();
 }
 
+// The process's file-size limit (RLIMIT_FSIZE) at `bytes` while this lives, SIGXFSZ ignored: a
+// write past it fails with EFBIG, as on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    ::getrlimit(RLIMIT_FSIZE, &old_);
+    previous_ = std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limit{bytes, old_.rlim_max};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+  }
+  ~FileSizeLimit() {
+    ::setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, previous_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*previous_)(int) = nullptr;
+};
+
+TEST_F(CheckpointFileTest, AStreamWhoseWriteFailedTakesNothingMoreAndLeavesThePathAsItWas) {
+  write_example();
+  const std::vector<char> before = bytes();
+  onebit_checkpoint_t c = nullptr;
+  ASSERT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 3), ONEBIT_SUCCESS);
+  const std::vector<float> big(4096, 1.0f);
+  {
+    const FileSizeLimit limit(4096);
+    EXPECT_EQ(onebit_checkpoint_put_floats(c, "m", big.data(), big.size()), ONEBIT_SYSTEM_ERROR);
+    EXPECT_NE(std::string(onebit_last_error()).find("cannot write " + path_ + ": File too large"), std::string::npos)
+        << onebit_last_error();
+  }
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "after", 1), ONEBIT_INVALID_ARGUMENT);  // nothing more, even with room
+  EXPECT_NE(std::string(onebit_last_error()).find("an earlier write to " + path_ + " failed"), std::string::npos)
+      << onebit_last_error();
+  EXPECT_EQ(onebit_checkpoint_commit(c), ONEBIT_INVALID_ARGUMENT);
+  EXPECT_EQ(names_of(c), std::vector<std::string>{"step"});  // the record that failed is not among them
+  onebit_checkpoint_destroy(c);
+  EXPECT_EQ(bytes(), before);
+  EXPECT_EQ(files(), std::vector<std::string>{"rank-0.ckpt"});
+  {
+    const FileSizeLimit limit(8);  // not even the head fits: the stream is not made, nothing left behind
+    EXPECT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SYSTEM_ERROR);
+  }
+  EXPECT_EQ(files(), std::vector<std::string>{"rank-0.ckpt"});
+}
+
 TEST_F(CheckpointFileTest, EachRankReadsItsOwnViewOfAJobsFile) {
   // What every rank holds alike once, each rank's own under "rank<r>/".
   onebit_checkpoint_t c = nullptr;
@@ -308,6 +362,17 @@ TEST_F(CheckpointFileTest, EachRankReadsItsOwnViewOfAJobsFile) {
   onebit_checkpoint_destroy(v);
   EXPECT_EQ(onebit_checkpoint_read_rank(path_.c_str(), -1, &v), ONEBIT_INVALID_ARGUMENT);
   EXPECT_NE(std::string(onebit_last_error()).find("rank -1 must not be negative"), std::string::npos);
+
+  // A name with a slash that is not "rank<digits>/" is plain: every rank sees it.
+  ASSERT_EQ(onebit_checkpoint_create(&c), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "layer/x", 1), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "rankings/y", 2), ONEBIT_SUCCESS);
+  EXPECT_EQ(onebit_checkpoint_put_int(c, "rank1/z", 3), ONEBIT_SUCCESS);
+  ASSERT_EQ(onebit_checkpoint_write(c, path_.c_str()), ONEBIT_SUCCESS);
+  onebit_checkpoint_destroy(c);
+  ASSERT_EQ(onebit_checkpoint_read_rank(path_.c_str(), 1, &v), ONEBIT_SUCCESS) << onebit_last_error();
+  EXPECT_EQ(names_of(v), (std::vector<std::string>{"layer/x", "rankings/y", "z"}));
+  onebit_checkpoint_destroy(v);
 
   write_example();  // a rank's own file, no prefixed records: every rank's view is the whole of it
   ASSERT_EQ(onebit_checkpoint_read_rank(path_.c_str(), 3, &v), ONEBIT_SUCCESS) << onebit_last_error();

@@ -451,16 +451,17 @@ class RootApproach {
   // may mean, while the rank goes on trying; at the deadline the error says the same.
   Fd connect_to_root() {
     Fd fd;
-    const Deadline warn_at =
-        Clock::now() + std::min<Clock::duration>(kSilentRootWarning, (deadline_ - Clock::now()) / 4);
+    const auto left = std::max<Clock::duration>(Clock::duration::zero(), deadline_ - Clock::now());
+    const Deadline warn_at = Clock::now() + std::min<Clock::duration>(kSilentRootWarning, left / 4);
     int err = connect_until(root_, warned_silent_ ? deadline_ : warn_at, &fd);
-    if (err != 0 && !warned_silent_ && Clock::now() >= warn_at) {  // tried the while: not an error at once
+    // Tried the while (not an error at once), with time left to go on trying.
+    if (err != 0 && !warned_silent_ && Clock::now() >= warn_at && Clock::now() < deadline_) {
       warned_silent_ = true;
-      char left[32];
-      std::snprintf(left, sizeof(left), "%.1f", std::chrono::duration<double>(deadline_ - Clock::now()).count());
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%.1f", std::chrono::duration<double>(deadline_ - Clock::now()).count());
       ONEBIT_LOG(WARN, "rank ", rank_, "/", size_, ": nothing answers at ", root_name_, ": ", errno_text(err),
                  ". Rank 0 has not started yet, has failed, or listens elsewhere", loopback_hint(root_),
-                 "; trying until the timeout, ", left, " s more");
+                 "; trying until the timeout, ", seconds, " s more");
       err = connect_until(root_, deadline_, &fd);
     }
     if (err != 0) {
