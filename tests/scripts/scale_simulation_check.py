@@ -8,6 +8,8 @@ engine sends, and its SimGrid simulation agrees with its cost model where the tw
    the flat compressed call, the engine's ring and the ideal bf16 ring within 15 % of model.py; the
    fat-tree platform (non-blocking) within 5 % of the star; the compressed call faster than the
    bf16 ring at W = 16 and 25 M elements.
+3. The bucket guidance in docs/usage/optimizers.md is the table tools/scale/buckets.py prints from
+   the model, and each of its sizes is the smallest of the grid within 10 %.
 """
 import json
 import os
@@ -18,6 +20,7 @@ import time
 
 src, bench = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.join(src, "tools", "scale"))
+import buckets as B
 import model as M
 import sim as S
 
@@ -64,6 +67,22 @@ t_tree = S.simulate("compressed", 25_000_000, 16, 1, "10gbit", machine, topology
 check(abs(t_tree / t_star - 1) <= 0.05, f"compressed W=16: fat-tree {t_tree * 1e3:.2f} ms, star {t_star * 1e3:.2f} ms")
 t_bf16 = S.simulate("ring_bf16", 25_000_000, 16, 1, "10gbit", machine, topology="fattree")
 check(t_tree < t_bf16, f"W=16, 25 M elements, 10 GbE: compressed {t_tree * 1e3:.2f} ms < bf16 ring {t_bf16 * 1e3:.2f} ms")
+
+# 3. The bucket guidance: the page holds the model's table; each size is the smallest within 10 %.
+rows = B.table(0.1)
+with open(os.path.join(src, "docs", "usage", "optimizers.md")) as fh:
+    page = fh.read()
+check(B.markdown(rows) in page, "docs/usage/optimizers.md holds the table tools/scale/buckets.py --markdown prints")
+scale = M.at_scale()
+for algo, link, world, n in rows:
+    local = dict(B.ALGOS)[algo]
+    per_element = B.seconds(algo, B.LARGE, world, local, link, scale) / B.LARGE
+    smaller = n * 3 // 4 if n & (n - 1) == 0 else n * 2 // 3  # the grid's size below n: 0.75 * 2^e, or 2^e
+    fits = B.seconds(algo, n, world, local, link, scale) <= 1.1 * per_element * n
+    below = B.seconds(algo, smaller, world, local, link, scale) > 1.1 * per_element * smaller
+    if not (fits and below):
+        check(False, f"{algo} {link} W={world}: {n} elements is not the smallest within 10 %")
+check(all(n is not None for *_, n in rows), f"a bucket size for each of the {len(rows)} cases")
 
 print(f"{'FAILED' if failures else 'OK'}: {len(failures)} failure(s), {time.time() - started:.1f} s")
 sys.exit(1 if failures else 0)
