@@ -64,11 +64,31 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
                                         std::uint32_t channel) {
   CallScope scope(*this);
   check_topology(tag);
+  say_if_too_small(tag, n);
   if (hierarchical()) {
     hierarchical_allreduce(tag, buffer, n, dtype, op, channel);
   } else {
     flat_compressed_allreduce(tag, buffer, n, dtype, op, channel);
   }
+}
+
+// Below this many elements per peer a compressed call costs more in messages than in everything
+// else: each rank sends and receives about 4 messages per peer (the peers: the other ranks, or the
+// other hosts of a hierarchical call), ~15 us of CPU each, against ~1 to 2 ns an element of passes
+// and wire (docs/scale.md's model: the break-even is 26 to 35 thousand elements a peer at 1 GbE,
+// 56 to 59 thousand at 10 and 25 GbE).
+constexpr std::size_t kTooSmallPerPeer = 32768;
+
+void Communicator::say_if_too_small(Tag& tag, std::size_t n) {
+  const int peers = (hierarchical() ? size() / local_size() : size()) - 1;
+  if (rank() != 0 || peers < 1 || n >= kTooSmallPerPeer * static_cast<std::size_t>(peers)) return;
+  if (tag.said_small.exchange(true)) return;
+  ONEBIT_LOG(WARN, where(), ": tag '", tag.name, "': a call of ", n, " elements with ", peers,
+             peers == 1 ? " peer" : " peers",
+             " is mostly per-message cost (about 4 messages a peer, some 15 us of CPU each): below ",
+             kTooSmallPerPeer * static_cast<std::size_t>(peers),
+             " elements they cost more than the rest of the call. Tag a larger buffer, or let several ranks a host "
+             "share one (docs/usage/optimizers.md, \"How large a tagged call pays\"); said once a tag");
 }
 
 // One round, in the steps of the header comment: the state sized on a tag's first round, the

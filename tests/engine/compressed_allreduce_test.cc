@@ -125,6 +125,40 @@ TEST(CompressedAllreduce, SumIsWorldTimesAverage) {
   }
 }
 
+// A tagged call too small to pay for its messages (docs/usage/optimizers.md, "How large a tagged
+// call pays": below 32768 elements a peer) is said at WARN once per tag, by rank 0 alone; a call
+// large enough is not said at all.
+TEST(CompressedAllreduce, ACallTooSmallToPayIsSaidOnceByRankZero) {
+  const int world = 3;  // 2 peers: 65536 elements pay
+  const std::size_t small = 1000, large = 65536;
+  const int port = free_port();
+  auto outcomes = run_ranks(world, [&](int rank) {
+    onebit_comm_t comm = join_loopback(rank, world, port);
+    std::vector<float> a = input(rank, 0, small, 5), b = input(rank, 1, large, 5);
+    onebit_tag("small", a.data(), small, ONEBIT_FLOAT32);
+    onebit_tag("large", b.data(), large, ONEBIT_FLOAT32);
+    ::testing::internal::CaptureStderr();
+    for (int call = 0; call < 3; ++call) {
+      RANK_FAILS_IF(onebit_allreduce(comm, a.data(), small, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 2);
+      RANK_FAILS_IF(onebit_allreduce(comm, b.data(), large, ONEBIT_FLOAT32, ONEBIT_AVG) != ONEBIT_SUCCESS, 3);
+    }
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    const std::string said = "rank 0/3: tag 'small': a call of 1000 elements with 2 peers is mostly per-message cost";
+    const std::size_t first = log.find(said);
+    if (rank == 0) {
+      if (first == std::string::npos) return RANK_FAILED(4, "rank 0 did not say the small call: " + log);
+      RANK_FAILS_IF(log.find(said, first + 1) != std::string::npos, 5);  // once
+      RANK_FAILS_IF(log.find("below 65536 elements they cost more than the rest of the call") == std::string::npos, 6);
+    } else {
+      RANK_FAILS_IF(log.find("tag 'small'") != std::string::npos, 7);  // rank 0 alone
+    }
+    RANK_FAILS_IF(log.find("tag 'large'") != std::string::npos, 8);
+    onebit_comm_destroy(comm);
+    return 0;
+  });
+  for (int r = 0; r < world; ++r) ASSERT_EQ(outcomes[r].exit_code, 0) << "rank " << r;
+}
+
 TEST(CompressedAllreduce, UntagResetsTheErrorState) {
   const int world = 2;
   const std::size_t n = 4099;
