@@ -391,7 +391,16 @@ RecordFile RecordFile::read(const std::string& path) {
 
 RecordFile RecordFile::read_rank(const std::string& path, int rank) {
   ONEBIT_CHECK(rank >= 0, ONEBIT_INVALID_ARGUMENT, "rank ", rank, " must not be negative");
-  const FileSource source(path);  // one file for both readings below, should the path be replaced meanwhile
+  return rank_view(FileSource(path), path, rank);  // one file for both readings, should the path be replaced
+}
+
+RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& origin, int rank) {
+  const BytesSource source(bytes);
+  if (rank >= 0) return rank_view(source, origin, rank);
+  return parse_from(source, origin, [](const std::string& stored) { return stored; });
+}
+
+RecordFile RecordFile::rank_view(const Source& source, const std::string& path, int rank) {
   bool ranks_records = false, own_records = false;
   const auto view = [&](int whose) {
     const std::string own = "rank" + std::to_string(whose) + "/";
@@ -408,10 +417,6 @@ RecordFile RecordFile::read_rank(const std::string& path, int rank) {
   // to take (a warmup part is every rank's) or refuse (error feedback of another layout).
   if (ranks_records && !own_records && rank != 0) return view(0);
   return file;
-}
-
-RecordFile RecordFile::parse(const std::vector<unsigned char>& bytes, const std::string& origin) {
-  return parse_from(BytesSource(bytes), origin, [](const std::string& stored) { return stored; });
 }
 
 RecordFile RecordFile::parse_from(const Source& source, const std::string& path, const Rename& kept_as) {

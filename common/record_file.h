@@ -60,8 +60,9 @@ class RecordFile {
   static RecordFile read(const std::string& path);
   // Rank `rank`'s view of a job's file (the header says what it holds); read() would hold every rank's.
   static RecordFile read_rank(const std::string& path, int rank);
-  // read() of bytes already in memory; `origin` is what errors call them (the fuzz target's door).
-  static RecordFile parse(const std::vector<unsigned char>& bytes, const std::string& origin);
+  // read() of bytes already in memory, or read_rank() where `rank` >= 0; `origin` is what errors
+  // call them (the fuzz target's door).
+  static RecordFile parse(const std::vector<unsigned char>& bytes, const std::string& origin, int rank = -1);
 
   // The format's CRC-32 (zlib's: the IEEE polynomial, reflected) of `size` bytes; `crc` the CRC of
   // the bytes before them, to go on from.
@@ -84,6 +85,7 @@ class RecordFile {
   // The name a record read under `stored` is kept as, or nothing to skip it.
   using Rename = std::function<std::optional<std::string>(const std::string& stored)>;
   static RecordFile parse_from(const Source& source, const std::string& origin, const Rename& kept_as);
+  static RecordFile rank_view(const Source& source, const std::string& origin, int rank);
 
   struct Record {
     Kind kind;
