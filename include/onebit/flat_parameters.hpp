@@ -62,12 +62,16 @@ class FlatLayout {
     }
   }
 
-  // Each group's part of the flat variance `v`, with its eps: what report_freeze reads.
+  // Each group's part of the flat variance `v`, with its eps (the group's config's, or `eps_of(i)`
+  // where the steps divide by another): what report_freeze reads.
   template <typename Group>
   std::vector<FrozenVariance> frozen_variance(const float* v, const std::vector<Group>& groups) const {
+    return frozen_variance(v, groups.size(), [&](std::size_t i) { return groups[i].config.eps; });
+  }
+  template <typename Eps>
+  std::vector<FrozenVariance> frozen_variance(const float* v, std::size_t groups, Eps eps_of) const {
     std::vector<FrozenVariance> frozen;
-    for (std::size_t i = 0; i < groups.size(); ++i)
-      frozen.push_back({v + offsets_[i], counts_[i], groups[i].config.eps});
+    for (std::size_t i = 0; i < groups; ++i) frozen.push_back({v + offsets_[i], counts_[i], eps_of(i)});
     return frozen;
   }
 
@@ -136,8 +140,10 @@ class CheckpointFile {
     return value;
   }
   std::string text(const char* name) const {
-    std::string text(count(name, ONEBIT_RECORD_TEXT) == kAbsent ? 0 : count(name, ONEBIT_RECORD_TEXT) + 1, '\0');
-    if (!text.empty()) check_call(onebit_checkpoint_get_text(file_, name, text.data(), text.size(), nullptr));
+    const std::size_t bytes = count(name, ONEBIT_RECORD_TEXT);
+    if (bytes == kAbsent) return "";
+    std::string text(bytes + 1, '\0');
+    check_call(onebit_checkpoint_get_text(file_, name, text.data(), text.size(), nullptr));
     return text.c_str();
   }
   std::vector<float> floats(const char* name) const { return values<float>(name, ONEBIT_RECORD_FLOATS); }

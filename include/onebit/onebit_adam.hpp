@@ -256,15 +256,6 @@ class OnebitAdam {
     });
   }
 
-  // Each group's frozen variance with the eps its steps divide by (bias correction folded in).
-  std::vector<FrozenVariance> frozen_variance() const {
-    std::vector<FrozenVariance> groups;
-    for (std::size_t i = 0; i < groups_.size(); ++i) {
-      groups.push_back({v_.data() + layout_.offset(i), groups_[i].count, config(i).eps});
-    }
-    return groups;
-  }
-
   // Group i's step settings from the driver (bias correction folded in).
   onebit_adam_config_t config(std::size_t i) const {
     const onebit_adam_config_t& c = groups_[i].config;
@@ -285,7 +276,10 @@ class OnebitAdam {
   }
 
   void compressed_step(const onebit_adam_driver_status_t& now) {
-    if (now.freezes_now != 0) report_freeze(comm_, kWho, now.step, frozen_variance());
+    if (now.freezes_now != 0) {  // each group with the eps its steps divide by (bias correction folded in)
+      report_freeze(comm_, kWho, now.step,
+                    layout_.frozen_variance(v_.data(), groups_.size(), [&](std::size_t i) { return config(i).eps; }));
+    }
     const std::string stage = "compression stage since step " + std::to_string(now.freeze_step);
     share_step_settings(name_, groups_, now.step, stage);  // before anything changes: it may throw
     for (std::size_t i = 0; i < groups_.size(); ++i) {
