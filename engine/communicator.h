@@ -138,8 +138,8 @@ class Communicator {
   // Once per communicator, before its first tagged call: every rank's ranks per host agree (flat
   // is 1), so that a flat and a hierarchical rank fail at once naming both, not at the timeout.
   void check_topology(const Tag& tag);
-  // A tagged call too small to pay for its messages is said once per tag, on rank 0.
-  void say_if_too_small(Tag& tag, std::size_t n);
+  // A tagged call too small to pay for its messages is said once per tag name, on rank 0.
+  void say_if_too_small(const Tag& tag, std::size_t n);
   Deadline call_deadline() const;
   std::string where() const;  // "rank 2/4"
 

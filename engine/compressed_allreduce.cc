@@ -21,6 +21,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -72,23 +74,30 @@ void Communicator::compressed_allreduce(Tag& tag, void* buffer, std::size_t n, k
   }
 }
 
-// Below this many elements per peer a compressed call costs more in messages than in everything
-// else: each rank sends and receives about 4 messages per peer (the peers: the other ranks, or the
-// other hosts of a hierarchical call), ~15 us of CPU each, against ~1 to 2 ns an element of passes
-// and wire (docs/scale.md's model: the break-even is 26 to 35 thousand elements a peer at 1 GbE,
-// 56 to 59 thousand at 10 and 25 GbE).
+// Below this many elements per peer a compressed call's messages cost about as much as the rest of
+// it, or more: each rank sends and receives about 4 messages per peer (the peers: the other ranks,
+// or the other hosts of a hierarchical call), ~15 us of CPU each. docs/scale.md's model puts the
+// break-even at 21-26 thousand elements a peer at 1 GbE (flat; 8-23 hierarchical) and 52-57
+// thousand at 10 and 25 GbE (56-80 hierarchical), for W = 4 to 1,024.
 constexpr std::size_t kTooSmallPerPeer = 32768;
 
-void Communicator::say_if_too_small(Tag& tag, std::size_t n) {
+void Communicator::say_if_too_small(const Tag& tag, std::size_t n) {
   const int peers = (hierarchical() ? size() / local_size() : size()) - 1;
   if (rank() != 0 || peers < 1 || n >= kTooSmallPerPeer * static_cast<std::size_t>(peers)) return;
-  if (tag.said_small.exchange(true)) return;
-  ONEBIT_LOG(WARN, where(), ": tag '", tag.name, "': a call of ", n, " elements with ", peers,
-             peers == 1 ? " peer" : " peers",
-             " is mostly per-message cost (about 4 messages a peer, some 15 us of CPU each): below ",
-             kTooSmallPerPeer * static_cast<std::size_t>(peers),
-             " elements they cost more than the rest of the call. Tag a larger buffer, or let several ranks a host "
-             "share one (docs/usage/optimizers.md, \"How large a tagged call pays\"); said once a tag");
+  // Once a name in the process: a tag untagged and tagged again (0/1 Adam's at its freeze, an
+  // optimizer made anew) is the same buffer to the user.
+  static std::mutex said_mutex;
+  static std::set<std::string> said;
+  {
+    const std::lock_guard<std::mutex> lock(said_mutex);
+    if (!said.insert(tag.name).second) return;
+  }
+  ONEBIT_LOG(
+      WARN, where(), ": tag '", tag.name, "': a call of ", n, " elements with ", peers, peers == 1 ? " peer" : " peers",
+      " is mostly per-message cost (about 4 messages a peer, some 15 us of CPU each): below ",
+      kTooSmallPerPeer * static_cast<std::size_t>(peers),
+      " elements they cost about as much as the rest of the call, or more. Tag a larger buffer, or let several "
+      "ranks a host share one (docs/usage/optimizers.md, \"How large a tagged call pays\"); said once a tag name");
 }
 
 // One round, in the steps of the header comment: the state sized on a tag's first round, the

@@ -5,7 +5,6 @@
 // chunk depends on the communicator's rank and size).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -76,7 +75,6 @@ struct Tag {
   std::map<std::uint64_t, std::unique_ptr<DeviceState>> device_states;  // by the front door's communicator id
   std::uint64_t calls = 0;
   std::uint64_t bytes_sent = 0;
-  std::atomic<bool> said_small{false};  // a call too small to pay was said at WARN (rank 0, once)
   // What every rank must share for the tag's next calls (an optimizer's lr, betas, step, stage),
   // set by onebit_tag_set_step_settings: its digest travels in each worker head and a difference
   // fails the call on every rank; the text names this rank's values in that error. 0: none set.

@@ -267,12 +267,19 @@ class ZeroOneAdam(_FlatOptimizer):
 
     def _refuse_zero_learning_rates(self):
         """A sync divides each group's u by the group's learning-rate sum since the last sync: a group
-        whose lr was 0 at every one of those steps cannot sync (the C core's rule and words)."""
+        whose lr was 0 at every one of those steps cannot sync (the C core's rule and words). The
+        sums are each rank's own (its param_groups' lr), so whether to refuse is agreed first: a rank
+        that refused alone would leave the others waiting in the sync's all_reduce."""
         sums = (ctypes.c_float * len(self._lrs))(*(lrs.value for lrs in self._lrs))
         refusal = _core_text(self._lib, "onebit_zero_one_adam_sync_refusal", sums, ctypes.c_size_t(len(self._lrs)),
                              ctypes.c_int64(self._schedule.step))
+        refused = [r for r, row in enumerate(self._every_rank([int(bool(refusal))])) if row[0]]
         if refusal:
             raise RuntimeError(f"ZeroOneAdam: {refusal}; nothing was changed")
+        if refused:
+            raise RuntimeError(f"ZeroOneAdam: rank {', '.join(map(str, refused))} refused the sync at schedule step "
+                               f"{self._schedule.step} (its error says why: a group's lr was 0 there); nothing was "
+                               "changed")
 
     @_run_eagerly
     @torch.no_grad()

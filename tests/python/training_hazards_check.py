@@ -63,9 +63,11 @@ torch.distributed each:
                 (requires_grad False; before, it kept moving as fast as those that train), one or a
                 group appended (before: never trained), one removed (before: the others shifted onto
                 its moments): every optimizer refuses the step naming the change, nothing changed;
-                a ZeroOneAdam group whose lr was 0 through a sync interval: the sync refused, naming
-                it (before: the C core's bare "learning-rate sum of 0"). A warmup checkpoint resumed
-                with a later freeze_step goes on with it (before: OnebitAdam kept the checkpoint's);
+                a ZeroOneAdam group whose lr was 0 through a sync interval on rank 1 alone: the sync
+                refused on every rank, rank 1 naming the group (before: the C core's bare
+                "learning-rate sum of 0"; then rank 0 waited in the sync until the timeout). A warmup
+                checkpoint resumed with a later freeze_step goes on with it (before: OnebitAdam kept the
+                checkpoint's);
                 a compression-stage one with another freeze_step is refused. A checkpoint loaded into
                 an optimizer whose compressed calls have run is refused on every rank with nothing
                 changed (before: step, m, v and param_groups overwritten first). A state_dict of torch
@@ -665,14 +667,16 @@ def changed_params_case(mode, rank, torch, dist, onebit, out):
         else:
             raise CheckFailed(f"{name}: a checkpoint with error feedback loaded into a tag that has run")
         same_state(torch, optimizer.state_dict(), state, f"{name}: after the refused load")
-        if kind == "zero_one":  # a group frozen with lr=0 through a sync interval: the sync cannot divide
-            optimizer.param_groups[0]["lr"] = 0.0
+        if kind == "zero_one":  # a group frozen with lr=0 through a sync interval, on rank 1 alone: no sync
+            if rank == 1:
+                optimizer.param_groups[0]["lr"] = 0.0
             try:
                 fit(torch, model, optimizer, x, y, 16)
-            except RuntimeError as error:
-                words = "ZeroOneAdam: the learning rate of group 0 was 0 at every step since the last sync"
+            except RuntimeError as error:  # on every rank: rank 0 would otherwise wait in the sync's all_reduce
+                words = ("ZeroOneAdam: the learning rate of group 0 was 0 at every step since the last sync" if rank == 1
+                         else "ZeroOneAdam: rank 1 refused the sync at schedule step")
                 require(words in str(error) and "nothing was changed" in str(error),
-                        f"ZeroOneAdam, lr 0: the refusal does not say '{words}': {error}")
+                        f"ZeroOneAdam, lr 0 on rank 1: rank {rank}'s refusal does not say '{words}': {error}")
             else:
                 raise CheckFailed("ZeroOneAdam: a sync of a group whose lr was 0 since the last sync was not refused")
         optimizer.close()

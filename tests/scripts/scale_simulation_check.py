@@ -74,10 +74,13 @@ with open(os.path.join(src, "docs", "usage", "optimizers.md")) as fh:
     page = fh.read()
 check(B.markdown(rows) in page, "docs/usage/optimizers.md holds the table tools/scale/buckets.py --markdown prints")
 scale = M.at_scale()
+sizes = B.grid()
 for algo, link, world, n in rows:
+    if n is None:
+        continue  # said below
     local = dict(B.ALGOS)[algo]
-    per_element = B.seconds(algo, B.LARGE, world, local, link, scale) / B.LARGE
-    smaller = n * 3 // 4 if n & (n - 1) == 0 else n * 2 // 3  # the grid's size below n: 0.75 * 2^e, or 2^e
+    per_element = B.per_element(algo, world, local, link, scale)
+    smaller = sizes[max(sizes.index(n) - 1, 0)]  # the grid's size below n (the first: itself, then not below)
     fits = B.seconds(algo, n, world, local, link, scale) <= 1.1 * per_element * n
     below = B.seconds(algo, smaller, world, local, link, scale) > 1.1 * per_element * smaller
     if not (fits and below):

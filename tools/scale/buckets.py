@@ -1,6 +1,6 @@
 """Bucket guidance from the cost model (docs/scale.md): for each algorithm, world size W and link
-rate, the smallest tagged tensor per call (fp32 elements) whose call stays within 10 % of the
-algorithm's own bandwidth bound — the time per element it approaches for large calls, whatever bounds
+rate, the smallest tagged tensor per call (fp32 elements, on a grid of 2^(k/4)) whose call stays
+within 10 % of the algorithm's own bandwidth bound — the time per element it approaches for large calls, whatever bounds
 it there (the link at 1 GbE; the CPU passes at 10 and 25 GbE, where they cost more than the wire).
 Below that size the per-message costs (α per message, λ per stage) take more than a tenth of the
 call. The cluster of docs/scale.md's "At scale": each rank its own core, the fitted α = 14.7 µs,
@@ -8,7 +8,8 @@ call. The cluster of docs/scale.md's "At scale": each rank its own core, the fit
 
     /usr/bin/python3 tools/scale/buckets.py [--within 0.1] [--markdown]
 
-Prints one line per (algorithm, link, W); --markdown the table docs/usage/pytorch.md holds.
+Prints one line per (algorithm, link, W); --markdown the table docs/usage/optimizers.md holds.
+report.py's bucket table in docs/scale.md (MB, with the engine's fp32 ring) comes from here too.
 """
 import argparse
 import os
@@ -20,22 +21,29 @@ import model  # noqa: E402
 WORLDS = (2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LINKS = ("1gbit", "10gbit", "25gbit")
 ALGOS = (("compressed", 1), ("hierarchical", 8))
-LARGE = 1 << 31  # elements: far past every per-message cost
+LARGE = 1 << 36  # elements: the per-element time is taken between LARGE and 2 LARGE
 
 
 def seconds(algo, n, world, local, link, m):
     return model.time_of(algo, n, world, local, link, m, links=model.LINKS_REAL)
 
 
-def smallest_bucket(algo, world, local, link, m, within):
-    """The smallest n (a power of two or 1.5 times one, 2^10 ... 2^31 elements) whose call takes at
-    most (1 + within) times n at the large call's time per element; None if none does."""
-    per_element = seconds(algo, LARGE, world, local, link, m) / LARGE
-    sizes = sorted({int(k * (1 << e)) for e in range(10, 32) for k in (1, 1.5)})
-    for n in sizes:
-        if n <= LARGE and seconds(algo, n, world, local, link, m) <= (1 + within) * per_element * n:
-            return n
-    return None
+def grid():
+    """The sizes tried, ascending: 2^(k/4) elements rounded down to a multiple of 64, 1 Ki to 2^37."""
+    return [int(2 ** (k / 4)) // 64 * 64 for k in range(40, 4 * 37 + 1)]
+
+
+def per_element(algo, world, local, link, m):
+    """The time per element a large call approaches: the slope between LARGE and 2 LARGE (a call's
+    fixed costs cancel; at W = 1,024 even 2^31 elements still carry 5 % of them)."""
+    return (seconds(algo, 2 * LARGE, world, local, link, m) - seconds(algo, LARGE, world, local, link, m)) / LARGE
+
+
+def smallest_bucket(algo, world, local, link, m, within=0.1):
+    """The smallest n of grid() whose call takes at most (1 + within) times n at the large call's time
+    per element; None if none does."""
+    slope = per_element(algo, world, local, link, m)
+    return next((n for n in grid() if seconds(algo, n, world, local, link, m) <= (1 + within) * slope * n), None)
 
 
 def table(within):

@@ -10,6 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import buckets as B  # noqa: E402
 import model as M
 
 NAMES = {"compressed": "flat", "hierarchical": "hier. 8/host", "ring_bf16": "bf16 ring", "ring_fp32": "fp32 ring"}
@@ -75,17 +76,6 @@ def crossovers(m):
             print(f"| {link.replace('gbit', ' GbE')} | {n / 1e6:.0f} M | {cells} |")
 
 
-def smallest_bucket(t, slope_at=4_000_000_000):
-    """The smallest n (elements) whose time t(n) is within 10 % of its bandwidth bound n * slope,
-    slope the per-element time of a very large call; n on a grid 2^(k/4)."""
-    slope = t(slope_at) / slope_at
-    for k in range(40, 128):
-        n = int(2 ** (k / 4)) // 64 * 64
-        if t(n) <= 1.1 * n * slope:
-            return n
-    return None
-
-
 def buckets(m):
     worlds = (2, 8, 16, 64, 256, 1024)
     print("\n| link | algorithm | " + " | ".join(f"W = {w}" for w in worlds) + " |")
@@ -97,9 +87,8 @@ def buckets(m):
                 if w % local or w // local < 2:
                     cells.append("–")
                     continue
-                n = smallest_bucket(lambda n, w=w, algo=algo, local=local, link=link: M.time_of(algo, n, w, local, link, m,
-                                                                                        M.LINKS_REAL))
-                cells.append(f"{n * 4 / 1e6:,.1f} MB" if n else "> 4 GB")
+                n = B.smallest_bucket(algo, w, local, link, m)
+                cells.append(f"{n * 4 / 1e6:,.1f} MB" if n else "> 550 GB")
             name = {"compressed": "flat", "hierarchical": "hier. 8/host", "ring": "fp32 ring (engine)"}[algo]
             print(f"| {link.replace('gbit', ' GbE')} | {name} | " + " | ".join(cells) + " |")
 
