@@ -30,6 +30,7 @@ from ._logging import logger
 
 _SENT = "sent"  # _consolidated on a rank whose part went to the saving rank
 _ERROR_FEEDBACK = ("worker_error", "server_error")  # a part's own error feedback: never kept once for all
+_PER_PARAMETER = ("v", "v_fresh", "u", "params_at_sync", "v_then")  # besides m: a float each parameter
 
 
 class _Checkpoints:
@@ -377,6 +378,10 @@ class _Checkpoints:
             return None
         if part["m"].numel() != self._total:
             return f"the checkpoint has {part['m'].numel()} parameters, this optimizer {self._total}"
+        unfit = [f"{key} {value.numel()}" for key, value in part.items()
+                 if key in _PER_PARAMETER and isinstance(value, torch.Tensor) and value.numel() != self._total]
+        if unfit:  # a damaged or hand-made checkpoint: refused here, before the load writes m and v
+            return f"the checkpoint's {', '.join(unfit)} floats do not match its {self._total} parameters"
         worker, server = part["worker_error"].numel(), part["server_error"].numel()
         # None at all (a checkpoint of onebit 0.2 saved before the first compressed call) loads anywhere.
         if (worker or server) and self._lib.onebit_tag_state_check(self._name.encode(), ctypes.c_size_t(worker)):

@@ -41,7 +41,9 @@ torch.distributed each:
                 load_file() fails at once, rank 1 naming its file and what is wrong (before the
                 agreement: rank 0 would wait in it until the timeout); each own file resumes exactly.
                 The job's one file (save_file(consolidated=True)): unwritable on rank 0, every
-                rank's save fails at once naming it; written, every rank resumes exactly from its part.
+                rank's save fails at once naming it; written, every rank resumes exactly from its part;
+                with one per-parameter field short (v, v_fresh, u), refused with nothing changed
+                (before: m and v written, then a RuntimeError).
   compile       torch.compile of a whole training step (zero_grad, forward, backward, step()) with
                 OnebitAdam and ZeroOneAdam, dynamo with its "eager" backend (inductor's kernels
                 round differently from eager's, and 1-bit compression turns last bits into signs):
@@ -1180,6 +1182,24 @@ def job_file_resumes(torch, onebit, kind, model, optimizer, rank, out):
         resource.setrlimit(resource.RLIMIT_FSIZE, limit)
     left = [name for name in os.listdir(out) if name.startswith(os.path.basename(full))]
     require(not left, f"{kind}: the failed save left {left}")
+    # A file whose per-parameter field is short (damaged, hand-made): refused before anything changes.
+    from onebit._checkpoint_files import read_part, write_part
+    header, part = read_part(optimizer._lib, path, rank)
+    field = {"adam": "v", "lamb": "v_fresh", "zero_one": "u"}[kind]
+    part[field] = part[field][:-1]
+    short = os.path.join(out, f"{kind}-short-{rank}.ckpt")
+    write_part(optimizer._lib, short, part, header)
+    fresh = make_optimizer(onebit, kind, model.parameters(), name=f"short-{kind}")
+    before = fresh.state_dict()["onebit"]
+    try:
+        fresh.load_file(short)
+    except ValueError as error:
+        words = f"the checkpoint's {field} {part[field].numel()} floats do not match its {part['m'].numel()} parameters"
+        require(words in str(error), f"{kind}: a short {field} is refused without saying '{words}': {error}")
+    else:
+        raise CheckFailed(f"{kind}: a checkpoint with a short {field} was loaded")
+    same_state(torch, fresh.state_dict()["onebit"], before, f"{kind}: the refused load of a short {field}")
+    fresh.close()
     resumed = make_optimizer(onebit, kind, model.parameters(), name=f"job-{kind}")
     resumed.load_file(pathlib.Path(path))
     same_state(torch, resumed.state_dict()["onebit"], optimizer.state_dict()["onebit"],
