@@ -131,24 +131,27 @@ class FdSource : public RecordFile::Source {
 
 // The regular file at `path`, open for reading while this lives.
 class FileSource : public FdSource {
+  struct Opened {
+    int fd;
+    std::size_t size;
+  };
+
  public:
-  explicit FileSource(const std::string& path) : FdSource(open_regular(path), 0, path) {
-    struct stat about {};
-    ::fstat(fd_, &about);  // open_regular's fstat succeeded on this descriptor
-    size_ = static_cast<std::size_t>(about.st_size);
-  }
+  explicit FileSource(const std::string& path) : FileSource(open_regular(path), path) {}
   ~FileSource() override { ::close(fd_); }
   FileSource(const FileSource&) = delete;
   FileSource& operator=(const FileSource&) = delete;
 
  private:
-  static int open_regular(const std::string& path) {
+  FileSource(Opened opened, const std::string& path) : FdSource(opened.fd, opened.size, path) {}
+
+  static Opened open_regular(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     ONEBIT_CHECK(fd >= 0, ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ", std::strerror(errno));
     struct stat about {};
     const bool stated = ::fstat(fd, &about) == 0;
     const int error = errno;
-    if (stated && S_ISREG(about.st_mode)) return fd;
+    if (stated && S_ISREG(about.st_mode)) return {fd, static_cast<std::size_t>(about.st_size)};
     ::close(fd);
     fail(stated ? ONEBIT_INVALID_ARGUMENT : ONEBIT_SYSTEM_ERROR, "cannot read ", path, ": ",
          !stated                  ? std::strerror(error)

@@ -77,6 +77,16 @@ class CheckpointFileTest : public ::testing::Test {
     EXPECT_NE(error.find(says), std::string::npos) << error;
   }
 
+  // write_example()'s file at path_, then a stream over it (stream_) holding one record, "step";
+  // returns the file's bytes before the stream.
+  std::vector<char> stream_over_example() {
+    write_example();
+    std::vector<char> before = bytes();
+    EXPECT_EQ(onebit_checkpoint_stream(path_.c_str(), &stream_), ONEBIT_SUCCESS) << onebit_last_error();
+    EXPECT_EQ(onebit_checkpoint_put_int(stream_, "step", 3), ONEBIT_SUCCESS);
+    return before;
+  }
+
   // The names of dir_'s files.
   std::vector<std::string> files() const {
     std::vector<std::string> names;
@@ -99,6 +109,7 @@ class CheckpointFileTest : public ::testing::Test {
   }
 
   std::string dir_, path_;
+  onebit_checkpoint_t stream_ = nullptr;
 };
 
 TEST_F(CheckpointFileTest, WhatIsWrittenIsReadBackExactlyInOrder) {
@@ -255,11 +266,8 @@ TEST_F(CheckpointFileTest, AStreamedFileIsTheFileWrittenWholeByteForByte) {
 }
 
 TEST_F(CheckpointFileTest, AStreamNotCommittedLeavesThePathAsItWasAndNoTemporaryFile) {
-  write_example();
-  const std::vector<char> before = bytes();
-  onebit_checkpoint_t c = nullptr;
-  ASSERT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
-  EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 99), ONEBIT_SUCCESS);
+  const std::vector<char> before = stream_over_example();
+  onebit_checkpoint_t c = stream_;
   EXPECT_EQ(files().size(), 2u);  // the path and the stream's temporary file
   onebit_checkpoint_destroy(c);
   EXPECT_EQ(bytes(), before);
@@ -296,11 +304,8 @@ class FileSizeLimit {
 };
 
 TEST_F(CheckpointFileTest, AStreamWhoseWriteFailedTakesNothingMoreAndLeavesThePathAsItWas) {
-  write_example();
-  const std::vector<char> before = bytes();
-  onebit_checkpoint_t c = nullptr;
-  ASSERT_EQ(onebit_checkpoint_stream(path_.c_str(), &c), ONEBIT_SUCCESS) << onebit_last_error();
-  EXPECT_EQ(onebit_checkpoint_put_int(c, "step", 3), ONEBIT_SUCCESS);
+  const std::vector<char> before = stream_over_example();
+  onebit_checkpoint_t c = stream_;
   const std::vector<float> big(4096, 1.0f);
   {
     const FileSizeLimit limit(4096);
